@@ -1,0 +1,32 @@
+package io.rdmabridge.verbs;
+
+/**
+ * A registered memory region ({@code ibv_mr}). Its keys are valid until {@link #close()}; a peer that uses the
+ * rkey afterwards gets {@link WcStatus#REM_ACCESS_ERR}. Thread-safe.
+ */
+public interface MemoryRegion extends AutoCloseable {
+
+    ProtectionDomain protectionDomain();
+
+    long address();
+
+    long length();
+
+    /** Key for local scatter/gather entries. */
+    int lkey();
+
+    /** Key a peer names in RDMA READ and WRITE; unguessable. */
+    int rkey();
+
+    /** The {@link Access} flags it was registered with. */
+    int access();
+
+    /** Whether {@code [address, address + length)} lies inside this region. */
+    default boolean contains(long address, long length) {
+        return length >= 0 && address >= address() && address - address() <= length() - length;
+    }
+
+    /** Deregisters ({@code ibv_dereg_mr}); idempotent. */
+    @Override
+    void close();
+}

@@ -1,0 +1,134 @@
+package io.rdmabridge.verbs;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.ServiceConfigurationError;
+import java.util.ServiceLoader;
+
+/**
+ * Finds {@link RdmaProvider}s with {@link ServiceLoader} and chooses one.
+ *
+ * <p>The choice comes from the system property {@value #PROVIDER_PROPERTY} (or a framework's own key mapped onto
+ * the same values):
+ * <ul>
+ *   <li>{@code auto} (the default): the available hardware provider of highest priority; the software provider is
+ *       never picked silently. With no hardware usable, the selection is empty and its reason names every cause;
+ *       callers fall back to TCP or fail with that reason.</li>
+ *   <li>a provider name ({@code disni}, {@code soft}): that provider if it is available, otherwise empty with its
+ *       cause.</li>
+ * </ul>
+ * Thread-safe.
+ */
+public final class RdmaProviders {
+    /** System property naming the provider: {@code auto}, {@code disni} or {@code soft}. */
+    public static final String PROVIDER_PROPERTY = "rdmabridge.provider";
+    public static final String AUTO = "auto";
+
+    private static volatile List<RdmaProvider> providers;
+
+    private RdmaProviders() {
+    }
+
+    /** Every provider on the class path, hardware first, then by descending priority. */
+    public static List<RdmaProvider> all() {
+        List<RdmaProvider> list = providers;
+        if (list == null) {
+            synchronized (RdmaProviders.class) {
+                list = providers;
+                if (list == null) {
+                    list = load(RdmaProviders.class.getClassLoader());
+                    providers = list;
+                }
+            }
+        }
+        return list;
+    }
+
+    private static List<RdmaProvider> load(ClassLoader loader) {
+        List<RdmaProvider> list = new ArrayList<>();
+        var it = ServiceLoader.load(RdmaProvider.class, loader).iterator();
+        while (true) {
+            try {
+                if (!it.hasNext()) {
+                    break;
+                }
+                list.add(it.next());
+            } catch (ServiceConfigurationError e) {
+                // A broken provider must not hide the working ones; it is simply not offered.
+                System.getLogger(RdmaProviders.class.getName())
+                        .log(System.Logger.Level.WARNING, "Skipping an RDMA provider that cannot be loaded: " + e);
+            }
+        }
+        list.sort(Comparator.comparing((RdmaProvider p) -> !p.isHardware())
+                .thenComparing(Comparator.comparingInt(RdmaProvider::priority).reversed()));
+        return List.copyOf(list);
+    }
+
+    /** The provider called {@code name}, available or not, or {@code null}. */
+    public static RdmaProvider byName(String name) {
+        for (RdmaProvider p : all()) {
+            if (p.name().equalsIgnoreCase(name)) {
+                return p;
+            }
+        }
+        return null;
+    }
+
+    /** Chooses according to {@value #PROVIDER_PROPERTY} (default {@code auto}). */
+    public static ProviderSelection select() {
+        return select(System.getProperty(PROVIDER_PROPERTY, AUTO));
+    }
+
+    /**
+     * Chooses according to {@code requested}: {@code auto}, or a provider's name.
+     */
+    public static ProviderSelection select(String requested) {
+        String choice = requested == null || requested.isBlank() ? AUTO : requested.trim().toLowerCase(Locale.ROOT);
+        Map<String, String> rejected = new LinkedHashMap<>();
+        if (AUTO.equals(choice)) {
+            for (RdmaProvider p : all()) {
+                if (!p.isHardware()) {
+                    rejected.put(p.name(), "software provider: chosen only when asked for (" + PROVIDER_PROPERTY
+                            + "=" + p.name() + ")");
+                } else if (p.isAvailable()) {
+                    return new ProviderSelection(choice, p, "auto: " + p.name() + " is available", rejected);
+                } else {
+                    rejected.put(p.name(), String.valueOf(p.unavailabilityCause()));
+                }
+            }
+            StringBuilder why = new StringBuilder("auto: no RDMA hardware provider is usable");
+            rejected.forEach((name, cause) -> {
+                if (byName(name) != null && byName(name).isHardware()) {
+                    why.append("; ").append(name).append(": ").append(cause);
+                }
+            });
+            why.append(". Fix the cause above, or set ").append(PROVIDER_PROPERTY)
+                    .append("=soft to use the software RDMA provider");
+            return new ProviderSelection(choice, null, why.toString(), rejected);
+        }
+        RdmaProvider p = byName(choice);
+        if (p == null) {
+            List<String> names = new ArrayList<>();
+            for (RdmaProvider q : all()) {
+                names.add(q.name());
+            }
+            return new ProviderSelection(choice, null, "unknown RDMA provider '" + requested + "' (expected: auto or one of "
+                    + names + "; set " + PROVIDER_PROPERTY + " accordingly)", rejected);
+        }
+        if (!p.isAvailable()) {
+            rejected.put(p.name(), String.valueOf(p.unavailabilityCause()));
+            return new ProviderSelection(choice, null, p.name() + " was requested but is unavailable: "
+                    + p.unavailabilityCause(), rejected);
+        }
+        for (RdmaProvider q : all()) {
+            if (q != p) {
+                rejected.put(q.name(), "not requested (" + PROVIDER_PROPERTY + "=" + choice + ")");
+            }
+        }
+        return new ProviderSelection(choice, p, p.name() + " was requested and is available", rejected);
+    }
+}
