@@ -8,6 +8,8 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.ServiceConfigurationError;
 import java.util.ServiceLoader;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Finds {@link RdmaProvider}s with {@link ServiceLoader} and chooses one.
@@ -27,6 +29,8 @@ public final class RdmaProviders {
     /** System property naming the provider: {@code auto}, {@code disni} or {@code soft}. */
     public static final String PROVIDER_PROPERTY = "rdmabridge.provider";
     public static final String AUTO = "auto";
+
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaProviders.class);
 
     private static volatile List<RdmaProvider> providers;
 
@@ -59,8 +63,7 @@ public final class RdmaProviders {
                 list.add(it.next());
             } catch (ServiceConfigurationError e) {
                 // A broken provider must not hide the working ones; it is simply not offered.
-                System.getLogger(RdmaProviders.class.getName())
-                        .log(System.Logger.Level.WARNING, "Skipping an RDMA provider that cannot be loaded: " + e);
+                LOG.warn("Skipping an RDMA provider that cannot be loaded: {}", e.toString());
             }
         }
         list.sort(Comparator.comparing((RdmaProvider p) -> !p.isHardware())
@@ -87,48 +90,63 @@ public final class RdmaProviders {
      * Chooses according to {@code requested}: {@code auto}, or a provider's name.
      */
     public static ProviderSelection select(String requested) {
+        return select(requested, all());
+    }
+
+    /** {@link #select(String)} over an explicit candidate list, ordered as {@link #all()} orders. */
+    static ProviderSelection select(String requested, List<RdmaProvider> candidates) {
         String choice = requested == null || requested.isBlank() ? AUTO : requested.trim().toLowerCase(Locale.ROOT);
         Map<String, String> rejected = new LinkedHashMap<>();
         if (AUTO.equals(choice)) {
-            for (RdmaProvider p : all()) {
+            RdmaProvider chosen = null;
+            StringBuilder causes = new StringBuilder();
+            for (RdmaProvider p : candidates) {
                 if (!p.isHardware()) {
                     rejected.put(p.name(), "software provider: chosen only when asked for (" + PROVIDER_PROPERTY
                             + "=" + p.name() + ")");
-                } else if (p.isAvailable()) {
-                    return new ProviderSelection(choice, p, "auto: " + p.name() + " is available", rejected);
+                } else if (chosen == null && p.isAvailable()) {
+                    chosen = p;
+                } else if (chosen != null) {
+                    rejected.put(p.name(), "lower priority than " + chosen.name());
                 } else {
-                    rejected.put(p.name(), String.valueOf(p.unavailabilityCause()));
+                    String cause = String.valueOf(p.unavailabilityCause());
+                    rejected.put(p.name(), cause);
+                    causes.append("; ").append(p.name()).append(": ").append(cause);
                 }
             }
-            StringBuilder why = new StringBuilder("auto: no RDMA hardware provider is usable");
-            rejected.forEach((name, cause) -> {
-                if (byName(name) != null && byName(name).isHardware()) {
-                    why.append("; ").append(name).append(": ").append(cause);
-                }
-            });
-            why.append(". Fix the cause above, or set ").append(PROVIDER_PROPERTY)
-                    .append("=soft to use the software RDMA provider");
-            return new ProviderSelection(choice, null, why.toString(), rejected);
-        }
-        RdmaProvider p = byName(choice);
-        if (p == null) {
-            List<String> names = new ArrayList<>();
-            for (RdmaProvider q : all()) {
-                names.add(q.name());
+            if (chosen != null) {
+                return new ProviderSelection(choice, chosen, "auto: " + chosen.name() + " is available", rejected);
             }
-            return new ProviderSelection(choice, null, "unknown RDMA provider '" + requested + "' (expected: auto or one of "
-                    + names + "; set " + PROVIDER_PROPERTY + " accordingly)", rejected);
+            if (causes.length() == 0) {
+                causes.append("; no hardware provider is on the class path");
+            }
+            return new ProviderSelection(choice, null, "auto: no RDMA hardware provider is usable" + causes
+                    + ". Fix the cause above, or set " + PROVIDER_PROPERTY + "=soft to use the software RDMA provider",
+                    rejected);
         }
-        if (!p.isAvailable()) {
-            rejected.put(p.name(), String.valueOf(p.unavailabilityCause()));
-            return new ProviderSelection(choice, null, p.name() + " was requested but is unavailable: "
-                    + p.unavailabilityCause(), rejected);
+        RdmaProvider chosen = null;
+        List<String> names = new ArrayList<>();
+        for (RdmaProvider p : candidates) {
+            names.add(p.name());
+            if (p.name().equalsIgnoreCase(choice)) {
+                chosen = p;
+            }
         }
-        for (RdmaProvider q : all()) {
-            if (q != p) {
+        if (chosen == null) {
+            return new ProviderSelection(choice, null, "unknown RDMA provider '" + requested
+                    + "' (expected: auto or one of " + names + "; set " + PROVIDER_PROPERTY + " accordingly)",
+                    rejected);
+        }
+        if (!chosen.isAvailable()) {
+            rejected.put(chosen.name(), String.valueOf(chosen.unavailabilityCause()));
+            return new ProviderSelection(choice, null, chosen.name() + " was requested but is unavailable: "
+                    + chosen.unavailabilityCause(), rejected);
+        }
+        for (RdmaProvider q : candidates) {
+            if (q != chosen) {
                 rejected.put(q.name(), "not requested (" + PROVIDER_PROPERTY + "=" + choice + ")");
             }
         }
-        return new ProviderSelection(choice, p, p.name() + " was requested and is available", rejected);
+        return new ProviderSelection(choice, chosen, chosen.name() + " was requested and is available", rejected);
     }
 }
