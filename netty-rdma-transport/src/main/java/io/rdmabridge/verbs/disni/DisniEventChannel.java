@@ -17,6 +17,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import org.slf4j.Logger;
@@ -69,8 +70,10 @@ final class DisniEventChannel implements RdmaEventChannel {
     private final long channelHandle;
     private final EventNotifier notifier;
     private final ConcurrentLinkedQueue<RawEvent> events = new ConcurrentLinkedQueue<>();
-    /** Live ids by native handle; read by the owner only, but kept concurrent so that close() is safe anywhere. */
+    /** Ids whose native object exists, by native handle: where events are routed. */
     private final ConcurrentHashMap<Long, DisniCmId> ids = new ConcurrentHashMap<>();
+    /** Ids not yet closed (a rejected id has no native object but still counts until closed). */
+    private final Set<DisniCmId> open = ConcurrentHashMap.newKeySet();
     private final Thread eventThread;
     private volatile boolean running = true;
     private boolean closed;
@@ -117,6 +120,7 @@ final class DisniEventChannel implements RdmaEventChannel {
     private DisniCmId register(com.ibm.disni.verbs.RdmaCmId nat, long handle) {
         DisniCmId id = new DisniCmId(this, nat, handle);
         ids.put(handle, id);
+        open.add(id);
         provider.usage().cmIds(1);
         return id;
     }
@@ -248,7 +252,9 @@ final class DisniEventChannel implements RdmaEventChannel {
 
     /** The id was closed: it no longer counts. */
     void idClosed(DisniCmId id) {
-        provider.usage().cmIds(-1);
+        if (open.remove(id)) {
+            provider.usage().cmIds(-1);
+        }
     }
 
     /** Stops the event thread, closes every id still alive (and its queue pair), then destroys the channel. */
@@ -260,7 +266,7 @@ final class DisniEventChannel implements RdmaEventChannel {
         closed = true;
         running = false;
         DisniCompletionQueue.joinUninterruptibly(eventThread);
-        List<DisniCmId> alive = new ArrayList<>(ids.values());
+        List<DisniCmId> alive = new ArrayList<>(open);
         RuntimeException failure = null;
         for (DisniCmId id : alive) {
             try {
