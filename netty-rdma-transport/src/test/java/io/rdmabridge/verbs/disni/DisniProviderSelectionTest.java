@@ -36,7 +36,7 @@ class DisniProviderSelectionTest {
         assertFalse(selection.isAvailable());
         assertNull(selection.provider());
         assertTrue(selection.reason().startsWith("disni was requested but is unavailable: "
-                + "io.rdmabridge.verbs.RdmaException: " + CAUSE_START), selection.reason());
+                + CAUSE_START), selection.reason());
         assertTrue(selection.rejected().get("disni").contains(CAUSE_START), selection.rejected().toString());
     }
 
@@ -45,10 +45,10 @@ class DisniProviderSelectionTest {
         ProviderSelection selection = RdmaProviders.select("auto");
         assertNull(selection.provider());
         assertTrue(selection.reason().startsWith("auto: no RDMA hardware provider is usable; disni: "
-                + "io.rdmabridge.verbs.RdmaException: " + CAUSE_START), selection.reason());
+                + CAUSE_START), selection.reason());
         assertTrue(selection.reason().endsWith("Fix the cause above, or set rdmabridge.provider=soft to use the"
                 + " software RDMA provider"), selection.reason());
-        assertEquals(selection.rejected().get("disni"), "io.rdmabridge.verbs.RdmaException: "
-                + RdmaProviders.byName("disni").unavailabilityCause().getMessage());
+        assertEquals(RdmaProviders.byName("disni").unavailabilityCause().getMessage(),
+                selection.rejected().get("disni"));
     }
 }
