@@ -204,8 +204,10 @@ final class PollSet implements AutoCloseable {
                 int fd = (int) EPOLL_GET_DESCRIPTOR.invokeExact(event);
                 int events = (int) EPOLL_GET_EVENTS.invokeExact(event);
                 if (fd == efd) {
-                    signalled.set(false);
+                    // Drain first, then allow new signals: a signal racing with this either finds the flag still
+                    // set (its state change is seen by the readiness check that follows this poll) or writes anew.
                     EVENTFD_RESET.invokeExact(eventFd);
+                    signalled.set(false);
                     result |= 1 << 31;
                 } else if (fd == socketFd) {
                     result |= events;

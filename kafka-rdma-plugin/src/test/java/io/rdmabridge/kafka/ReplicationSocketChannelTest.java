@@ -133,10 +133,14 @@ class ReplicationSocketChannelTest {
             ByteBuffer in = ByteBuffer.wrap(echoed);
             ByteBuffer fileRequest = ByteBuffer.wrap(new byte[] {'F'});
             long deadline = System.nanoTime() + 30_000_000_000L;
+            int idleSelects = 0;
             while (in.hasRemaining()) {
                 assertTrue(System.nanoTime() < deadline, "echo stalled at " + in.position() + " bytes; leader error: "
                         + leaderError.get());
-                sel.select(1000);
+                long before = System.nanoTime();
+                if (sel.select(1000) == 0 && System.nanoTime() - before >= 900_000_000L) {
+                    idleSelects++;
+                }
                 sel.selectedKeys().clear();
                 if (key.isValid() && key.isWritable()) {
                     if (out.hasRemaining()) {
@@ -151,6 +155,9 @@ class ReplicationSocketChannelTest {
                     assertTrue(follower.read(in) >= 0, "end of stream after " + in.position() + " bytes");
                 }
             }
+            // Something is always in flight here, so a select that times out means a lost wake-up (each costs 1 s);
+            // two are tolerated for a loaded machine.
+            assertTrue(idleSelects <= 2, "selects that timed out with bytes in flight: " + idleSelects);
         }
         byte[] expected = new byte[echoed.length];
         System.arraycopy(payload, 0, expected, 0, PAYLOAD);
