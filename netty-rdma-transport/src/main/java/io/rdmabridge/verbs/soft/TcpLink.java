@@ -176,11 +176,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private void connectError(Exception e) {
         closeNow();
         SoftCmId i = id;
-        if (e instanceof ConnectException) {
+        String message = String.valueOf(e.getMessage());
+        if (e instanceof ConnectException && message.contains("refused")) {
             i.connectFailed(CmEventType.REJECTED, null, SoftCmId.REJECT_NO_LISTENER, "nothing listens at " + peer
-                    + " (" + e.getMessage() + ")");
-        } else if (e instanceof java.nio.channels.UnresolvedAddressException
-                || e instanceof java.net.NoRouteToHostException) {
+                    + " (" + message + ")");
+        } else if (e instanceof java.nio.channels.UnresolvedAddressException || e instanceof ConnectException
+                || e instanceof java.net.NoRouteToHostException || message.contains("unreachable")) {
             i.connectFailed(CmEventType.UNREACHABLE, null, -1, "cannot reach " + peer + ": " + e);
         } else {
             i.connectFailed(CmEventType.CONNECT_ERROR, null, -1, "connect to " + peer + " failed: " + e);

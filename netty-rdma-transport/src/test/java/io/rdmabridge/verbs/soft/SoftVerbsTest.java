@@ -509,4 +509,49 @@ class SoftVerbsTest {
             assertEquals((byte) 0x77, local.buf().get(size - 1));
         }
     }
+
+    @Test
+    void shouldReportUnreachableWhenNobodyAnswersInTime() throws Exception {
+        EventNotifier n = new EventNotifier();
+        try (RdmaEventChannel server = provider.createEventChannel(n);
+             RdmaEventChannel client = provider.createEventChannel(n);
+             ServerSocket silent = new ServerSocket(0, 4, InetAddress.getLoopbackAddress())) {
+            RdmaCmId listen = server.createId();
+            InetSocketAddress bound = listen.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+            // In-JVM listener that never accepts, and a plain TCP socket that never answers the handshake.
+            InetSocketAddress[] targets = {bound, (InetSocketAddress) silent.getLocalSocketAddress()};
+            for (InetSocketAddress target : targets) {
+                RdmaCmId id = client.createId();
+                id.resolve(target, 300);
+                awaitEvent(client, CmEventType.ADDR_RESOLVED);
+                ProtectionDomain pd = id.device().allocProtectionDomain();
+                var cq = id.device().createCompletionQueue(16, n);
+                var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+                long start = System.nanoTime();
+                id.connect(ConnectionParameters.DEFAULT);
+                CmEvent e = awaitEvent(client, CmEventType.UNREACHABLE);
+                long millis = (System.nanoTime() - start) / 1_000_000;
+                assertTrue(millis >= 250 && millis < 5000, "UNREACHABLE after " + millis + " ms");
+                assertTrue(e.detail().contains(String.valueOf(target.getPort())), e.detail());
+                assertThrows(IllegalStateException.class, cq::close, "a completion queue in use cannot close");
+                assertThrows(IllegalStateException.class, id::close, "an id with an open queue pair cannot close");
+                qp.close();
+                id.close();
+                cq.close();
+                pd.close();
+            }
+            CmEvent stale = awaitEvent(server, CmEventType.CONNECT_REQUEST);
+            ProtectionDomain pd = stale.id().device().allocProtectionDomain();
+            var cq = pd.device().createCompletionQueue(16, n);
+            var qp = stale.id().createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+            RdmaException gaveUp = assertThrows(RdmaException.class,
+                    () -> stale.id().accept(ConnectionParameters.DEFAULT));
+            assertTrue(gaveUp.getMessage().contains("gave up"), gaveUp.getMessage());
+            qp.close();
+            stale.id().close();
+            cq.close();
+            pd.close();
+            listen.close();
+        }
+    }
 }
