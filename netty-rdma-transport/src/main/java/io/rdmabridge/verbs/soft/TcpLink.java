@@ -687,8 +687,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (op != SoftFrame.WRITE) {
             boolean imm = op != SoftFrame.SEND;
             int wcOp = write ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV;
-            q.completeRecvLocked(q.rIndex(msgRecv), WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
-            q.rqHead = msgRecv + 1;
+            q.consumeRecvLocked(msgRecv, WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
         }
         ackPsn = psn;
         ackPending = true;
@@ -704,8 +703,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             long sent = q.sqSent;
             int op = f.opcode();
             int psn = f.psn();
-            if (q.state != QpState.RTS && q.state != QpState.ERROR) {
-                return;
+            if (q.state != QpState.RTS) {
+                return; // flushed already: responses that crossed the teardown change nothing
             }
             if (op == SoftFrame.READ_RESPONSE) {
                 wake = onReadResponse(q, f, payloadAddress, head, sent);
@@ -717,10 +716,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
                 markAcked(q, head, seq + 1);
             } else {
-                long seq = seqOf(psn, head, sent);
+                long seq = seqOf(psn, head - q.sqDepth, sent);
                 if (seq < 0) {
                     violation(SoftFrame.name(op) + " psn=" + psn + " outside the window of outstanding requests");
                     return;
+                }
+                if (seq < head) {
+                    return; // about a request already completed: stale, as on a real fabric
                 }
                 markAcked(q, head, seq);
                 int i = q.sIndex(seq);

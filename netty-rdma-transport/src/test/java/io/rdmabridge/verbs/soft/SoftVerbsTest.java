@@ -236,6 +236,8 @@ class SoftVerbsTest {
                 p.client.qp.postSend(swr.reset().wrId(10).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
                         .addSge(local.address(), 8, local.mr().lkey()));
                 assertCompletion(pollOne(p.client.sendCq, null), 9, WcStatus.REM_ACCESS_ERR, 0);
+                assertEquals(QpState.ERROR, p.client.qp.state(), "ERROR before the error completion is visible");
+                assertEquals(QpState.ERROR, p.server.qp.state(), "the target moved to ERROR before the NAK");
                 assertCompletion(pollOne(p.client.sendCq, null), 10, WcStatus.WR_FLUSH_ERR, 0);
                 awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
                 awaitEvent(p.server.channel, CmEventType.DISCONNECTED);
@@ -552,6 +554,32 @@ class SoftVerbsTest {
             cq.close();
             pd.close();
             listen.close();
+        }
+    }
+
+    @ParameterizedTest(name = "tcp={0}")
+    @ValueSource(booleans = {false, true})
+    void shouldFreeQueueSlotsBeforeTheirCompletionsAreVisible(boolean tcp) throws Exception {
+        try (SoftPair p = SoftPair.of(tcp)) {
+            SoftPair.Buffer src = p.buffer(p.client, 64);
+            SoftPair.Buffer dst = p.buffer(p.server, 64 * 64);
+            for (int i = 0; i < 64; i++) {
+                postRecv(p.server, i, dst, i * 64, 64); // a full receive queue (maxRecvWr 64)
+            }
+            WorkCompletions sendWc = new WorkCompletions(64);
+            int sent = 0;
+            int sendsDone = 0;
+            for (int round = 0; round < 2000; round++) {
+                while (sent - sendsDone < 64 && sent < 2000) {
+                    p.client.qp.postSend(swr.reset().wrId(sent++).flags(SendWorkRequest.SIGNALED)
+                            .addSge(src.address(), 64, src.mr().lkey()));
+                }
+                WorkCompletions rc = pollOne(p.server.recvCq, null);
+                assertEquals(WcStatus.SUCCESS, rc.status(0), rc.toString(0));
+                int slot = (int) rc.wrId(0);
+                postRecv(p.server, slot, dst, slot * 64, 64); // reposted the moment its completion is polled
+                sendsDone += p.client.sendCq.poll(sendWc);
+            }
         }
     }
 }
