@@ -1260,8 +1260,8 @@ public abstract class AbstractProviderConformanceTest {
         assertTrue(req.listenId() == listener, "CONNECT_REQUEST names its listener");
         assertArrayEquals(request, req.privateData(), "connect private data");
         local.track(req.id());
-        assertThrows(Exception.class, () -> req.id().reject(new byte[ConnectionParameters.MAX_REJECT_PRIVATE_DATA
-                + 1]), "reject with too much private data");
+        assertOversizedPrivateDataRefused(() -> req.id().reject(
+                new byte[ConnectionParameters.MAX_REJECT_PRIVATE_DATA + 1]));
         req.id().reject(reason);
         Cm rejected = local.awaitCm(c.id, CmEventType.REJECTED, WAIT_MS);
         assertArrayEquals(reason, rejected.privateData(), "reject private data");
@@ -1271,19 +1271,25 @@ public abstract class AbstractProviderConformanceTest {
     public void shouldRefuseOversizedConnectPrivateData() throws Exception {
         InetSocketAddress addr = listen(Config.accept(1, 0, 64));
         Connection c = local.createQueuePair(local.resolve(addr), 4, 4, null, null);
-        Exception e = assertThrows(Exception.class, () -> c.id.connect(ConnectionParameters.DEFAULT
+        assertOversizedPrivateDataRefused(() -> c.id.connect(ConnectionParameters.DEFAULT
                 .withPrivateData(new byte[ConnectionParameters.MAX_CONNECT_PRIVATE_DATA + 1])));
-        assertTrue(e instanceof IllegalArgumentException || e instanceof RdmaException, () -> "thrown: " + e);
-        assertMessageContains("private", e);
         assertEquals(List.of(), peer.connectRequests(), "nothing reached the peer");
+    }
+
+    private static void assertOversizedPrivateDataRefused(org.junit.jupiter.api.function.Executable call) {
+        Throwable e = assertThrows(Throwable.class, call);
+        assertTrue(e instanceof IllegalArgumentException || e instanceof RdmaException, () -> "thrown: " + e
+                + " (expected: IllegalArgumentException or RdmaException)");
+        assertMessageContains("private", e);
     }
 
     @Test
     public void shouldReportUnreachablePeer() throws Exception {
-        // TEST-NET-1 (RFC 5737): routable nowhere, so resolution or the handshake must fail in bounded time.
+        // TEST-NET-2 (RFC 5737) hosts no RDMA peer: resolution, the route or the handshake must fail in bounded
+        // time. (Behind an intercepting proxy the TCP connect succeeds and the handshake meets foreign bytes.)
         RdmaCmId id = local.newId();
         long start = System.nanoTime();
-        id.resolve(new InetSocketAddress("192.0.2.1", 4791), 2_000);
+        id.resolve(new InetSocketAddress("198.51.100.1", 4791), 2_000);
         Cm cm = local.nextCm(id, 30_000);
         if (cm.type() == CmEventType.ADDR_RESOLVED) {
             Connection c = local.createQueuePair(id, 4, 4, null, null);
