@@ -775,10 +775,10 @@ public abstract class AbstractProviderConformanceTest {
                     .addSge(b.address() + (long) slot * size, size, b.lkey()));
         }
         while (completedThrough < count - 1) {
-            List<Wc> got = local.poll(c.sendCq, 1, WAIT_MS);
-            assertStatus(WcStatus.SUCCESS, got.get(0));
-            completedThrough = got.get(0).wrId();
-            completions.addAll(got);
+            Wc wc = local.poll(c.sendCq, 1, WAIT_MS).get(0);
+            assertStatus(WcStatus.SUCCESS, wc);
+            completedThrough = wc.wrId();
+            completions.add(wc);
         }
         completions.addAll(local.pollFor(c.sendCq, 50));
         List<Long> expectedIds = new ArrayList<>();

@@ -35,6 +35,8 @@ final class LocalEnd implements AutoCloseable {
     private final List<CompletionQueue> cqs = new ArrayList<>();
     private final List<MemoryRegion> regions = new ArrayList<>();
     private final WorkCompletions wc = new WorkCompletions(512);
+    /** Completions polled from a queue beyond what a caller asked for, handed out first next time. */
+    private final Map<CompletionQueue, ArrayDeque<Wc>> backlog = new HashMap<>();
 
     LocalEnd(RdmaProvider provider) throws RdmaException {
         this.provider = provider;
@@ -266,18 +268,23 @@ final class LocalEnd implements AutoCloseable {
         }
     }
 
+    /** Moves completions into {@code out} until it holds {@code max}; extras wait in the backlog. */
     private int pollInto(CompletionQueue cq, List<Wc> out, int max) {
+        ArrayDeque<Wc> extra = backlog.computeIfAbsent(cq, k -> new ArrayDeque<>());
         int total = 0;
         while (out.size() < max) {
-            int n = cq.poll(wc);
-            if (n == 0) {
-                break;
+            if (extra.isEmpty()) {
+                int n = cq.poll(wc);
+                if (n == 0) {
+                    break;
+                }
+                for (int i = 0; i < n; i++) {
+                    extra.add(new Wc(wc.wrId(i), wc.status(i), wc.opcode(i), wc.byteLength(i), wc.qpNumber(i),
+                            wc.hasImmediate(i), wc.immData(i), wc.vendorError(i)));
+                }
             }
-            for (int i = 0; i < n; i++) {
-                out.add(new Wc(wc.wrId(i), wc.status(i), wc.opcode(i), wc.byteLength(i), wc.qpNumber(i),
-                        wc.hasImmediate(i), wc.immData(i), wc.vendorError(i)));
-            }
-            total += n;
+            out.add(extra.poll());
+            total++;
         }
         return total;
     }
