@@ -671,7 +671,7 @@ public abstract class AbstractProviderConformanceTest {
         postSend(c, 1, WrOpcode.SEND, b, 0, 128);
         Wc wc = local.poll(c.sendCq, 1, WAIT_MS).get(0);
         assertStatus(WcStatus.REM_INV_REQ_ERR, wc);
-        assertEquals(QpState.ERROR, c.qp.state());
+        assertEquals(QpState.ERROR, c.qp.state(), "sender queue pair after REM_INV_REQ_ERR");
         Completion p = peerCompletions(c.peerIndex, 1, WAIT_MS).get(0);
         assertTrue(p.recv());
         assertPeerStatus(WcStatus.LOC_LEN_ERR, p);
