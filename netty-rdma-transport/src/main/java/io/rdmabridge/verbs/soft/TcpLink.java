@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
@@ -1073,6 +1074,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             int op = q.sOpcode[i];
             int length = q.sLength[i];
+            if ((q.sFlags[i] & SendWorkRequest.FENCE) != 0 && cursorOffset == 0 && readsInFlight.get() > 0) {
+                return; // IBV_SEND_FENCE: earlier RDMA READs first; their last response wakes the pump
+            }
             if (op == WrOpcode.RDMA_READ) {
                 if (readsInFlight.get() >= readLimit || room() < SoftFrame.HEADER_LENGTH) {
                     return;
