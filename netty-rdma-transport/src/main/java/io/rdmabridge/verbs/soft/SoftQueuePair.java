@@ -24,10 +24,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * <h2>Queues</h2>
  * The send queue is a preallocated ring of slots indexed by a 64-bit sequence number whose low 32 bits are the
  * packet sequence number (PSN) on the wire: {@code sqHead} (oldest not yet completed) ≤ {@code sqSent} (next to
- * transmit or execute) ≤ {@code sqTail} (next free). A slot whose {@code sStatus} is non-zero has failed; it completes
- * with that status when it reaches the head, which keeps completions in posting order, and then the connection is
- * torn down. The receive queue is a single-producer ring: the owner posts at {@code rqTail}, the responder (the
- * in-JVM peer's posting thread, the timer or the engine) consumes at {@code rqHead}.
+ * transmit or execute) ≤ {@code sqTail} (next free). A slot whose {@code sStatus} is non-zero has failed; it
+ * completes with that status when it reaches the head, which keeps completions in posting order, and then the
+ * connection is torn down. The receive queue is a single-producer ring: the owner posts at {@code rqTail}, the
+ * responder (the in-JVM peer's posting thread, the timer or the engine) consumes at {@code rqHead}.
  *
  * <h2>Threading and locks</h2>
  * {@code sqLock} guards the send queue's completion side (head, done flags, failures); {@code rqLock} guards

@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
@@ -41,6 +42,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     /** A data frame is not cut smaller than this to fill the tail of the write buffer. */
     static final int MIN_CHUNK = 4096;
     static final long LINGER_NANOS = 2_000_000_000L;
+    static final int HANDSHAKE_BUFFER_SIZE = 512;
+    /** Accepted sockets that have not finished their handshake, across the JVM; more are closed at once. */
+    static final int MAX_PENDING_HANDSHAKES = 1024;
+    private static final AtomicInteger PENDING_HANDSHAKES = new AtomicInteger();
 
     static final int ACTIVE_CONNECTING = 0;
     static final int ACTIVE_WAIT_REPLY = 1;
@@ -58,10 +63,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private volatile SelectionKey key;
     private volatile String peer;
 
-    private final ByteBuffer readBuf = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
-    private final ByteBuffer writeBuf = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
-    private final long readAddress = DirectMemory.address(readBuf);
-    private final long writeAddress = DirectMemory.address(writeBuf);
+    // Small while the handshake runs (a stranger's socket costs little), full size once connected.
+    private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
+    private ByteBuffer writeBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
+    private long readAddress = DirectMemory.address(readBuf);
+    private long writeAddress = DirectMemory.address(writeBuf);
+    private boolean pendingHandshake;
     private final SoftFrame inFrame = new SoftFrame();
     private final SoftFrame outFrame = new SoftFrame();
     private final SoftHandshake handshake = new SoftHandshake();
@@ -200,6 +207,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         SoftEngine engine = listener.engine;
         TcpLink link = new TcpLink(engine, PASSIVE_WAIT_REQUEST, listener, null);
         link.ch = c;
+        if (PENDING_HANDSHAKES.incrementAndGet() > MAX_PENDING_HANDSHAKES) {
+            PENDING_HANDSHAKES.decrementAndGet();
+            SoftEngine.logger.warn("soft0: refusing a connection to {}: {} handshakes already pending", listener
+                    .localAddress(), MAX_PENDING_HANDSHAKES);
+            link.closeNow();
+            return;
+        }
+        link.pendingHandshake = true;
         try {
             link.peer = String.valueOf(c.getRemoteAddress());
             c.configureBlocking(false);
@@ -227,7 +242,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
                 return;
             }
-            attach(q, parameters, q.peerParams);
+            attach(q, parameters, q.peerParams, false);
             handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
             phase = CONNECTED;
             engine.links.add(this);
@@ -266,7 +281,21 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         engine.execute(closeTask);
     }
 
-    private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote) {
+    /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
+    private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote,
+                        boolean readBufInReadMode) {
+        ByteBuffer r = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
+        if (readBufInReadMode) {
+            r.put(readBuf).flip();
+        } else {
+            r.put(readBuf.flip());
+        }
+        ByteBuffer w = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
+        w.put(writeBuf.flip());
+        readBuf = r;
+        writeBuf = w;
+        readAddress = DirectMemory.address(r);
+        writeAddress = DirectMemory.address(w);
         qp = q;
         int rr = Math.max(1, local.responderResources());
         int size = Integer.highestOneBit(rr) == rr ? rr : Integer.highestOneBit(rr) << 1;
@@ -444,6 +473,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         readBuf.position(pos + SoftHandshake.HEADER_LENGTH + dataLength);
         int kind = h.kind();
         if (passive) {
+            handshakeDone();
             ConnectionParameters params = h.parameters(data);
             SoftCmId l = listener;
             if (!l.isListening()) {
@@ -490,7 +520,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         SoftQueuePair q = i.softQueuePair();
         q.peerParams = params;
-        attach(q, q.localParams, params);
+        attach(q, q.localParams, params, true);
         phase = CONNECTED;
         engine.links.add(this);
         if (q.state == QpState.DESTROYED) {
@@ -1044,6 +1074,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             int op = q.sOpcode[i];
             int length = q.sLength[i];
+            if ((q.sFlags[i] & SendWorkRequest.FENCE) != 0 && cursorOffset == 0 && readsInFlight.get() > 0) {
+                return; // IBV_SEND_FENCE: earlier RDMA READs first; their last response wakes the pump
+            }
             if (op == WrOpcode.RDMA_READ) {
                 if (readsInFlight.get() >= readLimit || room() < SoftFrame.HEADER_LENGTH) {
                     return;
@@ -1145,7 +1178,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
+    private void handshakeDone() {
+        if (pendingHandshake) {
+            pendingHandshake = false;
+            PENDING_HANDSHAKES.decrementAndGet();
+        }
+    }
+
     private void closeNow() {
+        handshakeDone();
         phase = CLOSED;
         SelectionKey k = key;
         if (k != null) {
