@@ -114,9 +114,12 @@ public final class RegisteredMemory implements AutoCloseable {
         return mr;
     }
 
-    /** Registers {@code [address, address + length)} the caller owns (mapped file chunks). */
-    public MemoryRegion register(long address, long length) throws RdmaException {
-        MemoryRegion mr = pd.register(address, length, Access.LOCAL_WRITE | Access.REMOTE_READ);
+    /**
+     * Registers {@code [address, address + length)} the caller owns for reading only (mapped file chunks: the
+     * device sends from them and peers READ them, nothing writes them).
+     */
+    public MemoryRegion registerReadOnly(long address, long length) throws RdmaException {
+        MemoryRegion mr = pd.register(address, length, Access.REMOTE_READ);
         regions.add(mr);
         return mr;
     }

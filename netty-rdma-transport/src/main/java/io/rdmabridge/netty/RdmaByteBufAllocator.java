@@ -52,12 +52,16 @@ public final class RdmaByteBufAllocator extends AbstractByteBufAllocator {
     /** A direct buffer whose memory (also after it grows) comes from registered blocks. */
     static final class RegisteredByteBuf extends UnpooledDirectByteBuf {
         RegisteredByteBuf(ByteBufAllocator alloc, int initialCapacity, int maxCapacity) {
-            super(alloc, initialCapacity, maxCapacity);
+            // Netty's constructor allocates through a package-private method; start empty and grow through the
+            // overridable one, so even the first memory is a registered block.
+            super(alloc, 0, maxCapacity);
+            if (initialCapacity > 0) {
+                capacity(initialCapacity);
+            }
         }
 
         @Override
         protected CleanableDirectBuffer allocateDirectBuffer(int capacity) {
-            // Called from the super constructor too: only alloc() may be used here.
             RegisteredMemory memory = ((RdmaByteBufAllocator) alloc()).memory;
             if (!memory.isClosed()) {
                 try {
