@@ -117,6 +117,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private boolean inputEndSeen;
     private final Runnable readTask = this::scheduledRead;
 
+    // Flow-control counters of the connection already added to the metrics.
+    private long reportedStalls;
+    private long reportedRnr;
+
     // Writing: per operation, the outbound bytes it carries and the staging block (a copy) it holds, if any.
     private long[] opBytes;
     private Object[] opRelease;
@@ -507,8 +511,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             return 0;
         }
         int events = c.poll(handler.completions(), 4);
-        int stalls = (int) c.creditStalls();
-        if (stalls != 0 || c.receiverNotReady() != 0) {
+        if (c.creditStalls() != reportedStalls || c.receiverNotReady() != reportedRnr) {
             accountFlowControl(c);
         }
         if ((events & RdmaConnection.EVENT_FAILED) != 0 && c.failure() != null) {
@@ -537,9 +540,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         checkDelayed();
         return events != 0 ? 1 : 0;
     }
-
-    private long reportedStalls;
-    private long reportedRnr;
 
     private void accountFlowControl(RdmaConnection c) {
         long stalls = c.creditStalls() - reportedStalls;
