@@ -587,10 +587,13 @@ final class InJvmConformancePeer implements ConformancePeer {
             pd.close();
             pd = null;
         }
+        // Each queue is closed on its own: a setup that failed half-way may have created only the first.
         if (sendCq != null) {
             sendCq.close();
-            recvCq.close();
             sendCq = null;
+        }
+        if (recvCq != null) {
+            recvCq.close();
             recvCq = null;
         }
         if (channel != null) {

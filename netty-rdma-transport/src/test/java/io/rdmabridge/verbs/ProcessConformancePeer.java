@@ -37,7 +37,7 @@ final class ProcessConformancePeer implements ConformancePeer {
         stderr = Files.createTempFile("conformance-peer-", ".log");
         String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
         List<String> command = new ArrayList<>(List.of(java, "-cp", System.getProperty("java.class.path"),
-                "-Xmx128m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Xmx256m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-D" + RdmaProviders.PROVIDER_PROPERTY + "=" + provider,
                 ConformancePeerMain.class.getName(), provider));
         process = new ProcessBuilder(command).redirectError(stderr.toFile()).start();
