@@ -44,11 +44,33 @@ class MixedClusterIT {
                             "broker " + id + " agent; log:\n" + StockClusterIT.tail(log));
                     Map<String, Map<String, Double>> m = cluster.rdmaMetrics(id);
                     System.out.println("broker " + id + " rdma-replication metrics: " + m);
-                    int other = id == 1 ? 2 : 1;
-                    // Follower-side counters: what this broker fetched from each leader.
+                    String other = id == 1 ? "2" : "1";
+                    assertTrue(m.get("all").get("upgrades-succeeded-total") > 0, "broker " + id + " upgraded: " + m);
+                    // The link with the other RDMA broker, both directions: what this broker fetched from it as a
+                    // follower, and what it sent to it as a leader (each broker leads one partition).
+                    assertTrue(received(m, other, "rdma") > 0, "broker " + id + " fetched from broker " + other
+                            + " over RDMA: " + m);
+                    assertEquals(0.0, received(m, other, "tcp"), "broker " + id + " fetched nothing from broker "
+                            + other + " over TCP: " + m);
+                    assertTrue(sent(m, other, "rdma") > 0, "broker " + id + " served broker " + other
+                            + " over RDMA: " + m);
+                    // Every link with the stock broker 3 is TCP: as a follower (peer 3) and as a leader (broker 3's
+                    // connections send no preamble, so they count as peer "unknown").
                     assertTrue(received(m, "3", "tcp") > 0, "broker " + id + " fetched from broker 3 over TCP: " + m);
-                    assertTrue(received(m, Integer.toString(other), "tcp") + received(m, Integer.toString(other),
-                            "rdma") > 0, "broker " + id + " fetched from broker " + other + ": " + m);
+                    assertEquals(0.0, received(m, "3", "rdma") + sent(m, "3", "rdma"), "no RDMA with broker 3: " + m);
+                    assertTrue(received(m, "unknown", "tcp") > 0, "broker 3's fetches reached broker " + id
+                            + " over TCP: " + m);
+                    assertEquals(0.0, received(m, "unknown", "rdma") + sent(m, "unknown", "rdma"),
+                            "no RDMA with unidentified peers: " + m);
+                    // Copies per replicated byte on the RDMA path: at most one on each side.
+                    double leaderCopies = m.get(other).get("rdma-copied-bytes-sent-total") / sent(m, other, "rdma");
+                    double followerCopies = m.get(other).get("rdma-copied-bytes-received-total")
+                            / received(m, other, "rdma");
+                    System.out.printf("broker %d <-> broker %s: RDMA bytes sent %.0f, received %.0f; copies per byte "
+                            + "as leader %.4f, as follower %.4f%n", id, other, sent(m, other, "rdma"),
+                            received(m, other, "rdma"), leaderCopies, followerCopies);
+                    assertTrue(leaderCopies <= 1.0, "leader copies per byte: " + leaderCopies);
+                    assertTrue(followerCopies <= 1.0, "follower copies per byte: " + followerCopies);
                 }
                 assertTrue(cluster.log(3).contains("RDMA replication inactive: rdma.replication.enable is not true"),
                         "broker 3 names why it is inactive");
@@ -75,6 +97,11 @@ class MixedClusterIT {
                         "restarted broker 2 fetches from broker 1 over TCP only: " + m2);
             }
         }
+    }
+
+    static double sent(Map<String, Map<String, Double>> m, String peer, String transport) {
+        Map<String, Double> p = m.get(peer);
+        return p == null ? 0 : p.getOrDefault(transport + "-bytes-sent-total", 0.0);
     }
 
     static double received(Map<String, Map<String, Double>> m, String peer, String transport) {
