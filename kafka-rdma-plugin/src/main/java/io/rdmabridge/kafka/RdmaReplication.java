@@ -2,6 +2,7 @@ package io.rdmabridge.kafka;
 
 import io.rdmabridge.verbs.ProviderSelection;
 import io.rdmabridge.verbs.RdmaProviders;
+import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -131,8 +132,13 @@ final class RdmaReplication {
             return RdmaStreamTransport.unavailable("RDMA provider (" + RdmaReplicationConfig.PROVIDER + "="
                     + c.provider() + "): " + selection.reason());
         }
-        return RdmaStreamTransport.unavailable("provider " + selection.provider().name() + " is available, but this "
-                + "build of kafka-rdma-plugin carries no RDMA connection core yet");
+        try {
+            return RdmaChannelTransport.open(selection.provider(), c.interBrokerHost(), c.rdmaPort(),
+                    c.handshakeTimeoutMs(), c.sendQueueDepth(), c.receiveQueueDepth(), c.maxHandshakes());
+        } catch (IOException | RuntimeException e) {
+            return RdmaStreamTransport.unavailable("RDMA provider " + selection.provider().name() + " ("
+                    + RdmaReplicationConfig.PROVIDER + "=" + c.provider() + "): " + e.getMessage());
+        }
     }
 
     /** Called by each plugin instance's close(); the last one releases everything. */

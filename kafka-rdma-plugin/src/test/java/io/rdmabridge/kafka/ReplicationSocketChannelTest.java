@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.rdmabridge.verbs.RdmaProviders;
+import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
@@ -57,6 +59,24 @@ class ReplicationSocketChannelTest {
         assertEquals(PAYLOAD + fileBytes().length, peer.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
         assertEquals(0, peer.tcpReceived.sum());
         assertEquals(1, RdmaReplication.get().metrics().succeeded() / 2, "both sides count one upgrade");
+    }
+
+    @Test
+    void shouldCarryKafkasBytesOverTheRdmaChannelWithOneCopyEachSide() throws Exception {
+        SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
+        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 16);
+        ReplicationMetrics.Peer follower = exchange(transport, true);
+        ReplicationMetrics.Peer leader = RdmaReplication.get().metrics().peer("1");
+        long total = PAYLOAD + fileBytes().length;
+        assertEquals(total, follower.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
+        assertEquals(0, follower.tcpReceived.sum());
+        // The leader echoed the payload and sent the file from a mapped segment (transferTo): one copy per byte into
+        // registered memory, and the follower one copy per byte out of the receive buffers, none by the channel.
+        assertEquals(total, leader.rdmaSent.sum(), "leader-side bytes counted as RDMA");
+        assertEquals(total, leader.copiedSent.sum(), "leader: exactly one CPU copy per replicated byte");
+        assertEquals(total, follower.copiedReceived.sum(), "follower: exactly one CPU copy per replicated byte");
+        RdmaReplication.get().pluginClosed();
+        assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
     }
 
     @Test

@@ -3,9 +3,13 @@ package io.rdmabridge.it.kafka;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.net.Socket;
+import java.net.SocketException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -13,7 +17,10 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * One controller and three brokers: 1 and 2 with the agent and {@code rdma.replication.enable=true}, 3 stock. One
  * cluster life, several claims: records produced with {@code acks=all} come back exactly (count, sequences,
- * checksum) with ISR 3; the plugin's JMX counters show replication bytes per peer on every link; a SIGKILLed broker
+ * checksum) with ISR 3; the plugin's JMX counters show RDMA bytes both ways between brokers 1 and 2, TCP only on
+ * every link with broker 3, and at most one CPU copy per replicated byte on each side; hostile preambles on a real
+ * replication port are cut off (at once, or at the handshake timeout) with a log line naming the cause while
+ * replication carries on; a SIGKILLed broker
  * restarted with its RDMA provider forced unavailable catches up over TCP, with the cause in one WARN line, and no
  * acknowledged record is lost.
  */
@@ -44,19 +51,60 @@ class MixedClusterIT {
                             "broker " + id + " agent; log:\n" + StockClusterIT.tail(log));
                     Map<String, Map<String, Double>> m = cluster.rdmaMetrics(id);
                     System.out.println("broker " + id + " rdma-replication metrics: " + m);
-                    int other = id == 1 ? 2 : 1;
-                    // Follower-side counters: what this broker fetched from each leader.
+                    String other = id == 1 ? "2" : "1";
+                    assertTrue(m.get("all").get("upgrades-succeeded-total") > 0, "broker " + id + " upgraded: " + m);
+                    // The link with the other RDMA broker, both directions: what this broker fetched from it as a
+                    // follower, and what it sent to it as a leader (each broker leads one partition).
+                    assertTrue(received(m, other, "rdma") > 0, "broker " + id + " fetched from broker " + other
+                            + " over RDMA: " + m);
+                    assertEquals(0.0, received(m, other, "tcp"), "broker " + id + " fetched nothing from broker "
+                            + other + " over TCP: " + m);
+                    assertTrue(sent(m, other, "rdma") > 0, "broker " + id + " served broker " + other
+                            + " over RDMA: " + m);
+                    // Every link with the stock broker 3 is TCP: as a follower (peer 3) and as a leader (broker 3's
+                    // connections send no preamble, so they count as peer "unknown").
                     assertTrue(received(m, "3", "tcp") > 0, "broker " + id + " fetched from broker 3 over TCP: " + m);
-                    assertTrue(received(m, Integer.toString(other), "tcp") + received(m, Integer.toString(other),
-                            "rdma") > 0, "broker " + id + " fetched from broker " + other + ": " + m);
+                    assertEquals(0.0, received(m, "3", "rdma") + sent(m, "3", "rdma"), "no RDMA with broker 3: " + m);
+                    assertTrue(received(m, "unknown", "tcp") > 0, "broker 3's fetches reached broker " + id
+                            + " over TCP: " + m);
+                    assertEquals(0.0, received(m, "unknown", "rdma") + sent(m, "unknown", "rdma"),
+                            "no RDMA with unidentified peers: " + m);
+                    // Copies per replicated byte on the RDMA path: at most one on each side.
+                    double leaderCopies = m.get(other).get("rdma-copied-bytes-sent-total") / sent(m, other, "rdma");
+                    double followerCopies = m.get(other).get("rdma-copied-bytes-received-total")
+                            / received(m, other, "rdma");
+                    System.out.printf("broker %d <-> broker %s: RDMA bytes sent %.0f, received %.0f; copies per byte "
+                            + "as leader %.4f, as follower %.4f%n", id, other, sent(m, other, "rdma"),
+                            received(m, other, "rdma"), leaderCopies, followerCopies);
+                    assertTrue(leaderCopies <= 1.0, "leader copies per byte: " + leaderCopies);
+                    assertTrue(followerCopies <= 1.0, "follower copies per byte: " + followerCopies);
                 }
                 assertTrue(cluster.log(3).contains("RDMA replication inactive: rdma.replication.enable is not true"),
                         "broker 3 names why it is inactive");
 
+                // Hostile peers on broker 1's replication port: a HELLO with non-zero flags is cut off at once, a
+                // truncated one when the handshake timeout (5 s) runs out; replication carries on meanwhile.
+                int port = cluster.broker(1).replicationPort;
+                byte[] badFlags = {'R', 'D', 'M', 'A', 1, (byte) 0xff, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0};
+                long cutOff = closedAfterMillis(port, badFlags, Duration.ofSeconds(20));
+                long stalled = closedAfterMillis(port, new byte[] {'R', 'D', 'M'}, Duration.ofSeconds(20));
+                System.out.printf("hostile handshakes: bad flags closed after %d ms, truncated after %d ms%n", cutOff,
+                        stalled);
+                assertTrue(cutOff < 4000, "a bad preamble is rejected without waiting for the timeout: " + cutOff);
+                assertTrue(stalled >= 4000, "a truncated preamble is held until the timeout: " + stalled);
+                String log1 = cluster.log(1);
+                assertTrue(log1.contains("Closing connection: RDMA handshake from /127.0.0.1:")
+                        && log1.contains("rejected: invalid RDMA preamble: flags/reserved=0xff/0x0/0x0 (expected: 0)")
+                        && log1.contains("rejected: RDMA handshake did not complete within 5000 ms"),
+                        "broker 1 names why it cut each one off; log:\n" + StockClusterIT.tail(log1));
+                assertEquals(2.0, cluster.rdmaMetrics(1).get("all").get("handshakes-rejected-total"));
+                Records.produce(cluster.bootstrap(), TOPIC, RECORDS, MORE_RECORDS / 2, acked);
+                Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(60));
+
                 // kill -9 broker 2, keep producing (min.insync.replicas=2 holds with brokers 1 and 3), restart it
                 // with its provider forced unavailable: it must catch up over TCP.
                 cluster.kill(2);
-                Records.produce(cluster.bootstrap(), TOPIC, RECORDS, MORE_RECORDS, acked);
+                Records.produce(cluster.bootstrap(), TOPIC, RECORDS + MORE_RECORDS / 2, MORE_RECORDS / 2, acked);
                 cluster.broker(2).extra.put("rdma.provider", "no-such-provider");
                 cluster.restart(2);
                 Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(120));
@@ -75,6 +123,27 @@ class MixedClusterIT {
                         "restarted broker 2 fetches from broker 1 over TCP only: " + m2);
             }
         }
+    }
+
+    /** Sends {@code bytes} to the port and waits for the broker to close the connection: the milliseconds it took. */
+    static long closedAfterMillis(int port, byte[] bytes, Duration timeout) throws IOException {
+        long start = System.nanoTime();
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout((int) timeout.toMillis());
+            s.getOutputStream().write(bytes);
+            s.getOutputStream().flush();
+            try {
+                assertEquals(-1, s.getInputStream().read(), "the broker answered a hostile preamble");
+            } catch (SocketException e) {
+                // A reset is a close too.
+            }
+        }
+        return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+    }
+
+    static double sent(Map<String, Map<String, Double>> m, String peer, String transport) {
+        Map<String, Double> p = m.get(peer);
+        return p == null ? 0 : p.getOrDefault(transport + "-bytes-sent-total", 0.0);
     }
 
     static double received(Map<String, Map<String, Double>> m, String peer, String transport) {

@@ -1,0 +1,94 @@
+package io.rdmabridge.it.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.Admin;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * SSL on the inter-broker listener, on top of whichever byte stream a replication connection ends up with: brokers 1
+ * and 2 carry TLS records over RDMA between them, every link with the stock broker 3 carries them over TCP. Keystores
+ * are generated here with the JDK's keytool (a self-signed certificate for 127.0.0.1, trusted by every broker).
+ */
+class SslClusterIT {
+    static final int RECORDS = 30_000;
+    static final int PARTITIONS = 3;
+    static final String TOPIC = "replicated-over-tls";
+    static final String PASSWORD = "rdma-bridge-test";
+
+    @Test
+    void shouldReplicateOverTlsOnTopOfRdma(@TempDir Path dir) throws Exception {
+        Path keystore = dir.resolve("broker.p12");
+        Path truststore = dir.resolve("trust.p12");
+        Path cert = dir.resolve("broker.pem");
+        keytool("-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2",
+                "-dname", "CN=127.0.0.1", "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-storetype", "PKCS12",
+                "-keystore", keystore.toString(), "-storepass", PASSWORD, "-keypass", PASSWORD);
+        keytool("-exportcert", "-rfc", "-alias", "broker", "-keystore", keystore.toString(), "-storepass", PASSWORD,
+                "-file", cert.toString());
+        keytool("-importcert", "-noprompt", "-alias", "broker", "-file", cert.toString(), "-storetype", "PKCS12",
+                "-keystore", truststore.toString(), "-storepass", PASSWORD);
+        Map<String, String> ssl = new HashMap<>();
+        ssl.put("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,REPLICATION:SSL");
+        String prefix = "listener.name.replication.";
+        ssl.put(prefix + "ssl.keystore.location", keystore.toString());
+        ssl.put(prefix + "ssl.keystore.type", "PKCS12");
+        ssl.put(prefix + "ssl.keystore.password", PASSWORD);
+        ssl.put(prefix + "ssl.key.password", PASSWORD);
+        ssl.put(prefix + "ssl.truststore.location", truststore.toString());
+        ssl.put(prefix + "ssl.truststore.type", "PKCS12");
+        ssl.put(prefix + "ssl.truststore.password", PASSWORD);
+
+        try (KafkaCluster cluster = new KafkaCluster(dir.resolve("cluster"), 3)) {
+            Map<String, String> rdma = new HashMap<>(ssl);
+            rdma.put("rdma.provider", "soft");
+            cluster.rdma(1, rdma).rdma(2, rdma);
+            cluster.broker(3).extra.putAll(ssl);
+            cluster.start();
+            try (Admin admin = cluster.admin()) {
+                Records.createTopic(admin, TOPIC, PARTITIONS);
+                Records.Acked acked = new Records.Acked();
+                Records.produce(cluster.bootstrap(), TOPIC, 0, RECORDS, acked);
+                Records.Acked read = Records.consumeAll(cluster.bootstrap(), TOPIC, PARTITIONS, acked.count);
+                assertEquals(acked.count, read.count, "records read back");
+                assertEquals(acked.sequences, read.sequences, "sequence numbers read back");
+                assertEquals(acked.checksum, read.checksum, "checksum of keys and values");
+                Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(60));
+
+                for (int id : new int[] {1, 2}) {
+                    Map<String, Map<String, Double>> m = cluster.rdmaMetrics(id);
+                    System.out.println("broker " + id + " rdma-replication metrics (SSL): " + m);
+                    String other = id == 1 ? "2" : "1";
+                    // TLS records between the two plugin brokers went over RDMA only; with broker 3 over TCP only.
+                    assertTrue(MixedClusterIT.received(m, other, "rdma") > 0, "broker " + id + ": " + m);
+                    assertEquals(0.0, MixedClusterIT.received(m, other, "tcp"), "broker " + id + ": " + m);
+                    assertTrue(MixedClusterIT.sent(m, other, "rdma") > 0, "broker " + id + ": " + m);
+                    assertTrue(MixedClusterIT.received(m, "3", "tcp") > 0, "broker " + id + ": " + m);
+                    assertEquals(0.0, MixedClusterIT.received(m, "3", "rdma"), "broker " + id + ": " + m);
+                    String log = cluster.log(id);
+                    assertTrue(log.contains("upgraded to RDMA"), "broker " + id + " log:\n" + StockClusterIT.tail(log));
+                }
+            }
+        }
+    }
+
+    private static void keytool(String... args) throws IOException, InterruptedException {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "keytool").toString());
+        cmd.addAll(List.of(args));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes());
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS), "keytool did not finish");
+        assertEquals(0, p.exitValue(), "keytool " + String.join(" ", args) + ":\n" + out);
+    }
+}

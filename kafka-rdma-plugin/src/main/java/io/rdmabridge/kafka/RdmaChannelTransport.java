@@ -1,0 +1,303 @@
+package io.rdmabridge.kafka;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.WriteBufferWaterMark;
+import io.netty.util.concurrent.DefaultThreadFactory;
+import io.netty.util.concurrent.ScheduledFuture;
+import io.rdmabridge.netty.RdmaChannelOption;
+import io.rdmabridge.netty.RdmaIoHandler;
+import io.rdmabridge.netty.RdmaServerSocketChannel;
+import io.rdmabridge.netty.RdmaSocketChannel;
+import io.rdmabridge.verbs.RdmaProvider;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@link RdmaStreamTransport} over the project's Netty RDMA channel: one small event loop group owned by the plugin,
+ * an {@link RdmaServerSocketChannel} on the leader's inter-broker host, and {@link RdmaSocketChannel}s to leaders.
+ *
+ * <p>The token: the follower's first 8 bytes on the RDMA stream (big-endian) are the one-time token the leader sent in
+ * its preamble reply over TCP. Until a connection has presented a token the leader expects, it carries no Kafka byte:
+ * an unknown token closes it at once, a missing one after the handshake timeout, and at most
+ * {@code maxUnidentified} such connections exist at a time (more are closed on arrival).
+ *
+ * <p>Thread-safe.
+ */
+final class RdmaChannelTransport implements RdmaStreamTransport {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaChannelTransport.class);
+    static final int TOKEN_LENGTH = 8;
+
+    private final RdmaProvider provider;
+    private final EventLoopGroup group;
+    private final Channel server;
+    private final int handshakeTimeoutMs;
+    private final int sendQueueDepth;
+    private final int receiveQueueDepth;
+    private final int maxUnidentified;
+    private final AtomicInteger unidentified = new AtomicInteger();
+    private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
+
+    private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
+                                 int sendQueueDepth, int receiveQueueDepth, int maxUnidentified) {
+        this.provider = provider;
+        this.group = group;
+        this.server = server;
+        this.handshakeTimeoutMs = handshakeTimeoutMs;
+        this.sendQueueDepth = sendQueueDepth;
+        this.receiveQueueDepth = receiveQueueDepth;
+        this.maxUnidentified = maxUnidentified;
+    }
+
+    /**
+     * Starts the event loop and the listener on {@code host:port} (port 0: ephemeral).
+     *
+     * @throws IOException naming the address when the listener cannot be bound
+     */
+    static RdmaChannelTransport open(RdmaProvider provider, String host, int port, int handshakeTimeoutMs,
+                                     int sendQueueDepth, int receiveQueueDepth, int maxUnidentified)
+            throws IOException {
+        int sendDepth = sendQueueDepthFor(sendQueueDepth);
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, new DefaultThreadFactory("rdma-replication", true),
+                RdmaIoHandler.newFactory(provider));
+        InetSocketAddress address = host == null || host.isEmpty() ? new InetSocketAddress(port)
+                : new InetSocketAddress(host, port);
+        RdmaChannelTransport[] self = new RdmaChannelTransport[1];
+        ChannelFuture bound = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(ChannelOption.AUTO_READ, false)
+                .childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .childOption(ChannelOption.WRITE_BUFFER_WATER_MARK, waterMark())
+                .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendDepth)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                .childHandler(new ChannelInitializer<Channel>() {
+                    @Override
+                    protected void initChannel(Channel ch) {
+                        ch.pipeline().addLast(self[0].new TokenReader((RdmaSocketChannel) ch));
+                    }
+                })
+                .bind(address);
+        boolean done = bound.awaitUninterruptibly(handshakeTimeoutMs, TimeUnit.MILLISECONDS);
+        if (!done || !bound.isSuccess()) {
+            bound.channel().close();
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+            Throwable cause = done ? bound.cause() : null;
+            throw new IOException("cannot listen for RDMA replication connections on " + address + " with provider "
+                    + provider.name() + ": " + (cause == null ? "bind did not complete within " + handshakeTimeoutMs
+                    + " ms" : cause.toString()) + " (set rdma.port to a free port, or check the RDMA device)", cause);
+        }
+        RdmaChannelTransport t = new RdmaChannelTransport(provider, group, bound.channel(), handshakeTimeoutMs,
+                sendDepth, receiveQueueDepth, maxUnidentified);
+        self[0] = t;
+        return t;
+    }
+
+    /** The connection core wants a power of two, at least twice its completion-signal interval. */
+    static int sendQueueDepthFor(int requested) {
+        int depth = Math.max(32, requested);
+        return Integer.bitCount(depth) == 1 ? depth : Integer.highestOneBit(depth) << 1;
+    }
+
+    private static WriteBufferWaterMark waterMark() {
+        return new WriteBufferWaterMark(RdmaChannelStream.MAX_WRITE, 4 * RdmaChannelStream.MAX_WRITE);
+    }
+
+    private int highBuffers() {
+        // Below the channel's own pressure mark (three quarters of the receive buffers), so it never copies.
+        return Math.max(1, receiveQueueDepth / 2);
+    }
+
+    @Override
+    public boolean isAvailable() {
+        return server.isActive();
+    }
+
+    @Override
+    public String unavailabilityCause() {
+        return server.isActive() ? null : "the RDMA listener " + server + " is closed";
+    }
+
+    @Override
+    public int listenPort() {
+        return ((InetSocketAddress) server.localAddress()).getPort();
+    }
+
+    @Override
+    public CompletableFuture<RdmaStream> expect(long token) {
+        CompletableFuture<RdmaStream> f = new CompletableFuture<>();
+        if (expected.putIfAbsent(token, f) != null) {
+            return CompletableFuture.failedFuture(new IOException("token already expected"));
+        }
+        f.whenComplete((s, e) -> expected.remove(token, f));
+        return f;
+    }
+
+    @Override
+    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+        CompletableFuture<RdmaStream> f = new CompletableFuture<>();
+        RdmaChannelStream[] stream = new RdmaChannelStream[1];
+        ChannelFuture connected = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMs)
+                .option(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .option(ChannelOption.WRITE_BUFFER_WATER_MARK, waterMark())
+                .option(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .option(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                .handler(new ChannelInitializer<Channel>() {
+                    @Override
+                    protected void initChannel(Channel ch) {
+                        stream[0] = new RdmaChannelStream((RdmaSocketChannel) ch, provider.name(), highBuffers());
+                        ch.pipeline().addLast(stream[0]);
+                    }
+                })
+                .connect(leader);
+        connected.addListener((ChannelFuture cf) -> {
+            if (!cf.isSuccess()) {
+                f.completeExceptionally(cf.cause());
+                return;
+            }
+            Channel ch = cf.channel();
+            ByteBuf t = ch.alloc().directBuffer(TOKEN_LENGTH).writeLong(token);
+            ch.writeAndFlush(t).addListener((ChannelFuture wf) -> {
+                if (!wf.isSuccess()) {
+                    f.completeExceptionally(wf.cause());
+                    ch.close();
+                } else if (!f.complete(stream[0])) {
+                    stream[0].close();
+                }
+            });
+        });
+        // A cancelled or timed-out attempt must not leave a connection behind.
+        f.whenComplete((s, e) -> {
+            if (e != null) {
+                connected.cancel(false);
+                connected.channel().close();
+            }
+        });
+        return f;
+    }
+
+    @Override
+    public String providerName() {
+        return provider.name();
+    }
+
+    @Override
+    public void close() {
+        server.close().awaitUninterruptibly(handshakeTimeoutMs);
+        for (CompletableFuture<RdmaStream> f : expected.values()) {
+            f.cancel(false);
+        }
+        group.shutdownGracefully(0, 2, TimeUnit.SECONDS).awaitUninterruptibly(handshakeTimeoutMs);
+    }
+
+    /**
+     * Leader side, first handler of an accepted connection: reads the token, then hands the channel to the
+     * {@link RdmaChannelStream} the matching {@link #expect} is waiting for. Event loop only.
+     */
+    private final class TokenReader extends ChannelInboundHandlerAdapter {
+        private final RdmaSocketChannel channel;
+        private long token;
+        private int tokenBytes;
+        private boolean counted;
+        private ScheduledFuture<?> deadline;
+
+        TokenReader(RdmaSocketChannel channel) {
+            this.channel = channel;
+        }
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            if (unidentified.incrementAndGet() > maxUnidentified) {
+                unidentified.decrementAndGet();
+                reject(ctx, "more than " + maxUnidentified + " RDMA connections have not presented a token yet "
+                        + "(rdma.handshake.max.in.progress)");
+                return;
+            }
+            counted = true;
+            deadline = ctx.executor().schedule(() -> reject(ctx, "no token within " + handshakeTimeoutMs + " ms "
+                    + "(rdma.handshake.timeout.ms)"), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
+            ctx.read();
+            ctx.fireChannelActive();
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ByteBuf buf = (ByteBuf) msg;
+            while (tokenBytes < TOKEN_LENGTH && buf.isReadable()) {
+                token = token << 8 | buf.readUnsignedByte();
+                tokenBytes++;
+            }
+            if (tokenBytes < TOKEN_LENGTH) {
+                buf.release();
+                ctx.read();
+                return;
+            }
+            uncount();
+            CompletableFuture<RdmaStream> f = expected.remove(token);
+            if (f == null) {
+                buf.release();
+                reject(ctx, "it presented a token no replication connection expects");
+                return;
+            }
+            RdmaChannelStream stream = new RdmaChannelStream(channel, provider.name(), highBuffers());
+            ctx.pipeline().replace(this, "stream", stream);
+            if (buf.isReadable()) {
+                stream.offer(buf);
+            } else {
+                buf.release();
+            }
+            if (!f.complete(stream)) {
+                // The handshake gave up meanwhile.
+                stream.close();
+                return;
+            }
+            channel.config().setAutoRead(true);
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            uncount();
+            ctx.fireChannelInactive();
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            uncount();
+            LOG.debug("RDMA replication connection {} failed before presenting its token", ctx.channel(), cause);
+            ctx.close();
+        }
+
+        private void uncount() {
+            if (deadline != null) {
+                deadline.cancel(false);
+                deadline = null;
+            }
+            if (counted) {
+                counted = false;
+                unidentified.decrementAndGet();
+            }
+        }
+
+        private void reject(ChannelHandlerContext ctx, String why) {
+            uncount();
+            RdmaReplication.get().warnRateLimited(LOG, "Closing RDMA replication connection: {}",
+                    ctx.channel().remoteAddress() + ": " + why);
+            ctx.close();
+        }
+    }
+}

@@ -1,0 +1,213 @@
+package io.rdmabridge.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.verbs.RdmaProviders;
+import io.rdmabridge.verbs.soft.SoftProvider;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Random;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@link RdmaChannelTransport} on the soft provider: the token opens exactly one stream, back-pressure bounds what a
+ * writer can queue while nobody reads, a mapped file segment costs one copy on each side, and every verbs resource is
+ * returned once the transport closes.
+ */
+class RdmaChannelTransportTest {
+    private final SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
+    private RdmaChannelTransport transport;
+
+    @TempDir
+    Path dir;
+
+    @BeforeEach
+    void open() throws IOException {
+        transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 4);
+    }
+
+    @AfterEach
+    void close() {
+        transport.close();
+        assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
+    }
+
+    private InetSocketAddress listener() {
+        return new InetSocketAddress("127.0.0.1", transport.listenPort());
+    }
+
+    private RdmaStream[] pair(long token) throws Exception {
+        CompletableFuture<RdmaStream> leader = transport.expect(token);
+        RdmaStream follower = transport.connect(listener(), token).get(10, TimeUnit.SECONDS);
+        return new RdmaStream[] {leader.get(10, TimeUnit.SECONDS), follower};
+    }
+
+    private static void readFully(RdmaStream s, ByteBuffer dst) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (dst.hasRemaining()) {
+            int n = s.read(dst);
+            assertTrue(n >= 0, "end of stream after " + dst.position() + " bytes");
+            if (n == 0) {
+                assertTrue(System.nanoTime() < deadline, "read stalled at " + dst.position() + " bytes");
+                Thread.sleep(1);
+            }
+        }
+    }
+
+    private static void writeFully(RdmaStream s, ByteBuffer src) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (src.hasRemaining()) {
+            if (s.write(src) == 0) {
+                assertTrue(System.nanoTime() < deadline, "write stalled at " + src.position() + " bytes");
+                Thread.sleep(1);
+            }
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldSendAMappedFileSegmentWithOneCopyOnEachSide() throws Exception {
+        byte[] content = new byte[3 * 1024 * 1024 + 5];
+        new Random(3).nextBytes(content);
+        Path file = dir.resolve("segment");
+        Files.write(file, content);
+        RdmaStream[] s = pair(0x1122334455667788L);
+        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
+            MappedByteBuffer mapped = fc.map(FileChannel.MapMode.READ_ONLY, 0, content.length);
+            ByteBuffer received = ByteBuffer.allocate(content.length);
+            Thread reader = new Thread(() -> {
+                try {
+                    readFully(s[1], received);
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            reader.start();
+            writeFully(s[0], mapped);
+            reader.join(30_000);
+            assertFalse(reader.isAlive());
+            assertArrayEquals(content, received.array());
+        }
+        assertEquals(content.length, s[0].copiedBytesSent(), "sender: one copy into registered memory per byte");
+        assertEquals(content.length, s[1].copiedBytesReceived(), "receiver: one copy out of registered memory");
+        s[0].close();
+        s[1].close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldStopTakingBytesWhileThePeerDoesNotReadAndResumeWhenItDoes() throws Exception {
+        RdmaStream[] s = pair(42);
+        AtomicInteger signals = new AtomicInteger();
+        s[0].readinessListener(signals::incrementAndGet);
+        byte[] chunk = new byte[100_000];
+        new Random(1).nextBytes(chunk);
+        long written = 0;
+        long idleSince = System.nanoTime();
+        while (System.nanoTime() - idleSince < TimeUnit.MILLISECONDS.toNanos(500)) {
+            ByteBuffer b = ByteBuffer.wrap(chunk, (int) (written % chunk.length),
+                    chunk.length - (int) (written % chunk.length));
+            int n = s[0].write(b);
+            if (n > 0) {
+                written += n;
+                idleSince = System.nanoTime();
+                assertTrue(written < 64L * 1024 * 1024, "the writer was never stopped: " + written + " bytes taken");
+            } else {
+                Thread.sleep(1);
+            }
+        }
+        assertFalse(s[0].isWritable(), "a writer that was refused is not writable");
+        // Receiver ring (1 MiB plus one message), in flight between the two, and the sender's water mark (1 MiB plus
+        // one write): a few MiB at most, never what the writer offered.
+        assertTrue(written <= 6L * 1024 * 1024, "bytes taken while nobody read: " + written);
+
+        byte[] received = new byte[(int) written];
+        readFully(s[1], ByteBuffer.wrap(received));
+        for (int i = 0; i < received.length; i++) {
+            if (received[i] != chunk[i % chunk.length]) {
+                throw new AssertionError("byte " + i + " differs");
+            }
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!s[0].isWritable()) {
+            assertTrue(System.nanoTime() < deadline, "the writer never became writable again");
+            Thread.sleep(1);
+        }
+        assertTrue(signals.get() > 0, "writability change signalled to the listener");
+        s[0].close();
+        s[1].close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAConnectionWithAnUnknownTokenAndKeepTheExpectedOne() throws Exception {
+        CompletableFuture<RdmaStream> expected = transport.expect(7);
+        RdmaStream stranger = transport.connect(listener(), 8).get(10, TimeUnit.SECONDS);
+        ByteBuffer b = ByteBuffer.allocate(1);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        int n;
+        while (true) {
+            try {
+                n = stranger.read(b);
+            } catch (IOException e) {
+                n = -1;
+            }
+            if (n != 0) {
+                break;
+            }
+            assertTrue(System.nanoTime() < deadline, "the leader kept a connection with an unknown token");
+            Thread.sleep(1);
+        }
+        assertEquals(-1, n, "the leader closed it");
+        assertFalse(expected.isDone(), "a wrong token does not complete the expected stream");
+        stranger.close();
+
+        RdmaStream follower = transport.connect(listener(), 7).get(10, TimeUnit.SECONDS);
+        RdmaStream leader = expected.get(10, TimeUnit.SECONDS);
+        writeFully(follower, ByteBuffer.wrap("fetch".getBytes()));
+        ByteBuffer in = ByteBuffer.allocate(5);
+        readFully(leader, in);
+        assertEquals("fetch", new String(in.array()));
+        follower.close();
+        leader.close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAStreamWhoseTokenWasForgotten() throws Exception {
+        // The leader gave up on the handshake (its future cancelled): a stream arriving later is closed.
+        CompletableFuture<RdmaStream> cancelled = transport.expect(9);
+        cancelled.cancel(false);
+        RdmaStream late = transport.connect(listener(), 9).get(10, TimeUnit.SECONDS);
+        ByteBuffer b = ByteBuffer.allocate(1);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        int n;
+        do {
+            assertTrue(System.nanoTime() < deadline, "a stream for a forgotten token stayed open");
+            Thread.sleep(1);
+            try {
+                n = late.read(b);
+            } catch (IOException e) {
+                n = -1;
+            }
+        } while (n == 0);
+        assertEquals(-1, n);
+        late.close();
+    }
+}
