@@ -16,6 +16,7 @@ import io.rdmabridge.netty.RdmaSocketChannel;
 import java.io.File;
 import java.io.IOException;
 import java.io.RandomAccessFile;
+import java.io.UncheckedIOException;
 import java.net.SocketAddress;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -269,7 +270,18 @@ public final class PerfClient implements AutoCloseable {
     }
 
     private Object nextMessage() {
-        return payloadKind == Payload.FILE ? new DefaultFileRegion(file, 0, size) : payload.retainedDuplicate();
+        if (payloadKind != Payload.FILE) {
+            return payload.retainedDuplicate();
+        }
+        DefaultFileRegion region = new DefaultFileRegion(file, 0, size);
+        try {
+            // RdmaSocketChannel validates a lazily opened region before opening it (netty-requests.md, bench 1).
+            region.open();
+        } catch (IOException e) {
+            region.release();
+            throw new UncheckedIOException(e);
+        }
+        return region;
     }
 
     private void onRead(ByteBuf msg) {
