@@ -10,6 +10,7 @@ import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
+import io.netty.util.concurrent.Promise;
 import io.rdmabridge.netty.RdmaChannelMetrics;
 import io.rdmabridge.netty.RdmaSocketChannel;
 
@@ -54,6 +55,13 @@ public final class PerfClient implements AutoCloseable {
     private volatile long progress;
     private volatile Thread waiter;
     private volatile Throwable failure;
+
+    // Event-loop-driven ping-pong (roundTripsOnEventLoop).
+    private long[] loopRoundTrips;
+    private int loopIndex;
+    private long loopStart;
+    private long loopTarget;
+    private Promise<long[]> loopDone;
 
     // Application-thread state.
     private long expected;
@@ -179,6 +187,31 @@ public final class PerfClient implements AutoCloseable {
     }
 
     /**
+     * Runs {@code n} round trips driven by the event loop itself (each echo triggers the next ping), so the times
+     * are the transport's own, without the hand-off to an application thread. Echo mode only.
+     *
+     * @return the round-trip times in nanoseconds, in the order measured
+     */
+    public long[] roundTripsOnEventLoop(int n) throws Exception {
+        if (mode != PerfHeader.MODE_ECHO) {
+            throw new IllegalStateException("roundTripsOnEventLoop() on a sink connection (expected: PerfClient.echo)");
+        }
+        if (n <= 0) {
+            throw new IllegalArgumentException("n: " + n + " (expected: > 0)");
+        }
+        Promise<long[]> done = channel.eventLoop().newPromise();
+        channel.eventLoop().execute(() -> {
+            loopRoundTrips = new long[n];
+            loopIndex = 0;
+            loopDone = done;
+            loopPing();
+        });
+        long[] result = done.get(TIMEOUT_NANOS, TimeUnit.NANOSECONDS);
+        expected += (long) n * size;
+        return result;
+    }
+
+    /**
      * Sends one more batch and waits for the acknowledgement of the batch before it, so that one batch is always in
      * flight behind the one being written. Sink mode only; {@link #drain()} waits for the last one.
      */
@@ -253,6 +286,12 @@ public final class PerfClient implements AutoCloseable {
         channel.writeAndFlush(payload.retainedDuplicate(), channel.voidPromise());
     }
 
+    private void loopPing() {
+        loopTarget = progress + size;
+        loopStart = System.nanoTime();
+        ping();
+    }
+
     private void addBatch() {
         remaining += messagesPerBatch;
         pump();
@@ -289,6 +328,16 @@ public final class PerfClient implements AutoCloseable {
         msg.release();
         // Echo mode counts bytes, sink mode counts one-byte acknowledgements: either way, bytes.
         progress += n;
+        if (loopDone != null && progress >= loopTarget) {
+            loopRoundTrips[loopIndex++] = System.nanoTime() - loopStart;
+            if (loopIndex < loopRoundTrips.length) {
+                loopPing();
+            } else {
+                Promise<long[]> done = loopDone;
+                loopDone = null;
+                done.setSuccess(loopRoundTrips);
+            }
+        }
         Thread w = waiter;
         if (w != null) {
             LockSupport.unpark(w);
@@ -298,6 +347,10 @@ public final class PerfClient implements AutoCloseable {
     private void fail(Throwable cause) {
         if (failure == null) {
             failure = cause;
+        }
+        if (loopDone != null) {
+            loopDone.tryFailure(cause);
+            loopDone = null;
         }
         Thread w = waiter;
         if (w != null) {

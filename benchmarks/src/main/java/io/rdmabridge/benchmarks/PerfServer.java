@@ -4,6 +4,7 @@ import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.EventLoopGroup;
@@ -46,7 +47,12 @@ public final class PerfServer implements AutoCloseable {
         try {
             Channel ch = new ServerBootstrap().group(group).channel(transport.serverChannelClass())
                     .childOption(ChannelOption.TCP_NODELAY, true)
-                    .childHandler(new ConnectionHandler())
+                    .childHandler(new ChannelInitializer<Channel>() {
+                        @Override
+                        protected void initChannel(Channel child) {
+                            child.pipeline().addLast(new ConnectionHandler());
+                        }
+                    })
                     .bind(bind).sync().channel();
             return new PerfServer(group, ch);
         } catch (InterruptedException | RuntimeException e) {
