@@ -148,7 +148,7 @@ public final class PerfClient implements AutoCloseable {
                         self[0].fail(new IllegalStateException("benchmark connection closed by the server"));
                     }
                 });
-        if (transport.isNetwork() && transport != Transport.RDMA) {
+        if (transport == Transport.EPOLL || transport == Transport.NIO) {
             b.option(ChannelOption.TCP_NODELAY, true);
         }
         Channel ch = b.connect(server).sync().channel();

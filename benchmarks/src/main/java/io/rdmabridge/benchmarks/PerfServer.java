@@ -16,6 +16,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
+import java.nio.channels.ClosedChannelException;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -45,15 +46,17 @@ public final class PerfServer implements AutoCloseable {
             throws InterruptedException {
         EventLoopGroup group = transport.newGroup(1, provider);
         try {
-            Channel ch = new ServerBootstrap().group(group).channel(transport.serverChannelClass())
-                    .childOption(ChannelOption.TCP_NODELAY, true)
+            ServerBootstrap b = new ServerBootstrap().group(group).channel(transport.serverChannelClass())
                     .childHandler(new ChannelInitializer<Channel>() {
                         @Override
                         protected void initChannel(Channel child) {
                             child.pipeline().addLast(new ConnectionHandler());
                         }
-                    })
-                    .bind(bind).sync().channel();
+                    });
+            if (transport == Transport.EPOLL || transport == Transport.NIO) {
+                b.childOption(ChannelOption.TCP_NODELAY, true);
+            }
+            Channel ch = b.bind(bind).sync().channel();
             return new PerfServer(group, ch);
         } catch (InterruptedException | RuntimeException e) {
             group.shutdownGracefully(0, 0, TimeUnit.SECONDS);
@@ -173,7 +176,10 @@ public final class PerfServer implements AutoCloseable {
 
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-            logger.warn("benchmark connection {} failed; closing it", ctx.channel(), cause);
+            if (!(cause instanceof ClosedChannelException)) {
+                // A client that closes while acknowledgements are on their way is the normal end of a benchmark.
+                logger.warn("benchmark connection {} failed; closing it", ctx.channel(), cause);
+            }
             ctx.close();
         }
     }

@@ -167,6 +167,8 @@ final class VerbsPerf {
         private int sinceCredit;
         private int idleSpins;
         private long lastProgress;
+        private boolean quitReceived;
+        private boolean peerGone;
 
         // Control messages received and not yet taken, as parallel rings.
         private final int[] ctrlType = new int[64];
@@ -413,7 +415,7 @@ final class VerbsPerf {
          */
         private void awaitPeerDisconnect() {
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-            while (System.nanoTime() < deadline) {
+            while (!peerGone && System.nanoTime() < deadline) {
                 int n = cq.poll(wc);
                 for (int i = 0; i < n; i++) {
                     if (wc.status(i) != WcStatus.SUCCESS) {
@@ -512,6 +514,11 @@ final class VerbsPerf {
             lastProgress = System.nanoTime();
             for (int i = 0; i < n; i++) {
                 if (wc.status(i) != WcStatus.SUCCESS) {
+                    if (quitReceived && wc.status(i) == WcStatus.WR_FLUSH_ERR) {
+                        // The client said QUIT and disconnected before this side took the message.
+                        peerGone = true;
+                        return n;
+                    }
                     throw new RdmaException("work completion failed: " + wc.toString(i));
                 }
                 long wrId = wc.wrId(i);
@@ -541,6 +548,7 @@ final class VerbsPerf {
                 credits += arg;
                 return;
             }
+            quitReceived |= type == QUIT;
             if (((ctrlTail + 1) & 63) == ctrlHead) {
                 throw new IllegalStateException("peer sent more than 63 unanswered control messages");
             }
