@@ -20,8 +20,9 @@ import java.nio.ByteOrder;
  * <h2>Credits</h2>
  * Each side posts {@code dataCredits + controlCredits} equal receive buffers ({@link Handshake}). A sender never
  * posts a SEND without a credit: DATA and RENDEZVOUS frames take a data credit, CREDIT and SHUTDOWN frames a control
- * credit. The receiver returns a credit when it reposts the buffer: data buffers when the application releases the
- * bytes, control buffers at once. Returns ride in the header of every frame; a quiet side sends an explicit CREDIT
+ * credit. The receiver returns a data credit when the application is done with the frame (it released the bytes of
+ * a DATA frame, or the rendezvous was read or dropped), a control credit at once; so frames waiting to be delivered
+ * never outnumber the data credits, whatever the application's pace. Returns ride in the header of every frame; a quiet side sends an explicit CREDIT
  * frame once a quarter of the data credits, half of the control credits, or any rendezvous acknowledgement is due.
  * The last control credit may only be spent on a frame that also returns control credits, so two sides that both
  * run out can never wait on each other.
@@ -536,9 +537,7 @@ public final class RdmaConnection {
                 }
                 inHead++;
                 readState = READ_IDLE;
-                acksToReturn++;
-                sendControlIfDue();
-                flush();
+                rendezvousConsumed();
                 return RENDEZVOUS_DATA;
             default:
                 inHead++;
@@ -593,7 +592,13 @@ public final class RdmaConnection {
         }
         inHead++;
         readState = READ_IDLE;
+        rendezvousConsumed();
+    }
+
+    private void rendezvousConsumed() {
         acksToReturn++;
+        peerDataInUse--;
+        dataToReturn++;
         sendControlIfDue();
         flush();
     }
@@ -728,9 +733,9 @@ public final class RdmaConnection {
                     return;
                 }
                 push(FrameHeader.RENDEZVOUS, slot, h.rendezvousAddress(), (int) length, h.rendezvousRkey());
+                // The advertisement is copied out, so the buffer goes back at once; the credit only returns once
+                // the rendezvous is read or dropped, so unread advertisements stay bounded by the data credits.
                 repost(slot);
-                peerDataInUse--;
-                dataToReturn++;
                 return;
             case FrameHeader.SHUTDOWN:
                 endOfStreamReceived = true;
@@ -747,6 +752,11 @@ public final class RdmaConnection {
     }
 
     private void push(byte type, int slot, long address, int length, int rkey) {
+        if (inTail - inHead > inMask) {
+            // Unreachable while credits are honoured (checked above); never overwrite an undelivered frame.
+            protocolError("more than " + (inMask + 1) + " frames undelivered");
+            return;
+        }
         int i = (int) (inTail++ & inMask);
         inType[i] = type;
         inSlot[i] = slot;

@@ -117,6 +117,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private boolean inputEndSeen;
     private final Runnable readTask = this::scheduledRead;
 
+    // Flow-control counters of the connection already added to the metrics.
+    private long reportedStalls;
+    private long reportedRnr;
+
     // Writing: per operation, the outbound bytes it carries and the staging block (a copy) it holds, if any.
     private long[] opBytes;
     private Object[] opRelease;
@@ -507,8 +511,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             return 0;
         }
         int events = c.poll(handler.completions(), 4);
-        int stalls = (int) c.creditStalls();
-        if (stalls != 0 || c.receiverNotReady() != 0) {
+        if (c.creditStalls() != reportedStalls || c.receiverNotReady() != reportedRnr) {
             accountFlowControl(c);
         }
         if ((events & RdmaConnection.EVENT_FAILED) != 0 && c.failure() != null) {
@@ -537,9 +540,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         checkDelayed();
         return events != 0 ? 1 : 0;
     }
-
-    private long reportedStalls;
-    private long reportedRnr;
 
     private void accountFlowControl(RdmaConnection c) {
         long stalls = c.creditStalls() - reportedStalls;
@@ -1373,7 +1373,9 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
 
         @Override
         public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
-            if (!promise.setUncancellable() || !ensureOpen(promise)) {
+            // The promise stays cancellable: the connection manager's connect is non-blocking, and cancelling it
+            // closes the channel (the listener below), as Netty's NIO and epoll channels do.
+            if (promise.isDone() || !ensureOpen(promise)) {
                 return;
             }
             if (connectPromise != null) {

@@ -27,6 +27,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.zip.CRC32;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -72,7 +73,7 @@ class RdmaChannelBehaviourTest {
     }
 
     /** Counts and drops what arrives. */
-    private static final class Sink extends ChannelInboundHandlerAdapter {
+    private static class Sink extends ChannelInboundHandlerAdapter {
         final AtomicLong bytes = new AtomicLong();
         final AtomicReference<Channel> channel = new AtomicReference<>();
         final CountDownLatch inactive = new CountDownLatch(1);
@@ -181,6 +182,56 @@ class RdmaChannelBehaviourTest {
             assertTrue(f.await(10, TimeUnit.SECONDS) && f.isSuccess());
         }
         assertTrue(client.isWritable());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldKeepUnreadRendezvousBoundedByCredits() throws Exception {
+        // Rendezvous advertisements are small frames; an idle reader must not take more of them than its credits.
+        CRC32 receivedCrc = new CRC32();
+        AtomicLong received = new AtomicLong();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Sink sink = new Sink() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                ByteBuf buf = (ByteBuf) msg;
+                receivedCrc.update(buf.nioBuffer());
+                received.addAndGet(buf.readableBytes());
+                buf.release();
+            }
+
+            @Override
+            public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                failure.compareAndSet(null, cause);
+            }
+        };
+        Channel server = server(sink, false);
+        RdmaSocketChannel client = client(server, new Sink());
+        Channel child = awaitChild(sink);
+
+        int size = 64 * 1024;
+        int count = 200;
+        CRC32 sentCrc = new CRC32();
+        for (int i = 0; i < count; i++) {
+            byte[] bytes = new byte[size];
+            java.util.Arrays.fill(bytes, (byte) i);
+            sentCrc.update(bytes);
+            client.write(client.alloc().directBuffer(size).writeBytes(bytes));
+        }
+        client.flush();
+        Thread.sleep(300);
+        assertEquals(0, received.get());
+        assertTrue(client.metrics().creditStalls() > 0, "the sender never ran out of credits");
+
+        child.config().setAutoRead(true);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (received.get() < (long) size * count && failure.get() == null && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        assertEquals(null, failure.get());
+        assertEquals((long) size * count, received.get());
+        assertEquals(sentCrc.getValue(), receivedCrc.getValue(), "CRC-32 of the received stream");
+        assertEquals((long) size * count, client.metrics().rendezvousBytes(), client.metrics().toString());
     }
 
     private static Channel awaitChild(Sink sink) throws InterruptedException {

@@ -42,8 +42,9 @@ import java.util.List;
  * handshake once the server channel reads it ({@code SocketDataReadInitialStateTest}). The remaining disabled
  * methods are known gaps, listed in the subclasses: half-closure event order ({@code SocketHalfClosedTest}),
  * abortive close ({@code SocketRstTest}), a one-byte-per-call custom {@code FileRegion}, client-side bind, the local
- * address after connect; plus two environment limits (netty-tcnative absent; this sandbox answers outbound TCP to
- * the unroutable test host).
+ * address after connect; plus one environment limit (netty-tcnative absent). Netty's connection-attempt cases
+ * that aim at an unroutable outside host are pointed at a silent loopback listener instead
+ * ({@code RdmaSocketConnectionAttemptTest}): tests only ever talk to loopback.
  */
 public final class RdmaSocketTestPermutation extends SocketTestPermutation {
     public static final RdmaSocketTestPermutation INSTANCE = new RdmaSocketTestPermutation();

@@ -1,0 +1,259 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.WriteBufferWaterMark;
+import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.RdmaProviders;
+import io.rdmabridge.verbs.ResourceUsage;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.InputStreamReader;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.zip.CRC32;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Two JVMs over the soft provider's TCP path: this one sends a seeded random mix of message sizes (1 B to 8 MiB) to an
+ * echo server in a child JVM ({@link RdmaEchoPeerMain}) and checks the echoed stream byte for byte (length and
+ * CRC-32); then the child is killed with SIGKILL mid-transfer, and this side must see {@code channelInactive} promptly
+ * and give back every verbs resource.
+ */
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+class RdmaCrossProcessEchoTest {
+    private static final long ECHO_BYTES = 1L << 30;
+    private static final int MAX_MESSAGE_BITS = 23; // 8 MiB
+    private static final int SOURCE_SIZE = 16 << 20;
+    private static final long WINDOW = 48 << 20;
+    private static final long SEED = 0x5eed_ec40L;
+    private static final long DEATH_NOTICED_MILLIS = 3000;
+
+    private static Process peer;
+    private static int peerPort;
+    private static byte[] source;
+
+    private final RdmaProvider provider = RdmaProviders.byName("soft");
+    private EventLoopGroup group;
+
+    @BeforeAll
+    static void startPeer() throws Exception {
+        String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
+        peer = new ProcessBuilder(java, "-Xmx64m", "-XX:MaxDirectMemorySize=256m", "-Drdmabridge.provider=soft",
+                "-Dio.netty.leakDetection.level=disabled", "-cp", System.getProperty("java.class.path"),
+                RdmaEchoPeerMain.class.getName()).redirectErrorStream(true).start();
+        BufferedReader out = new BufferedReader(new InputStreamReader(peer.getInputStream(), StandardCharsets.UTF_8));
+        String line;
+        while ((line = out.readLine()) != null) {
+            if (line.startsWith("PORT ")) {
+                peerPort = Integer.parseInt(line.substring(5).trim());
+                break;
+            }
+        }
+        assertTrue(peerPort > 0, "the echo peer printed no port (last line: " + line + ")");
+        // Keep draining its output (stack traces of a failure), so the child never blocks on a full pipe.
+        Thread drain = new Thread(() -> {
+            try {
+                String l;
+                while ((l = out.readLine()) != null) {
+                    System.err.println("[echo peer] " + l);
+                }
+            } catch (Exception ignored) {
+                // The peer is gone.
+            }
+        }, "echo-peer-output");
+        drain.setDaemon(true);
+        drain.start();
+        source = new byte[SOURCE_SIZE];
+        new SplittableRandom(SEED).nextBytes(source);
+    }
+
+    @AfterAll
+    static void killPeer() throws InterruptedException {
+        if (peer != null) {
+            peer.destroyForcibly();
+            peer.waitFor(10, TimeUnit.SECONDS);
+        }
+    }
+
+    @BeforeEach
+    void setUp() {
+        group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    @Test
+    @Order(1)
+    @Timeout(120)
+    void shouldEchoOneGibibyteOfMixedMessagesAcrossProcesses() throws Exception {
+        EchoClient client = new EchoClient(ECHO_BYTES);
+        Channel ch = connect(client);
+        long received = client.done.get(100, TimeUnit.SECONDS);
+        assertEquals(ECHO_BYTES, received);
+        assertEquals(client.sentCrc.getValue(), client.receivedCrc.getValue(), "CRC-32 of the echoed stream");
+        assertTrue(client.messages > 1000, "messages sent: " + client.messages);
+        assertTrue(client.smallest <= 16 && client.largest > 4 << 20,
+                "message sizes from " + client.smallest + " to " + client.largest + " (expected: 1 B to 8 MiB)");
+        assertEquals(0, ((RdmaSocketChannel) ch).metrics().copiedBytes(), "allocator buffers were copied");
+        ch.close().sync();
+    }
+
+    @Test
+    @Order(2)
+    @Timeout(60)
+    void shouldNoticeAKilledPeerMidTransferAndReleaseEverything() throws Exception {
+        EchoClient client = new EchoClient(Long.MAX_VALUE);
+        connect(client);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (client.received < 64 << 20 && System.nanoTime() < deadline && !client.done.isDone()) {
+            Thread.sleep(5);
+        }
+        assertTrue(client.received >= 64 << 20, "echoed before the kill: " + client.received + " bytes");
+
+        long killed = System.nanoTime();
+        peer.destroyForcibly();
+        assertTrue(client.inactive.await(10, TimeUnit.SECONDS), "channelInactive never came");
+        long millis = TimeUnit.NANOSECONDS.toMillis(client.inactiveAt - killed);
+        assertTrue(millis < DEATH_NOTICED_MILLIS, "channelInactive " + millis + " ms after SIGKILL (expected: < "
+                + DEATH_NOTICED_MILLIS + " ms)");
+        assertTrue(peer.waitFor(10, TimeUnit.SECONDS));
+
+        // The queue pair and its completion queue are gone with the channel; registered memory is pooled by the
+        // group and goes when the group does (tearDown asserts that every count is back to zero).
+        ResourceUsage usage = provider.resourceUsage();
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+        while ((usage.queuePairs() != 0 || usage.completionQueues() != 0) && System.nanoTime() < until) {
+            Thread.sleep(5);
+        }
+        assertEquals(0, usage.queuePairs(), "queue pairs left: " + usage);
+        assertEquals(0, usage.completionQueues(), "completion queues left: " + usage);
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        assertEquals(0, usage.registeredBytes(), "registered bytes left: " + usage);
+        assertTrue(usage.isZero(), "leaked: " + usage);
+    }
+
+    private Channel connect(EchoClient client) throws InterruptedException {
+        return new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.WRITE_BUFFER_WATER_MARK, new WriteBufferWaterMark(16 << 20, 32 << 20))
+                .handler(client).connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), peerPort))
+                .sync().channel();
+    }
+
+    /**
+     * Writes seeded random messages (sizes log-uniform in [1 B, 8 MiB], bytes from a random source block) while at
+     * most {@link #WINDOW} bytes are unechoed, and checksums both directions. Runs on the event loop.
+     */
+    private static final class EchoClient extends ChannelInboundHandlerAdapter {
+        final long limit;
+        final SplittableRandom random = new SplittableRandom(SEED);
+        final CRC32 sentCrc = new CRC32();
+        final CRC32 receivedCrc = new CRC32();
+        final CompletableFuture<Long> done = new CompletableFuture<>();
+        final CountDownLatch inactive = new CountDownLatch(1);
+        volatile long inactiveAt;
+        volatile long received;
+        long sent;
+        long messages;
+        int smallest = Integer.MAX_VALUE;
+        int largest;
+
+        EchoClient(long limit) {
+            this.limit = limit;
+        }
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            pump(ctx);
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ByteBuf buf = (ByteBuf) msg;
+            try {
+                ByteBuffer nio = buf.nioBuffer();
+                receivedCrc.update(nio);
+                received += buf.readableBytes();
+            } finally {
+                buf.release();
+            }
+            if (received == limit) {
+                done.complete(received);
+            } else if (received > sent) {
+                done.completeExceptionally(new AssertionError("echoed " + received + " bytes, sent " + sent));
+            }
+        }
+
+        @Override
+        public void channelReadComplete(ChannelHandlerContext ctx) {
+            pump(ctx);
+        }
+
+        @Override
+        public void channelWritabilityChanged(ChannelHandlerContext ctx) {
+            pump(ctx);
+        }
+
+        private void pump(ChannelHandlerContext ctx) {
+            boolean wrote = false;
+            while (sent < limit && sent - received < WINDOW && ctx.channel().isWritable()) {
+                int size = 1 + random.nextInt(1 << random.nextInt(MAX_MESSAGE_BITS + 1));
+                size = (int) Math.min(size, limit - sent);
+                int offset = random.nextInt(SOURCE_SIZE - size + 1);
+                ByteBuf buf = ctx.alloc().directBuffer(size).writeBytes(source, offset, size);
+                sentCrc.update(source, offset, size);
+                sent += size;
+                messages++;
+                smallest = Math.min(smallest, size);
+                largest = Math.max(largest, size);
+                ctx.write(buf, ctx.voidPromise());
+                wrote = true;
+            }
+            if (wrote) {
+                ctx.flush();
+            }
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            inactiveAt = System.nanoTime();
+            inactive.countDown();
+            done.completeExceptionally(new AssertionError("connection closed after echoing " + received + " of "
+                    + sent + " bytes"));
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            // A killed peer surfaces as an error completion first; the channel then closes itself.
+            done.completeExceptionally(cause);
+        }
+    }
+}
