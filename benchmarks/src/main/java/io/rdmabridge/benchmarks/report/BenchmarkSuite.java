@@ -1,0 +1,63 @@
+package io.rdmabridge.benchmarks.report;
+
+import io.rdmabridge.benchmarks.jmh.CopiedBytesBenchmark;
+import io.rdmabridge.benchmarks.jmh.CrossProcessChannelBenchmark;
+import io.rdmabridge.benchmarks.jmh.InJvmChannelBenchmark;
+import org.openjdk.jmh.results.RunResult;
+import org.openjdk.jmh.runner.Runner;
+import org.openjdk.jmh.runner.RunnerException;
+import org.openjdk.jmh.runner.options.ChainedOptionsBuilder;
+import org.openjdk.jmh.runner.options.OptionsBuilder;
+import org.openjdk.jmh.runner.options.TimeValue;
+import org.openjdk.jmh.runner.options.VerboseMode;
+
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.regex.Pattern;
+
+/**
+ * The JMH part of the results: which benchmarks run, with which parameters, in full or smoke mode. Shared by
+ * {@link RunBenchmarks} and the smoke test, so that what CI runs is what the report runs, only smaller.
+ */
+public final class BenchmarkSuite {
+    /** Smoke mode: one message size, small batches, no warm-up, one short iteration. */
+    public static final String SMOKE_SIZE = "1024";
+
+    private BenchmarkSuite() {
+    }
+
+    /** Every benchmark of the suite. */
+    public static List<String> includes() {
+        return List.of(regex(InJvmChannelBenchmark.class), regex(CrossProcessChannelBenchmark.class),
+                regex(CopiedBytesBenchmark.class));
+    }
+
+    static String regex(Class<?> benchmark) {
+        return "^" + Pattern.quote(benchmark.getName()) + "\\.";
+    }
+
+    /**
+     * Options for the suite.
+     *
+     * @param smoke in smoke mode
+     * @param forks JMH forks (0 runs in this JVM: the smoke test does that to stay fast)
+     */
+    public static ChainedOptionsBuilder options(boolean smoke, int forks) {
+        ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true);
+        for (String include : includes()) {
+            b.include(include);
+        }
+        if (smoke) {
+            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
+                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+        }
+        return b;
+    }
+
+    /** Runs the given options and returns the results in run order. */
+    public static List<RunResult> run(ChainedOptionsBuilder options) throws RunnerException {
+        Collection<RunResult> results = new Runner(options.build()).run();
+        return new ArrayList<>(results);
+    }
+}
