@@ -78,7 +78,7 @@ public final class RdmaPerf {
         return String.join("\n",
                 "usage: rdma-perf [send_lat|send_bw|write_bw|read_bw] [options]",
                 "  --api verbs|netty      verbs SPI directly (default) or the Netty RDMA channel",
-                "  --provider NAME        auto, soft or disni (default: rdmabridge.provider, else soft)",
+                "  --provider NAME        auto, soft or disni (default: rdmabridge.provider, else auto)",
                 "  --baseline tcp         the same pattern over Netty epoll (NIO where epoll is unavailable)",
                 "  --server               serve clients on --bind (default 0.0.0.0) and --port (default 18515)",
                 "  --connect HOST:PORT    run against a server elsewhere; without --server/--connect: loopback",
@@ -92,7 +92,7 @@ public final class RdmaPerf {
     private static final class Command {
         PerfTest test = PerfTest.SEND_BW;
         String api = "verbs";
-        String provider = System.getProperty("rdmabridge.provider", "soft");
+        String provider = System.getProperty("rdmabridge.provider", "auto");
         boolean tcpBaseline;
         boolean server;
         String bind = "0.0.0.0";
