@@ -419,6 +419,11 @@ public final class RdmaConnection {
         return shutdownRequested;
     }
 
+    /** Whether the SHUTDOWN frame has been posted (it is complete once {@link #isSendQueueIdle()}). */
+    public boolean isEndOfStreamSent() {
+        return shutdownSent;
+    }
+
     private long newOp(byte state) {
         long op = opNext++;
         opState[(int) (op & opMask)] = state;
@@ -551,6 +556,16 @@ public final class RdmaConnection {
             return false;
         }
         return inType[(int) (inHead & inMask)] != FrameHeader.RENDEZVOUS || readState != READ_POSTED;
+    }
+
+    /** Whether the next inbound item is {@link #END_OF_STREAM} (every byte before it has been delivered). */
+    public boolean endOfStreamNext() {
+        return inHead != inTail && inType[(int) (inHead & inMask)] == FrameHeader.SHUTDOWN;
+    }
+
+    /** Whether the peer's SHUTDOWN has arrived: it closed its output gracefully. */
+    public boolean isEndOfStreamReceived() {
+        return endOfStreamReceived;
     }
 
     public int inboundSlot() {

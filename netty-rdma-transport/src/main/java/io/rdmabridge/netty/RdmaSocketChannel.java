@@ -68,6 +68,13 @@ import java.util.concurrent.TimeUnit;
  * credit. With {@code autoRead=false} and no read pending, nothing is reposted, so the peer runs out of credits and
  * stops: back-pressure reaches the sender's {@code isWritable()}.
  *
+ * <h2>Closing</h2>
+ * A graceful close sends end of stream after everything posted (as TCP's FIN) and destroys the queue pair once that
+ * has completed (bounded linger); the peer sees {@code ChannelInputShutdownEvent} with {@code ALLOW_HALF_CLOSURE},
+ * otherwise a clean close. {@code SO_LINGER=0} closes abortively: a disconnect without end of stream, which the peer,
+ * like a peer whose process died, reports as an {@link IOException} "connection reset by peer" before
+ * {@code channelInactive}.
+ *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here. For an accepted channel the
  * connection-manager id belongs to the listener's loop: operations on it hop there, and its events hop back.
@@ -524,6 +531,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         if ((events & RdmaConnection.EVENT_INBOUND) != 0 || rendezvousTarget != null) {
             if (readPending) {
                 readNow();
+            } else {
+                endOfStreamIfNext(c);
             }
         }
         if ((events & (RdmaConnection.EVENT_SENT | RdmaConnection.EVENT_CREDITS)) != 0) {
@@ -531,6 +540,12 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         }
         if (c.isLost() || peerGone) {
             peerGone = true;
+            if (!readPending) {
+                endOfStreamIfNext(c);
+            }
+            if (state == STATE_CLOSED) {
+                return 1;
+            }
             if (!c.hasInbound() || inputShutdown) {
                 closeAfterPeerGone();
             } else if (readPending) {
@@ -564,9 +579,32 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         forceClose();
     }
 
+    /**
+     * Like epoll's RDHUP: the peer's end of stream is told at once when every byte before it has been read, even
+     * with no read pending ({@code autoRead=false}).
+     */
+    private void endOfStreamIfNext(RdmaConnection c) {
+        if (state == STATE_ACTIVE && !inputEndSeen && c.endOfStreamNext()) {
+            c.pollInbound();
+            inputEnded();
+        }
+    }
+
     private void closeAfterPeerGone() {
         if (state == STATE_CLOSED) {
             return;
+        }
+        RdmaConnection c = connection;
+        if (!config.isAutoClose()) {
+            // As a write to a reset TCP socket: the writes fail and, with AUTO_CLOSE off, Netty shuts the output
+            // down (ChannelOutputShutdownEvent) before the channel closes.
+            writeMore();
+        }
+        if (!closeRequested && c != null && c.failure() == null && !c.isEndOfStreamReceived()) {
+            // No end of stream before the disconnect: the peer closed abortively (SO_LINGER=0) or died. TCP calls
+            // that a reset, and so do we.
+            pipeline().fireExceptionCaught(new IOException("connection reset by peer " + remote + ": it disconnected"
+                    + " without shutting its output down (an abortive close with SO_LINGER=0, or the peer died)"));
         }
         forceClose();
     }
@@ -582,18 +620,20 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         }
     }
 
+    /** Whether a graceful close may destroy the queue pair: every operation and the end of stream completed. */
+    private static boolean drained(RdmaConnection c) {
+        return c.operationsInFlight() == 0 && c.isSendQueueIdle() && (!c.isOutputShutdown() || c.isEndOfStreamSent());
+    }
+
     private void checkDelayed() {
         RdmaConnection c = connection;
-        boolean idle = c == null || c.operationsInFlight() == 0 || c.isLost();
-        if (!idle) {
-            return;
-        }
-        if (delayedShutdownPromise != null) {
+        boolean lost = c == null || c.isLost();
+        if (delayedShutdownPromise != null && (lost || c.operationsInFlight() == 0)) {
             ChannelPromise p = delayedShutdownPromise;
             delayedShutdownPromise = null;
             ((AbstractUnsafe) unsafe()).shutdownOutput(p);
         }
-        if (delayedClosePromise != null) {
+        if (delayedClosePromise != null && (lost || drained(c))) {
             ChannelPromise p = delayedClosePromise;
             delayedClosePromise = null;
             ((RdmaSocketUnsafe) unsafe()).closeNow(p, delayedCloseCause, delayedCloseClosedCause);
@@ -774,6 +814,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         RdmaConnection c = connection;
         if (c == null || closeRequested || outputShutdown) {
             return;
+        }
+        if (c.isLost() || peerGone) {
+            throw new IOException("connection reset by peer " + remote + ": the queue pair is disconnected, nothing"
+                    + " more can be sent");
         }
         if (postedBytes == 0) {
             removeEmptyHead(in);
@@ -1090,7 +1134,9 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 }
                 metrics.addFile(length);
                 handler.metrics().addFile(length);
-                record(op, length, block, true);
+                // Progress is what the region reports: a framing or encrypting region may count more (or fewer)
+                // bytes than it wrote, and must never be called again once transferred() reached count().
+                record(op, region.transferred() - before, block, true);
             }
             return true;
         }
@@ -1439,10 +1485,25 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         @Override
         protected void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
             RdmaConnection c = connection;
-            if (c != null && state == STATE_ACTIVE && c.operationsInFlight() > 0 && !c.isLost()
-                    && !handler.isShuttingDown()) {
+            if (c != null && state == STATE_ACTIVE && !c.isLost() && !handler.isShuttingDown()) {
+                if (!closeRequested) {
+                    closeRequested = true;
+                    if (config.getSoLinger() == 0) {
+                        // Abortive: no end of stream; the peer sees the bare disconnect as a reset.
+                        RdmaCmId cmId = id;
+                        if (cmId != null) {
+                            runOnIdOwner(cmId::disconnect);
+                        }
+                    } else {
+                        // Graceful: end of stream after everything posted so far, as TCP's FIN.
+                        c.shutdownOutput();
+                    }
+                }
+                if (drained(c)) {
+                    closeAll(promise, cause, closeCause);
+                    return;
+                }
                 // Posted buffers must outlive their work requests: close once they complete (bounded linger).
-                closeRequested = true;
                 if (delayedClosePromise == null) {
                     delayedClosePromise = promise;
                     delayedCloseCause = cause;
@@ -1455,6 +1516,16 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                     closeFuture().addListener((ChannelFutureListener) f -> promise.setSuccess());
                 }
                 return;
+            }
+            closeAll(promise, cause, closeCause);
+        }
+
+        /** Closes now, completing a delayed close's promise too. */
+        private void closeAll(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            ChannelPromise delayed = delayedClosePromise;
+            if (delayed != null) {
+                delayedClosePromise = null;
+                super.close(delayed, delayedCloseCause, delayedCloseClosedCause);
             }
             super.close(promise, cause, closeCause);
         }

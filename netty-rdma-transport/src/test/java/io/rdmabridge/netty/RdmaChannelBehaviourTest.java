@@ -149,6 +149,26 @@ class RdmaChannelBehaviourTest {
 
     @Test
     @Timeout(60)
+    void shouldCountExactlyTheCopiedBytesOfForeignDirectBuffers() throws Exception {
+        // A mapped file segment or any direct ByteBuffer the allocator did not hand out: copied once, and counted.
+        Sink sink = new Sink();
+        Channel server = server(sink, true);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        int[] sizes = {10, 5000, 300_000};
+        long total = 0;
+        for (int size : sizes) {
+            client.write(Unpooled.wrappedBuffer(java.nio.ByteBuffer.allocateDirect(size)));
+            total += size;
+        }
+        client.flush();
+        awaitBytes(sink.bytes, total);
+        assertEquals(total, client.metrics().copiedBytes(), client.metrics().toString());
+        assertEquals(300_000, client.metrics().rendezvousBytes(), client.metrics().toString());
+    }
+
+    @Test
+    @Timeout(60)
     void shouldStallTheSenderWhenTheReceiverDoesNotRead() throws Exception {
         Sink sink = new Sink();
         Channel server = server(sink, false);

@@ -250,7 +250,7 @@ final class SoftCmId implements RdmaCmId {
         q.localParams = parameters;
         SoftCmId listener = SoftEngine.loopbackIsDirect() ? engine.localListener(target) : null;
         if (listener != null) {
-            local = new InetSocketAddress(InetAddress.getLoopbackAddress(), 0);
+            local = new InetSocketAddress(InetAddress.getLoopbackAddress(), engine.nextDirectPort());
             SoftCmId passive;
             synchronized (listener) {
                 if (listener.phase != Phase.LISTENING) {

@@ -51,12 +51,22 @@ final class SoftEngine {
     private final SecureRandom random = new SecureRandom();
     private final Object keyLock = new Object();
     private final AtomicInteger nextQpNumber = new AtomicInteger();
+    private final AtomicInteger nextDirectPort = new AtomicInteger();
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
     private volatile Selector selector;
     private volatile ScheduledThreadPoolExecutor timer;
 
     private SoftEngine(SoftProvider provider) {
         device = new SoftDevice(provider, this);
+    }
+
+    /**
+     * The local port of an active id on the direct path: that path uses no socket, so the port is a label in its
+     * own port space (as rdma_cm's ports are apart from the kernel's TCP ports), cycling over the ephemeral range
+     * 32768..60999 and never 0.
+     */
+    int nextDirectPort() {
+        return 32768 + Math.floorMod(nextDirectPort.getAndIncrement(), 60999 - 32768 + 1);
     }
 
     static SoftEngine get(SoftProvider provider) {

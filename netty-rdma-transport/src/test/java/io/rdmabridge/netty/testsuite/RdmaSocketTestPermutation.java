@@ -36,15 +36,36 @@ import java.util.List;
  * </table>
  *
  * <h2>Methods disabled in the subclasses (each with its reason beside it)</h2>
- * Two differences from TCP are by design: a read delivers one received message (an eager frame or a rendezvous),
- * not {@code RecvByteBufAllocator.guess()} bytes, so tests that count reads of a 1-2 byte allocator
- * ({@code SocketAutoReadTest}, {@code SocketReadPendingTest}) do not apply; and an accepted connection completes its
- * handshake once the server channel reads it ({@code SocketDataReadInitialStateTest}). The remaining disabled
- * methods are known gaps, listed in the subclasses: half-closure event order ({@code SocketHalfClosedTest}),
- * abortive close ({@code SocketRstTest}), a one-byte-per-call custom {@code FileRegion}, client-side bind, the local
- * address after connect; plus one environment limit (netty-tcnative absent). Netty's connection-attempt cases
- * that aim at an unroutable outside host are pointed at a silent loopback listener instead
- * ({@code RdmaSocketConnectionAttemptTest}): tests only ever talk to loopback.
+ * <table>
+ *   <caption>Disabled testsuite methods</caption>
+ *   <tr><th>test</th><th>why</th></tr>
+ *   <tr><td>{@code SocketAutoReadTest.testAutoReadOffDuringReadOnlyReadsOneTime},
+ *       {@code SocketReadPendingTest.testReadPendingIsResetAfterEachRead}</td><td>by design: they count reads of a
+ *       1-2 byte {@code RecvByteBufAllocator} and expect each read to carry at most {@code guess()} bytes; a read
+ *       here hands up one received message where the device put it (an eager receive buffer or a rendezvous
+ *       target), which is what keeps receiving free of copies.</td></tr>
+ *   <tr><td>{@code SocketDataReadInitialStateTest.testAutoReadOffNoDataReadUntilReadCalled}</td><td>by design: an
+ *       accepted connection is answered (accepted, its queue pair created on the child's loop) once the server
+ *       channel reads the connect request, so with the server's {@code autoRead} off the client's
+ *       {@code connect()} waits for {@code serverChannel.read()}, where TCP's kernel completes the handshake
+ *       first. Accepting before the read would create queue pairs and pin receive buffers for connections the
+ *       application has not taken.</td></tr>
+ *   <tr><td>{@code SocketChannelNotYetConnectedTest.testShutdownNotYetConnected}</td><td>binds the client to a
+ *       local address; the verbs SPI's {@code RdmaCmId.resolve} takes no source address (an additive
+ *       {@code resolve(source, remote, timeout)} would allow it)</td></tr>
+ *   <tr><td>{@code SocketChannelNotYetConnectedTest.readMustBePendingUntilChannelIsActive}</td><td>its server is a
+ *       NIO {@code ServerSocketChannel}: a TCP endpoint cannot talk to an RDMA queue pair</td></tr>
+ *   <tr><td>{@code SocketSslSessionReuseTest.testSslSessionTrustManagerResumption}</td><td>environment: its
+ *       OpenSSL parameter needs netty-tcnative, which is not on the test class path</td></tr>
+ * </table>
+ * Netty's connection-attempt cases that aim at an unroutable outside host are pointed at a silent loopback
+ * listener instead ({@code RdmaSocketConnectionAttemptTest}): tests only ever talk to loopback.
+ *
+ * <h2>TCP semantics mapped onto the queue pair</h2>
+ * A graceful close sends end of stream (as TCP's FIN) and destroys the queue pair once it has completed; the peer
+ * sees {@code ChannelInputShutdownEvent} with {@code ALLOW_HALF_CLOSURE}, or a clean close. An abortive close
+ * ({@code SO_LINGER=0}) disconnects without end of stream, and so does a peer that dies: the other side sees an
+ * {@code IOException} "connection reset by peer" and then {@code channelInactive}.
  */
 public final class RdmaSocketTestPermutation extends SocketTestPermutation {
     public static final RdmaSocketTestPermutation INSTANCE = new RdmaSocketTestPermutation();

@@ -73,6 +73,19 @@ class SoftVerbsTest {
 
     @ParameterizedTest(name = "tcp={0}")
     @ValueSource(booleans = {false, true})
+    void shouldGiveBothEndsTheirAddressesWithRealPorts(boolean tcp) throws Exception {
+        try (SoftPair p = SoftPair.of(tcp)) {
+            InetSocketAddress clientLocal = p.client.id.localAddress();
+            assertTrue(clientLocal.getPort() > 0, "client local address " + clientLocal);
+            assertFalse(clientLocal.getAddress().isAnyLocalAddress(), "client local address " + clientLocal);
+            assertEquals(clientLocal, p.server.id.remoteAddress());
+            assertEquals(p.listenId.localAddress(), p.server.id.localAddress());
+            assertEquals(p.server.id.localAddress().getPort(), p.client.id.remoteAddress().getPort());
+        }
+    }
+
+    @ParameterizedTest(name = "tcp={0}")
+    @ValueSource(booleans = {false, true})
     void shouldSendAndReceiveWithImmediateAndScatterGather(boolean tcp) throws Exception {
         try (SoftPair p = SoftPair.of(tcp)) {
             SoftPair.Buffer src = p.buffer(p.client, 4096);
