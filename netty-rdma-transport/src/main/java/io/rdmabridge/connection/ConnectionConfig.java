@@ -14,8 +14,12 @@ package io.rdmabridge.connection;
 public record ConnectionConfig(int receiveBufferSize, int receiveQueueDepth, int controlCredits, int sendQueueDepth,
                                int signalInterval, int rendezvousThreshold, int maxMessageSize) {
 
+    /**
+     * Defaults. The largest message (16 MiB) bounds what one peer can make this side allocate for a rendezvous
+     * before anything above the transport has looked at it; senders split larger writes.
+     */
     public static final ConnectionConfig DEFAULT = new ConnectionConfig(16 * 1024, 32, 8, 128, 16, 16 * 1024,
-            Integer.MAX_VALUE);
+            16 * 1024 * 1024);
 
     public ConnectionConfig {
         if (sendQueueDepth < 8 || Integer.bitCount(sendQueueDepth) != 1) {

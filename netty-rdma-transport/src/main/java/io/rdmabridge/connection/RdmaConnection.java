@@ -271,6 +271,11 @@ public final class RdmaConnection {
 
     // ------------------------------------------------------------------------------------------------ sending
 
+    /** Largest rendezvous the peer accepts (its handshake): larger messages are sent as several. */
+    public int maxRendezvousLength() {
+        return peer.maxMessageSize();
+    }
+
     /** Largest payload of one eager frame: the peer's receive buffer less the header. */
     public int maxFramePayload() {
         return peer.maxEagerPayload();

@@ -35,6 +35,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     private volatile int sendQueueDepth = ConnectionConfig.DEFAULT.sendQueueDepth();
     private volatile int inlineThreshold = 256;
     private volatile int rendezvousThreshold = ConnectionConfig.DEFAULT.rendezvousThreshold();
+    private volatile int maxMessageSize = ConnectionConfig.DEFAULT.maxMessageSize();
     private volatile int signalInterval = ConnectionConfig.DEFAULT.signalInterval();
     private volatile long busyPollBudgetNanos;
 
@@ -50,7 +51,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
                 ChannelOption.SO_LINGER, ChannelOption.IP_TOS, ChannelOption.ALLOW_HALF_CLOSURE,
                 RdmaChannelOption.RECEIVE_QUEUE_DEPTH, RdmaChannelOption.RECEIVE_BUFFER_SIZE,
                 RdmaChannelOption.SEND_QUEUE_DEPTH, RdmaChannelOption.INLINE_THRESHOLD,
-                RdmaChannelOption.RENDEZVOUS_THRESHOLD, RdmaChannelOption.SIGNAL_INTERVAL,
+                RdmaChannelOption.RENDEZVOUS_THRESHOLD, RdmaChannelOption.MAX_MESSAGE_SIZE,
+                RdmaChannelOption.SIGNAL_INTERVAL,
                 RdmaChannelOption.BUSY_POLL_BUDGET_NANOS);
     }
 
@@ -96,6 +98,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (option == RdmaChannelOption.RENDEZVOUS_THRESHOLD) {
             return (T) Integer.valueOf(rendezvousThreshold);
         }
+        if (option == RdmaChannelOption.MAX_MESSAGE_SIZE) {
+            return (T) Integer.valueOf(maxMessageSize);
+        }
         if (option == RdmaChannelOption.SIGNAL_INTERVAL) {
             return (T) Integer.valueOf(signalInterval);
         }
@@ -139,6 +144,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
             inlineThreshold = checkRange("INLINE_THRESHOLD", (Integer) value, 0, 1 << 16);
         } else if (option == RdmaChannelOption.RENDEZVOUS_THRESHOLD) {
             rendezvousThreshold = checkRange("RENDEZVOUS_THRESHOLD", (Integer) value, 1, Integer.MAX_VALUE);
+        } else if (option == RdmaChannelOption.MAX_MESSAGE_SIZE) {
+            maxMessageSize = checkRange("MAX_MESSAGE_SIZE", (Integer) value, 4096, Integer.MAX_VALUE);
         } else if (option == RdmaChannelOption.SIGNAL_INTERVAL) {
             signalInterval = checkRange("SIGNAL_INTERVAL", (Integer) value, 1, 1 << 15);
         } else if (option == RdmaChannelOption.BUSY_POLL_BUDGET_NANOS) {
@@ -164,7 +171,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     ConnectionConfig connectionConfig() {
         int depth = sendQueueDepth;
         return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,
-                Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, Integer.MAX_VALUE);
+                Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, maxMessageSize);
     }
 
     int inlineThreshold() {

@@ -25,6 +25,14 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     /** Messages of at least this many bytes are sent by rendezvous (RDMA READ by the receiver; default 16 KiB). */
     public static final ChannelOption<Integer> RENDEZVOUS_THRESHOLD = valueOf(RdmaChannelOption.class,
             "RENDEZVOUS_THRESHOLD");
+    /**
+     * Largest single message this side accepts from its peer, announced in the handshake (default 16 MiB). It bounds
+     * the receive buffer one rendezvous can make this side allocate, whoever the peer is; the sender splits larger
+     * writes into several messages, so the byte stream is unchanged. A peer that exceeds it is cut off with a
+     * protocol error.
+     */
+    public static final ChannelOption<Integer> MAX_MESSAGE_SIZE = valueOf(RdmaChannelOption.class,
+            "MAX_MESSAGE_SIZE");
     /** Completion moderation: one send in this many is signaled (default 16; 1 signals every send). */
     public static final ChannelOption<Integer> SIGNAL_INTERVAL = valueOf(RdmaChannelOption.class,
             "SIGNAL_INTERVAL");

@@ -60,7 +60,7 @@ final class RdmaFileWriter {
             long inChunk = chunk.fileOffset() + chunk.length() - position;
             long left = Math.min(inChunk, end - position);
             boolean rendezvous = left >= rendezvousThreshold;
-            int length = (int) (rendezvous ? left : Math.min(left, sink.maxFramePayload()));
+            int length = (int) Math.min(left, rendezvous ? sink.maxRendezvousLength() : sink.maxFramePayload());
             long address = chunk.address() + (position - chunk.fileOffset());
             sink.send(address, length, chunk, rendezvous);
             position += length;
@@ -79,6 +79,8 @@ final class RdmaFileWriter {
         void unspend();
 
         int maxFramePayload();
+
+        int maxRendezvousLength();
 
         void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous);
     }

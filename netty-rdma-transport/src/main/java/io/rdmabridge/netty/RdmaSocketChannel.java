@@ -1015,21 +1015,25 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                     if (!c.canSendData() || !spend()) {
                         return false;
                     }
-                    long address = ByteBufAddress.of(buf, index, length);
-                    MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, length);
+                    // The peer announced the largest message it accepts: a larger write goes as several.
+                    int part = Math.min(length, c.maxRendezvousLength());
+                    long address = ByteBufAddress.of(buf, index, part);
+                    MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, part);
                     RegisteredMemory.Block staging = null;
                     if (mr == null) {
-                        staging = domain.memory.allocate(length);
-                        copy(buf, index, length, staging.buffer(), 0);
+                        staging = domain.memory.allocate(part);
+                        copy(buf, index, part, staging.buffer(), 0);
                         address = staging.address();
                         mr = staging.memoryRegion();
-                        copied(length);
+                        copied(part);
                     }
-                    long op = c.sendRendezvous(address, length, mr.rkey());
-                    record(op, length, staging, false);
-                    metrics.addRendezvous(length);
-                    handler.metrics().addRendezvous(length);
-                    return true;
+                    long op = c.sendRendezvous(address, part, mr.rkey());
+                    record(op, part, staging, false);
+                    metrics.addRendezvous(part);
+                    handler.metrics().addRendezvous(part);
+                    index += part;
+                    length -= part;
+                    continue;
                 }
                 if (!framing) {
                     if (!c.canSendData() || !spend()) {
@@ -1105,7 +1109,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                     return false;
                 }
                 long before = region.transferred();
-                int chunk = (int) Math.min(region.count() - before, RegisteredMemory.maxPooledSize());
+                int chunk = (int) Math.min(region.count() - before,
+                        Math.min(RegisteredMemory.maxPooledSize(), c.maxRendezvousLength()));
                 RegisteredMemory.Block block = domain.memory.allocate(chunk);
                 StagingChannel target = stagingChannel.reset(block.buffer(), chunk);
                 try {
@@ -1154,6 +1159,11 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         @Override
         public int maxFramePayload() {
             return c.maxFramePayload();
+        }
+
+        @Override
+        public int maxRendezvousLength() {
+            return c.maxRendezvousLength();
         }
 
         @Override

@@ -22,6 +22,7 @@ import org.junit.jupiter.api.Timeout;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -127,6 +128,46 @@ class RdmaChannelBehaviourTest {
         assertEquals(4096, m.eagerBytes(), m.toString());
         assertEquals(256 * 1024, m.rendezvousBytes(), m.toString());
         assertTrue(client.eventLoopMetrics().rendezvousBytes() >= 256 * 1024);
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldSplitWritesAboveThePeersLargestMessage() throws Exception {
+        int max = 64 * 1024;
+        CRC32 received = new CRC32();
+        AtomicLong largest = new AtomicLong();
+        AtomicLong bytes = new AtomicLong();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(RdmaChannelOption.MAX_MESSAGE_SIZE, max)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ByteBuf buf = (ByteBuf) msg;
+                        largest.accumulateAndGet(buf.readableBytes(), Math::max);
+                        byte[] copy = new byte[buf.readableBytes()];
+                        buf.readBytes(copy);
+                        received.update(copy);
+                        bytes.addAndGet(copy.length);
+                        buf.release();
+                    }
+                }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        channels.add(server);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        byte[] payload = new byte[1024 * 1024 + 4321];
+        new Random(7).nextBytes(payload);
+        CRC32 sent = new CRC32();
+        sent.update(payload);
+        ByteBuf registered = client.alloc().directBuffer(1024 * 1024).writeBytes(payload, 0, 1024 * 1024);
+        client.write(registered);
+        client.writeAndFlush(Unpooled.wrappedBuffer(payload, 1024 * 1024, 4321)).sync();
+        awaitBytes(bytes, payload.length);
+
+        assertEquals(sent.getValue(), received.getValue(), "bytes arrive intact and in order");
+        assertTrue(largest.get() <= max, "largest message received: " + largest.get() + " (expected: <= " + max + ")");
+        RdmaChannelMetrics m = client.metrics();
+        assertEquals(1024 * 1024, m.rendezvousBytes(), "the registered 1 MiB went as 16 rendezvous of 64 KiB: " + m);
+        assertEquals(4321, m.copiedBytes(), "only the heap tail was copied: " + m);
     }
 
     @Test
