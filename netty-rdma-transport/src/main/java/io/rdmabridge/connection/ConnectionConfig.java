@@ -1,0 +1,44 @@
+package io.rdmabridge.connection;
+
+/**
+ * Tunables of one connection, fixed when it is set up.
+ *
+ * @param receiveBufferSize     bytes of each posted receive, frame header included; bounds one eager frame
+ * @param receiveQueueDepth     receives posted for data frames (the data credits granted to the peer)
+ * @param controlCredits        receives posted for control frames (credit updates, shutdown)
+ * @param sendQueueDepth        outstanding send work requests (a power of two)
+ * @param signalInterval        signal one send in this many (completion moderation); the last of a batch always is
+ * @param rendezvousThreshold   messages of at least this many bytes go by rendezvous (RDMA READ by the receiver)
+ * @param maxMessageSize        largest rendezvous message accepted from the peer
+ */
+public record ConnectionConfig(int receiveBufferSize, int receiveQueueDepth, int controlCredits, int sendQueueDepth,
+                               int signalInterval, int rendezvousThreshold, int maxMessageSize) {
+
+    public static final ConnectionConfig DEFAULT = new ConnectionConfig(16 * 1024, 32, 8, 128, 16, 16 * 1024,
+            Integer.MAX_VALUE);
+
+    public ConnectionConfig {
+        if (sendQueueDepth < 8 || Integer.bitCount(sendQueueDepth) != 1) {
+            throw new IllegalArgumentException("sendQueueDepth: " + sendQueueDepth + " (expected: a power of 2, >= 8)");
+        }
+        if (signalInterval < 1 || signalInterval > sendQueueDepth / 2) {
+            throw new IllegalArgumentException("signalInterval: " + signalInterval + " (expected: 1.."
+                    + sendQueueDepth / 2 + ", half the send queue depth)");
+        }
+        if (rendezvousThreshold < 1) {
+            throw new IllegalArgumentException("rendezvousThreshold: " + rendezvousThreshold + " (expected: > 0)");
+        }
+        // The handshake checks the remaining bounds and names them.
+        handshake(receiveBufferSize, receiveQueueDepth, controlCredits, maxMessageSize);
+    }
+
+    private static Handshake handshake(int receiveBufferSize, int receiveQueueDepth, int controlCredits,
+                                       int maxMessageSize) {
+        return new Handshake(receiveBufferSize, receiveQueueDepth, controlCredits, maxMessageSize);
+    }
+
+    /** What this side announces to its peer. */
+    public Handshake handshake() {
+        return handshake(receiveBufferSize, receiveQueueDepth, controlCredits, maxMessageSize);
+    }
+}

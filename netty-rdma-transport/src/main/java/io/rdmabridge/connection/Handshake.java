@@ -1,0 +1,122 @@
+package io.rdmabridge.connection;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+
+/**
+ * What each side of a connection tells the other in the connection manager's private data (connect request and
+ * accept reply), little-endian:
+ *
+ * <pre>
+ *  0                   1                   2                   3
+ *  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+ * +---------------------------------------------------------------+
+ * |                        magic 'RDBR'                           |
+ * +-------------------------------+-------------------------------+
+ * |       protocol version        |          reserved (0)         |
+ * +-------------------------------+-------------------------------+
+ * |                  receive buffer size (bytes)                  |
+ * +-------------------------------+-------------------------------+
+ * |   data credits (receives)     | control credits |  reserved   |
+ * +-------------------------------+-------------------------------+
+ * |              largest message accepted (bytes)                 |
+ * +---------------------------------------------------------------+
+ * </pre>
+ *
+ * The receive buffer size bounds an eager frame (header included); the credits are the receive buffers posted for
+ * data and for control frames; the largest message bounds a rendezvous. Every field is validated on decode; a bad
+ * handshake rejects the connection with a message naming the field.
+ *
+ * @param receiveBufferSize bytes of each posted receive buffer, header included
+ * @param dataCredits       receive buffers posted for data frames
+ * @param controlCredits    receive buffers posted for control frames
+ * @param maxMessageSize    largest rendezvous message this side accepts
+ */
+public record Handshake(int receiveBufferSize, int dataCredits, int controlCredits, int maxMessageSize) {
+    public static final int MAGIC = 0x52424452; // "RDBR" little-endian
+    public static final int VERSION = 1;
+    public static final int LENGTH = 20;
+
+    public static final int MIN_RECEIVE_BUFFER_SIZE = FrameHeader.HEADER_LENGTH + FrameHeader.RENDEZVOUS_BODY_LENGTH;
+    public static final int MAX_RECEIVE_BUFFER_SIZE = 16 * 1024 * 1024;
+    /** Control frames need at least two credits: the last one may only carry credit returns (see RdmaConnection). */
+    public static final int MIN_CONTROL_CREDITS = 2;
+
+    public Handshake {
+        if (receiveBufferSize < MIN_RECEIVE_BUFFER_SIZE || receiveBufferSize > MAX_RECEIVE_BUFFER_SIZE) {
+            throw new IllegalArgumentException("receiveBufferSize: " + receiveBufferSize + " (expected: "
+                    + MIN_RECEIVE_BUFFER_SIZE + ".." + MAX_RECEIVE_BUFFER_SIZE + ")");
+        }
+        if (dataCredits < 1 || dataCredits > FrameHeader.MAX_DATA_CREDITS) {
+            throw new IllegalArgumentException("dataCredits: " + dataCredits + " (expected: 1.."
+                    + FrameHeader.MAX_DATA_CREDITS + ")");
+        }
+        if (controlCredits < MIN_CONTROL_CREDITS || controlCredits > FrameHeader.MAX_CONTROL_CREDITS) {
+            throw new IllegalArgumentException("controlCredits: " + controlCredits + " (expected: "
+                    + MIN_CONTROL_CREDITS + ".." + FrameHeader.MAX_CONTROL_CREDITS + ")");
+        }
+        if (maxMessageSize < 1) {
+            throw new IllegalArgumentException("maxMessageSize: " + maxMessageSize + " (expected: > 0)");
+        }
+    }
+
+    /** The receive buffers this side posts: one per data and one per control credit. */
+    public int receiveQueueDepth() {
+        return dataCredits + controlCredits;
+    }
+
+    /** The largest payload of one eager DATA frame a peer may send to this side. */
+    public int maxEagerPayload() {
+        return receiveBufferSize - FrameHeader.HEADER_LENGTH;
+    }
+
+    public byte[] encode() {
+        ByteBuffer b = ByteBuffer.allocate(LENGTH).order(ByteOrder.LITTLE_ENDIAN);
+        b.putInt(MAGIC).putShort((short) VERSION).putShort((short) 0).putInt(receiveBufferSize)
+                .putShort((short) dataCredits).put((byte) controlCredits).put((byte) 0).putInt(maxMessageSize);
+        return b.array();
+    }
+
+    /**
+     * Decodes and validates a peer's handshake.
+     *
+     * @throws HandshakeException naming the first field that is wrong
+     */
+    public static Handshake decode(byte[] privateData) throws HandshakeException {
+        if (privateData == null || privateData.length < LENGTH) {
+            throw new HandshakeException("handshake too short: " + (privateData == null ? 0 : privateData.length)
+                    + " bytes of private data (expected: >= " + LENGTH + "; is the peer an rdma-bridge endpoint?)");
+        }
+        ByteBuffer b = ByteBuffer.wrap(privateData).order(ByteOrder.LITTLE_ENDIAN);
+        int magic = b.getInt();
+        if (magic != MAGIC) {
+            throw new HandshakeException("handshake magic: 0x" + Integer.toHexString(magic) + " (expected: 0x"
+                    + Integer.toHexString(MAGIC) + "; the peer does not speak the rdma-bridge protocol)");
+        }
+        int version = b.getShort() & 0xFFFF;
+        if (version != VERSION) {
+            throw new HandshakeException("protocol version: " + version + " (expected: " + VERSION
+                    + "; run the same rdma-bridge version on both ends)");
+        }
+        b.getShort();
+        int receiveBufferSize = b.getInt();
+        int dataCredits = b.getShort() & 0xFFFF;
+        int controlCredits = b.get() & 0xFF;
+        b.get();
+        int maxMessageSize = b.getInt();
+        try {
+            return new Handshake(receiveBufferSize, dataCredits, controlCredits, maxMessageSize);
+        } catch (IllegalArgumentException e) {
+            throw new HandshakeException("bad handshake from peer: " + e.getMessage());
+        }
+    }
+
+    /** A peer's handshake could not be accepted. */
+    public static final class HandshakeException extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        public HandshakeException(String message) {
+            super(message);
+        }
+    }
+}

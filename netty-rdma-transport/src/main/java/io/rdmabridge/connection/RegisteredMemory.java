@@ -1,0 +1,323 @@
+package io.rdmabridge.connection;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.RdmaException;
+
+import java.nio.ByteBuffer;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * The registered memory of one protection domain: an arena of size-classed blocks carved from slabs that are
+ * registered once ({@link #allocate(int)}), plus single registrations ({@link #register(ByteBuffer)}) for receive
+ * buffers and large or foreign memory. Every region is entered in one {@link MemoryRegionMap}, so a buffer's keys are
+ * found by its address.
+ *
+ * <p>Blocks are handed out and given back lock-free ({@link IndexQueue} per slab) by any thread; a slab is
+ * deregistered and freed when the arena is closed and its last block has come back, so memory a peer may still read
+ * is never reused under it. Growing the arena (a new slab) takes a lock; that happens a bounded number of times.
+ * Thread-safe.
+ */
+public final class RegisteredMemory implements AutoCloseable {
+    /** Access of every region: local write (receives, READ targets) and remote read (rendezvous sources). */
+    public static final int ACCESS = Access.LOCAL_WRITE | Access.REMOTE_READ;
+
+    static final int MIN_BLOCK_SHIFT = 8;   // 256 B
+    static final int MAX_BLOCK_SHIFT = 20;  // 1 MiB
+    private static final int SLAB_TARGET = 1024 * 1024;
+
+    private final ProtectionDomain pd;
+    private final MemoryRegionMap regions = new MemoryRegionMap();
+    private final SizeClass[] classes = new SizeClass[MAX_BLOCK_SHIFT - MIN_BLOCK_SHIFT + 1];
+    private final AtomicLong pooledBytes = new AtomicLong();
+    private final AtomicLong dedicatedBytes = new AtomicLong();
+    private volatile boolean closed;
+    private volatile Runnable onReleased;
+
+    public RegisteredMemory(ProtectionDomain pd) {
+        this.pd = pd;
+        for (int i = 0; i < classes.length; i++) {
+            classes[i] = new SizeClass(1 << (MIN_BLOCK_SHIFT + i));
+        }
+    }
+
+    public ProtectionDomain protectionDomain() {
+        return pd;
+    }
+
+    public MemoryRegionMap regions() {
+        return regions;
+    }
+
+    /** The largest allocation served from pooled blocks; larger ones get a registration of their own. */
+    public static int maxPooledSize() {
+        return 1 << MAX_BLOCK_SHIFT;
+    }
+
+    public boolean isClosed() {
+        return closed;
+    }
+
+    /** Bytes of slab memory registered for pooled blocks. */
+    public long pooledBytes() {
+        return pooledBytes.get();
+    }
+
+    /** Bytes registered for single (dedicated) registrations. */
+    public long dedicatedBytes() {
+        return dedicatedBytes.get();
+    }
+
+    /**
+     * A registered block of at least {@code size} bytes. Free it with {@link Block#free()} from any thread.
+     *
+     * @throws RdmaException when the arena is closed or the device refuses the registration
+     */
+    public Block allocate(int size) throws RdmaException {
+        if (size < 0) {
+            throw new IllegalArgumentException("size: " + size + " (expected: >= 0)");
+        }
+        if (closed) {
+            throw new RdmaException("registered memory is closed (its event loop group was shut down)");
+        }
+        if (size > maxPooledSize()) {
+            return dedicated(size);
+        }
+        int shift = Math.max(MIN_BLOCK_SHIFT, 32 - Integer.numberOfLeadingZeros(Math.max(1, size) - 1));
+        return classes[shift - MIN_BLOCK_SHIFT].allocate();
+    }
+
+    private Block dedicated(int size) throws RdmaException {
+        ByteBuffer memory = DirectBuffers.allocate(size);
+        MemoryRegion mr;
+        try {
+            mr = pd.register(memory, ACCESS);
+        } catch (RdmaException | RuntimeException e) {
+            DirectBuffers.free(memory);
+            throw e;
+        }
+        regions.add(mr);
+        dedicatedBytes.addAndGet(size);
+        return new Block(null, 0, memory, mr);
+    }
+
+    /**
+     * Registers a whole direct buffer the caller owns (receive slabs). Give it back with {@link #deregister}.
+     */
+    public MemoryRegion register(ByteBuffer directBuffer) throws RdmaException {
+        MemoryRegion mr = pd.register(directBuffer, ACCESS);
+        regions.add(mr);
+        return mr;
+    }
+
+    /**
+     * Registers {@code [address, address + length)} the caller owns for reading only (mapped file chunks: the
+     * device sends from them and peers READ them, nothing writes them).
+     */
+    public MemoryRegion registerReadOnly(long address, long length) throws RdmaException {
+        MemoryRegion mr = pd.register(address, length, Access.REMOTE_READ);
+        regions.add(mr);
+        return mr;
+    }
+
+    public void deregister(MemoryRegion mr) {
+        regions.remove(mr);
+        mr.close();
+        regionRemoved();
+    }
+
+    /**
+     * Runs {@code action} once, when the memory is closed and its last region has been deregistered (then the
+     * protection domain may be deallocated). Runs at once if that is already the case.
+     */
+    public void whenReleased(Runnable action) {
+        onReleased = action;
+        regionRemoved();
+    }
+
+    private void regionRemoved() {
+        if (closed && regions.size() == 0) {
+            Runnable action;
+            synchronized (this) {
+                action = onReleased;
+                onReleased = null;
+            }
+            if (action != null) {
+                action.run();
+            }
+        }
+    }
+
+    /**
+     * Stops handing out blocks and deregisters every slab whose blocks have all come back; the others are
+     * deregistered when their last block is freed. Idempotent.
+     */
+    @Override
+    public void close() {
+        closed = true;
+        for (SizeClass c : classes) {
+            for (Slab slab : c.slabs) {
+                slab.releaseIfIdle();
+            }
+        }
+        regionRemoved();
+    }
+
+    /** Whether every slab has been deregistered (nothing is still allocated). */
+    public boolean isReleased() {
+        return pooledBytes.get() == 0 && dedicatedBytes.get() == 0;
+    }
+
+    private final class SizeClass {
+        final int blockSize;
+        final int blocksPerSlab;
+        final CopyOnWriteArrayList<Slab> slabs = new CopyOnWriteArrayList<>();
+
+        SizeClass(int blockSize) {
+            this.blockSize = blockSize;
+            blocksPerSlab = Math.max(4, Math.min(256, SLAB_TARGET / blockSize));
+        }
+
+        Block allocate() throws RdmaException {
+            for (;;) {
+                for (Slab slab : slabs) {
+                    Block b = slab.take();
+                    if (b != null) {
+                        return b;
+                    }
+                }
+                synchronized (this) {
+                    // Another thread may have grown the class while this one waited.
+                    for (Slab slab : slabs) {
+                        Block b = slab.take();
+                        if (b != null) {
+                            return b;
+                        }
+                    }
+                    if (closed) {
+                        throw new RdmaException("registered memory is closed (its event loop group was shut down)");
+                    }
+                    slabs.add(new Slab(blockSize, blocksPerSlab));
+                }
+            }
+        }
+    }
+
+    private final class Slab {
+        final ByteBuffer memory;
+        final MemoryRegion mr;
+        final Block[] blocks;
+        final IndexQueue free;
+        final AtomicInteger inUse = new AtomicInteger();
+        final AtomicInteger released = new AtomicInteger();
+
+        Slab(int blockSize, int count) throws RdmaException {
+            memory = DirectBuffers.allocate(blockSize * count);
+            try {
+                mr = pd.register(memory, ACCESS);
+            } catch (RdmaException | RuntimeException e) {
+                DirectBuffers.free(memory);
+                throw e;
+            }
+            regions.add(mr);
+            pooledBytes.addAndGet(memory.capacity());
+            blocks = new Block[count];
+            free = new IndexQueue(count);
+            for (int i = 0; i < count; i++) {
+                ByteBuffer view = memory.duplicate().position(i * blockSize).limit((i + 1) * blockSize).slice();
+                blocks[i] = new Block(this, i, view, mr);
+                free.offer(i);
+            }
+        }
+
+        Block take() {
+            int i = free.poll();
+            if (i < 0) {
+                return null;
+            }
+            inUse.incrementAndGet();
+            return blocks[i];
+        }
+
+        void give(int index) {
+            free.offer(index);
+            if (inUse.decrementAndGet() == 0 && closed) {
+                releaseIfIdle();
+            }
+        }
+
+        void releaseIfIdle() {
+            if (inUse.get() == 0 && released.compareAndSet(0, 1)) {
+                regions.remove(mr);
+                mr.close();
+                pooledBytes.addAndGet(-memory.capacity());
+                DirectBuffers.free(memory);
+                regionRemoved();
+            }
+        }
+    }
+
+    /**
+     * A registered piece of memory: a pooled block or a dedicated registration. Owned by whoever allocated it until
+     * {@link #free()}.
+     */
+    public final class Block {
+        private final Slab slab;
+        private final int index;
+        private final ByteBuffer buffer;
+        private final MemoryRegion mr;
+        private final long address;
+        private Object attachment;
+
+        Block(Slab slab, int index, ByteBuffer buffer, MemoryRegion mr) {
+            this.slab = slab;
+            this.index = index;
+            this.buffer = buffer;
+            this.mr = mr;
+            address = DirectMemory.address(buffer);
+        }
+
+        /** The block's memory, position 0, limit = capacity; big-endian, as a fresh direct buffer. */
+        public ByteBuffer buffer() {
+            return buffer;
+        }
+
+        public long address() {
+            return address;
+        }
+
+        public int capacity() {
+            return buffer.capacity();
+        }
+
+        public MemoryRegion memoryRegion() {
+            return mr;
+        }
+
+        /** Caller state kept with a pooled block across uses (e.g. an adapter object), or {@code null}. */
+        public Object attachment() {
+            return attachment;
+        }
+
+        public void attach(Object attachment) {
+            this.attachment = attachment;
+        }
+
+        /** Gives the block back (pooled) or deregisters and frees it (dedicated). Any thread; once per allocation. */
+        public void free() {
+            if (slab != null) {
+                slab.give(index);
+            } else {
+                regions.remove(mr);
+                mr.close();
+                dedicatedBytes.addAndGet(-buffer.capacity());
+                DirectBuffers.free(buffer);
+                regionRemoved();
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+package io.rdmabridge.netty;
+
+import io.netty.channel.ChannelOption;
+
+/**
+ * Options of RDMA channels, on top of Netty's {@link ChannelOption}s. Set them with {@code Bootstrap.option} or
+ * {@code ServerBootstrap.childOption}; they take effect when the connection is set up.
+ *
+ * @param <T> the option's value type
+ */
+public final class RdmaChannelOption<T> extends ChannelOption<T> {
+
+    /** Receive buffers posted for data frames: the credits the peer may spend before it waits (default 32). */
+    public static final ChannelOption<Integer> RECEIVE_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
+            "RECEIVE_QUEUE_DEPTH");
+    /** Bytes of each posted receive buffer, frame header included: the largest eager frame (default 16 KiB). */
+    public static final ChannelOption<Integer> RECEIVE_BUFFER_SIZE = valueOf(RdmaChannelOption.class,
+            "RECEIVE_BUFFER_SIZE");
+    /** Outstanding send work requests, a power of two (default 128). */
+    public static final ChannelOption<Integer> SEND_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
+            "SEND_QUEUE_DEPTH");
+    /** Bytes a SEND may carry inline, capped by the device's limit (default 256, 0 disables inline sends). */
+    public static final ChannelOption<Integer> INLINE_THRESHOLD = valueOf(RdmaChannelOption.class,
+            "INLINE_THRESHOLD");
+    /** Messages of at least this many bytes are sent by rendezvous (RDMA READ by the receiver; default 16 KiB). */
+    public static final ChannelOption<Integer> RENDEZVOUS_THRESHOLD = valueOf(RdmaChannelOption.class,
+            "RENDEZVOUS_THRESHOLD");
+    /** Completion moderation: one send in this many is signaled (default 16; 1 signals every send). */
+    public static final ChannelOption<Integer> SIGNAL_INTERVAL = valueOf(RdmaChannelOption.class,
+            "SIGNAL_INTERVAL");
+    /**
+     * Nanoseconds the event loop keeps polling its completion queues before it sleeps (default 0: sleep at once).
+     * The loop uses the largest budget of its channels.
+     */
+    public static final ChannelOption<Long> BUSY_POLL_BUDGET_NANOS = valueOf(RdmaChannelOption.class,
+            "BUSY_POLL_BUDGET_NANOS");
+
+    @SuppressWarnings({"unused", "deprecation"})
+    private RdmaChannelOption() {
+        super(null);
+    }
+}

@@ -1,0 +1,317 @@
+package io.rdmabridge.netty;
+
+import io.netty.channel.IoHandle;
+import io.netty.channel.IoHandler;
+import io.netty.channel.IoHandlerContext;
+import io.netty.channel.IoHandlerFactory;
+import io.netty.channel.IoOps;
+import io.netty.channel.IoRegistration;
+import io.netty.util.concurrent.ThreadAwareExecutor;
+import io.netty.util.internal.logging.InternalLogger;
+import io.netty.util.internal.logging.InternalLoggerFactory;
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RdmaException;
+import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.WorkCompletions;
+
+import java.util.Arrays;
+import java.util.Objects;
+
+/**
+ * The {@link IoHandler} of RDMA event loops:
+ * <pre>
+ * EventLoopGroup group = new MultiThreadIoEventLoopGroup(RdmaIoHandler.newFactory());
+ * </pre>
+ * Each loop polls the completion queues of its channels and one connection-manager event channel. When idle it
+ * busy-polls for the largest {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of its channels, then arms every
+ * completion queue, polls once more (a completion may have landed before the arm), and waits on the provider's
+ * {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier.
+ *
+ * <p>Threading: everything but {@link #wakeup()} runs on the loop's thread, which owns the queue pairs, completion
+ * queues and event channel of its channels. Polling allocates nothing.
+ */
+public final class RdmaIoHandler implements IoHandler {
+    private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaIoHandler.class);
+    private static final RdmaIoHandle[] NO_HANDLES = new RdmaIoHandle[0];
+
+    private final ThreadAwareExecutor executor;
+    private final Factory factory;
+    private final RdmaDomain domain;
+    private final EventNotifier notifier = new EventNotifier();
+    private final RdmaEventChannel eventChannel;
+    private final WorkCompletions completions = new WorkCompletions(32);
+    private final CmEvent cmEvent = new CmEvent();
+    private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
+    private RdmaIoHandle[] handles = NO_HANDLES;
+    private long busyPollBudgetNanos;
+    private boolean shuttingDown;
+
+    private RdmaIoHandler(Factory factory, ThreadAwareExecutor executor) throws RdmaException {
+        this.executor = Objects.requireNonNull(executor, "executor");
+        this.factory = factory;
+        domain = factory.acquire();
+        try {
+            eventChannel = domain.provider.createEventChannel(notifier);
+        } catch (RdmaException | RuntimeException e) {
+            factory.release();
+            throw e;
+        }
+    }
+
+    /** A factory using the provider chosen by {@link Rdma} ({@code rdmabridge.provider}). */
+    public static IoHandlerFactory newFactory() {
+        return new Factory(null);
+    }
+
+    /** A factory using {@code provider}, which must be available. */
+    public static IoHandlerFactory newFactory(RdmaProvider provider) {
+        Objects.requireNonNull(provider, "provider");
+        if (!provider.isAvailable()) {
+            throw new IllegalArgumentException("provider: " + provider.name() + " is unavailable ("
+                    + provider.unavailabilityCause() + ")");
+        }
+        return new Factory(provider);
+    }
+
+    RdmaDomain domain() {
+        return domain;
+    }
+
+    EventNotifier notifier() {
+        return notifier;
+    }
+
+    RdmaEventChannel eventChannel() {
+        return eventChannel;
+    }
+
+    WorkCompletions completions() {
+        return completions;
+    }
+
+    RdmaChannelMetrics metrics() {
+        return metrics;
+    }
+
+    boolean isShuttingDown() {
+        return shuttingDown;
+    }
+
+    @Override
+    public int run(IoHandlerContext context) {
+        int handled = pollOnce();
+        if (handled > 0 || !context.canBlock()) {
+            return handled;
+        }
+        if (busyPollBudgetNanos > 0) {
+            long end = System.nanoTime() + busyPollBudgetNanos;
+            do {
+                handled = pollOnce();
+                if (handled > 0) {
+                    return handled;
+                }
+            } while (context.canBlock() && System.nanoTime() - end < 0);
+            if (!context.canBlock()) {
+                return 0;
+            }
+        }
+        RdmaIoHandle[] hs = handles;
+        for (RdmaIoHandle h : hs) {
+            h.arm();
+        }
+        handled = pollOnce();
+        if (handled > 0) {
+            return handled;
+        }
+        notifier.await(Math.max(0, context.delayNanos(System.nanoTime())));
+        return pollOnce();
+    }
+
+    private int pollOnce() {
+        int handled = 0;
+        while (eventChannel.poll(cmEvent)) {
+            handled++;
+            dispatch(cmEvent);
+        }
+        RdmaIoHandle[] hs = handles;
+        for (RdmaIoHandle h : hs) {
+            handled += h.poll(this);
+        }
+        return handled;
+    }
+
+    private void dispatch(CmEvent event) {
+        Object target = event.type() == CmEventType.CONNECT_REQUEST && event.listenId() != null
+                ? event.listenId().attachment() : event.id() == null ? null : event.id().attachment();
+        if (target instanceof RdmaIoHandle) {
+            RdmaIoHandle handle = (RdmaIoHandle) target;
+            // The handle (e.g. an accepted child on another loop) hops to its own thread if needed.
+            handle.handle(null, RdmaCmIoEvent.copyOf(event));
+        } else if (event.type() == CmEventType.CONNECT_REQUEST && event.id() != null) {
+            // Nobody listens any more: refuse instead of leaving the peer waiting.
+            try {
+                event.id().reject(null);
+            } catch (RdmaException e) {
+                logger.debug("Rejecting a connection request for a closed listener failed", e);
+            } finally {
+                event.id().close();
+            }
+        } else {
+            logger.debug("Dropping connection-manager event for a closed channel: {}", event);
+        }
+    }
+
+    @Override
+    public void prepareToDestroy() {
+        shuttingDown = true;
+        for (RdmaIoHandle h : handles) {
+            try {
+                h.close();
+            } catch (Exception e) {
+                logger.warn("Failed to close an RDMA channel while its event loop shuts down", e);
+            }
+        }
+    }
+
+    @Override
+    public void destroy() {
+        shuttingDown = true;
+        for (RdmaIoHandle h : handles) {
+            h.destroyNow();
+        }
+        handles = NO_HANDLES;
+        eventChannel.close();
+        factory.release();
+    }
+
+    @Override
+    public IoRegistration register(IoHandle handle) {
+        RdmaIoHandle h = (RdmaIoHandle) handle;
+        RdmaIoHandle[] hs = Arrays.copyOf(handles, handles.length + 1);
+        hs[hs.length - 1] = h;
+        handles = hs;
+        updateBusyPoll();
+        h.registered();
+        return new Registration(h);
+    }
+
+    void updateBusyPoll() {
+        long budget = 0;
+        for (RdmaIoHandle h : handles) {
+            budget = Math.max(budget, h.busyPollBudgetNanos());
+        }
+        busyPollBudgetNanos = budget;
+    }
+
+    private void deregister(RdmaIoHandle h) {
+        RdmaIoHandle[] hs = handles;
+        for (int i = 0; i < hs.length; i++) {
+            if (hs[i] == h) {
+                RdmaIoHandle[] copy = new RdmaIoHandle[hs.length - 1];
+                System.arraycopy(hs, 0, copy, 0, i);
+                System.arraycopy(hs, i + 1, copy, i, hs.length - i - 1);
+                handles = copy;
+                updateBusyPoll();
+                h.unregistered();
+                return;
+            }
+        }
+    }
+
+    @Override
+    public void wakeup() {
+        if (!executor.isExecutorThread(Thread.currentThread())) {
+            notifier.signal();
+        }
+    }
+
+    @Override
+    public boolean isCompatible(Class<? extends IoHandle> handleType) {
+        return RdmaIoHandle.class.isAssignableFrom(handleType);
+    }
+
+    boolean inLoop() {
+        return executor.isExecutorThread(Thread.currentThread());
+    }
+
+    void execute(Runnable task) {
+        executor.execute(task);
+    }
+
+    private final class Registration implements IoRegistration {
+        private final RdmaIoHandle handle;
+        private volatile boolean valid = true;
+
+        Registration(RdmaIoHandle handle) {
+            this.handle = handle;
+        }
+
+        @SuppressWarnings("unchecked")
+        @Override
+        public <T> T attachment() {
+            return (T) RdmaIoHandler.this;
+        }
+
+        @Override
+        public long submit(IoOps ops) {
+            throw new UnsupportedOperationException("RDMA channels post work requests themselves");
+        }
+
+        @Override
+        public boolean isValid() {
+            return valid;
+        }
+
+        @Override
+        public boolean cancel() {
+            if (!valid) {
+                return false;
+            }
+            valid = false;
+            if (executor.isExecutorThread(Thread.currentThread())) {
+                deregister(handle);
+            } else {
+                executor.execute(() -> deregister(handle));
+            }
+            return true;
+        }
+    }
+
+    /** Creates handlers that share one {@link RdmaDomain}, opened with the first and closed with the last. */
+    static final class Factory implements IoHandlerFactory {
+        private final RdmaProvider provider;
+        private RdmaDomain domain;
+        private int handlers;
+
+        Factory(RdmaProvider provider) {
+            this.provider = provider;
+        }
+
+        @Override
+        public IoHandler newHandler(ThreadAwareExecutor ioExecutor) {
+            try {
+                return new RdmaIoHandler(this, ioExecutor);
+            } catch (RdmaException e) {
+                throw new IllegalStateException("cannot create an RDMA event loop: " + e.getMessage(), e);
+            }
+        }
+
+        synchronized RdmaDomain acquire() throws RdmaException {
+            if (domain == null) {
+                domain = RdmaDomain.open(provider != null ? provider : Rdma.provider());
+            }
+            handlers++;
+            return domain;
+        }
+
+        synchronized void release() {
+            if (--handlers == 0) {
+                domain.close();
+                domain = null;
+            }
+        }
+    }
+}

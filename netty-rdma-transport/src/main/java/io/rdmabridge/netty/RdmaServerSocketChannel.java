@@ -1,0 +1,267 @@
+package io.rdmabridge.netty;
+
+import io.netty.channel.AbstractServerChannel;
+import io.netty.channel.ChannelMetadata;
+import io.netty.channel.ChannelPromise;
+import io.netty.channel.EventLoop;
+import io.netty.channel.IoEvent;
+import io.netty.channel.IoEventLoop;
+import io.netty.channel.IoRegistration;
+import io.netty.channel.RecvByteBufAllocator;
+import io.netty.channel.socket.ServerSocketChannel;
+import io.netty.channel.socket.ServerSocketChannelConfig;
+import io.netty.util.internal.logging.InternalLogger;
+import io.netty.util.internal.logging.InternalLoggerFactory;
+import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaException;
+
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.Arrays;
+
+/**
+ * A {@link ServerSocketChannel} listening for RDMA connections through the connection manager.
+ * <pre>
+ * new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+ * </pre>
+ * Each connect request is validated (its handshake), then handed up as a new {@link RdmaSocketChannel}; the request is
+ * answered once that child is registered on its event loop, where its queue pair lives. At most {@code SO_BACKLOG}
+ * requests wait to be read; beyond that they are rejected.
+ *
+ * <p>Threading: one event-loop thread owns the listening id and the connection-manager events of the children's ids.
+ */
+public final class RdmaServerSocketChannel extends AbstractServerChannel implements ServerSocketChannel {
+    private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaServerSocketChannel.class);
+    private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
+
+    private final RdmaServerChannelConfig config = new RdmaServerChannelConfig(this);
+    private final ArrayDeque<RdmaSocketChannel> pending = new ArrayDeque<>();
+    private RdmaIoHandler handler;
+    private IoRegistration registration;
+    private RdmaCmId id;
+    private volatile InetSocketAddress local;
+    private volatile boolean active;
+    private volatile boolean open = true;
+    private boolean readPending;
+    private boolean readScheduled;
+
+    /** Creates an unbound listener. */
+    public RdmaServerSocketChannel() {
+    }
+
+    @Override
+    public ServerSocketChannelConfig config() {
+        return config;
+    }
+
+    @Override
+    public ChannelMetadata metadata() {
+        return METADATA;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return open;
+    }
+
+    @Override
+    public boolean isActive() {
+        return active;
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        return (InetSocketAddress) super.localAddress();
+    }
+
+    @Override
+    public InetSocketAddress remoteAddress() {
+        return null;
+    }
+
+    @Override
+    protected SocketAddress localAddress0() {
+        return local;
+    }
+
+    @Override
+    protected boolean isCompatible(EventLoop loop) {
+        return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaServerUnsafe.class);
+    }
+
+    @Override
+    protected AbstractUnsafe newUnsafe() {
+        return new RdmaServerUnsafe();
+    }
+
+    @Override
+    protected void doRegister(ChannelPromise promise) {
+        ((IoEventLoop) eventLoop()).register((RdmaServerUnsafe) unsafe()).addListener(f -> {
+            if (f.isSuccess()) {
+                registration = (IoRegistration) f.getNow();
+                handler = registration.attachment();
+                promise.setSuccess();
+            } else {
+                promise.setFailure(f.cause());
+            }
+        });
+    }
+
+    @Override
+    protected void doDeregister() {
+        IoRegistration r = registration;
+        if (r != null) {
+            r.cancel();
+        }
+    }
+
+    @Override
+    protected void doBind(SocketAddress localAddress) throws Exception {
+        if (!(localAddress instanceof InetSocketAddress)) {
+            throw new IllegalArgumentException("localAddress: " + localAddress + " (expected: an InetSocketAddress)");
+        }
+        RdmaCmId listener = handler.eventChannel().createId();
+        try {
+            listener.attach(unsafe());
+            local = listener.listen((InetSocketAddress) localAddress, config.getBacklog());
+        } catch (RdmaException | RuntimeException e) {
+            listener.close();
+            throw e;
+        }
+        id = listener;
+        active = true;
+    }
+
+    @Override
+    protected void doBeginRead() {
+        readPending = true;
+        if (!pending.isEmpty() && !readScheduled) {
+            readScheduled = true;
+            eventLoop().execute(() -> {
+                readScheduled = false;
+                readAccepted();
+            });
+        }
+    }
+
+    private void readAccepted() {
+        if (!readPending || pending.isEmpty() || !isOpen()) {
+            return;
+        }
+        RecvByteBufAllocator.Handle allocHandle = unsafe().recvBufAllocHandle();
+        allocHandle.reset(config);
+        boolean delivered = false;
+        do {
+            RdmaSocketChannel child = pending.poll();
+            if (child == null) {
+                break;
+            }
+            allocHandle.incMessagesRead(1);
+            readPending = false;
+            delivered = true;
+            pipeline().fireChannelRead(child);
+        } while (allocHandle.continueReading());
+        if (delivered) {
+            allocHandle.readComplete();
+            pipeline().fireChannelReadComplete();
+        }
+    }
+
+    private void connectRequest(RdmaCmIoEvent event) {
+        RdmaCmId request = event.id();
+        Handshake peer;
+        try {
+            peer = Handshake.decode(event.privateData());
+        } catch (Handshake.HandshakeException e) {
+            logger.debug("Rejecting an RDMA connection request: {}", e.getMessage());
+            reject(request, e.getMessage());
+            return;
+        }
+        if (!isActive() || pending.size() >= config.getBacklog()) {
+            reject(request, "backlog full: " + pending.size() + " requests wait to be accepted");
+            return;
+        }
+        RdmaSocketChannel child = new RdmaSocketChannel(this, request, handler, peer);
+        request.attach(child.unsafe());
+        pending.add(child);
+        if (readPending) {
+            readAccepted();
+        }
+    }
+
+    private static void reject(RdmaCmId request, String reason) {
+        byte[] why = reason.getBytes(StandardCharsets.UTF_8);
+        try {
+            request.reject(Arrays.copyOf(why, Math.min(why.length, ConnectionParameters.MAX_REJECT_PRIVATE_DATA)));
+        } catch (RdmaException | RuntimeException e) {
+            logger.debug("Rejecting an RDMA connection request failed", e);
+        } finally {
+            request.close();
+        }
+    }
+
+    @Override
+    protected void doClose() {
+        open = false;
+        active = false;
+        RdmaCmId listener = id;
+        id = null;
+        if (listener != null) {
+            listener.close();
+        }
+        RdmaSocketChannel child;
+        while ((child = pending.poll()) != null) {
+            child.unsafe().closeForcibly();
+        }
+    }
+
+    private final class RdmaServerUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+        @Override
+        public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
+            promise.setFailure(new UnsupportedOperationException("a server channel does not connect"));
+        }
+
+        @Override
+        public void handle(IoRegistration registration, IoEvent event) {
+            RdmaCmIoEvent e = (RdmaCmIoEvent) event;
+            if (e.type() == CmEventType.CONNECT_REQUEST) {
+                connectRequest(e);
+            } else {
+                logger.debug("Unexpected connection-manager event on listener {}: {}", local, e.describe());
+            }
+        }
+
+        @Override
+        public int poll(RdmaIoHandler h) {
+            return 0;
+        }
+
+        @Override
+        public void arm() {
+        }
+
+        @Override
+        public void destroyNow() {
+            if (open) {
+                doClose();
+            }
+        }
+
+        @Override
+        public long busyPollBudgetNanos() {
+            return 0;
+        }
+
+        @Override
+        public void close() {
+            if (isOpen()) {
+                close(voidPromise());
+            }
+        }
+    }
+}

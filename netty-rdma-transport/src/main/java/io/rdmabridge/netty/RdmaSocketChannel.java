@@ -1,0 +1,1414 @@
+package io.rdmabridge.netty;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.ByteBufAllocator;
+import io.netty.channel.AbstractChannel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelFutureListener;
+import io.netty.channel.ChannelMetadata;
+import io.netty.channel.ChannelOutboundBuffer;
+import io.netty.channel.ChannelPromise;
+import io.netty.channel.ConnectTimeoutException;
+import io.netty.channel.DefaultFileRegion;
+import io.netty.channel.EventLoop;
+import io.netty.channel.FileRegion;
+import io.netty.channel.IoEvent;
+import io.netty.channel.IoEventLoop;
+import io.netty.channel.IoRegistration;
+import io.netty.channel.RecvByteBufAllocator;
+import io.netty.channel.socket.ChannelInputShutdownEvent;
+import io.netty.channel.socket.ChannelInputShutdownReadComplete;
+import io.netty.channel.socket.ServerSocketChannel;
+import io.netty.channel.socket.SocketChannel;
+import io.netty.util.internal.logging.InternalLogger;
+import io.netty.util.internal.logging.InternalLoggerFactory;
+import io.rdmabridge.connection.ConnectionConfig;
+import io.rdmabridge.connection.FileChunkCache;
+import io.rdmabridge.connection.FrameHeader;
+import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.connection.RdmaConnection;
+import io.rdmabridge.connection.ReceiveBuffers;
+import io.rdmabridge.connection.RegisteredMemory;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DeviceAttributes;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaException;
+
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A {@link SocketChannel} over an RDMA reliable-connected queue pair.
+ * <pre>
+ * new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+ * </pre>
+ *
+ * <h2>Writes</h2>
+ * Completion-based, like Netty's io_uring transport: flushed buffers are posted as eager SENDs (small ones gathered
+ * into one frame) or advertised for rendezvous, and stay in the {@link ChannelOutboundBuffer} until their completion
+ * (or, for a rendezvous, the peer's acknowledgement) arrives; then their bytes are removed and their promises
+ * complete. Buffers in registered memory (the channel's default {@link RdmaByteBufAllocator}) go out without a copy;
+ * any other buffer is copied once into registered memory and counted in {@link RdmaChannelMetrics#copiedBytes()}.
+ * Each flush posts at most {@code WRITE_SPIN_COUNT} work requests before it yields to the other channels of the loop.
+ *
+ * <h2>Reads</h2>
+ * Eager frames are handed up as the receive buffers they landed in; releasing them reposts the receive and returns a
+ * credit. With {@code autoRead=false} and no read pending, nothing is reposted, so the peer runs out of credits and
+ * stops: back-pressure reaches the sender's {@code isWritable()}.
+ *
+ * <h2>Threading</h2>
+ * One event-loop thread owns the queue pair, its completion queue and all state here. For an accepted channel the
+ * connection-manager id belongs to the listener's loop: operations on it hop there, and its events hop back.
+ */
+public final class RdmaSocketChannel extends AbstractChannel implements SocketChannel {
+    private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
+    private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
+    private static final int CONTROL_CREDITS = 8;
+    private static final long CLOSE_LINGER_MILLIS = 2000;
+
+    private static final int STATE_OPEN = 0;
+    private static final int STATE_CONNECTING = 1;
+    private static final int STATE_ACTIVE = 2;
+    private static final int STATE_CLOSED = 3;
+
+    private final RdmaChannelConfig config;
+    private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
+    private volatile int state;
+
+    private RdmaIoHandler handler;
+    private volatile RdmaDomain domain;
+    private IoRegistration registration;
+
+    // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
+    private RdmaCmId id;
+    private RdmaIoHandler idOwner;
+    private Handshake peerHandshake;
+    private ConnectionConfig connectionConfig;
+    private CompletionQueue cq;
+    private volatile QueuePair qp;
+    private ReceiveBuffers recv;
+    private RdmaConnection connection;
+    private volatile InetSocketAddress local;
+    private volatile InetSocketAddress remote;
+    private ChannelPromise connectPromise;
+    private ScheduledFuture<?> connectTimeoutFuture;
+    private InetSocketAddress requestedRemote;
+
+    // Reading.
+    private boolean readPending;
+    private boolean readScheduled;
+    private RdmaReceivedByteBuf[] slotBuffers;
+    private ByteBuf rendezvousTarget;
+    private boolean peerGone;
+    private volatile boolean inputShutdown;
+    private volatile boolean outputShutdown;
+    private boolean inputEndSeen;
+    private final Runnable readTask = this::scheduledRead;
+
+    // Writing: per operation, the outbound bytes it carries and the staging block (a copy) it holds, if any.
+    private long[] opBytes;
+    private Object[] opRelease;
+    private boolean[] opFile;
+    private int opMask;
+    private long postedBytes;
+    private boolean flushScheduled;
+    private final Runnable flushTask = this::scheduledFlush;
+    private final WriteProcessor writeProcessor = new WriteProcessor();
+
+    // Close and shutdownOutput wait for posted work to complete (its memory must outlive the work request).
+    private boolean closeRequested;
+    private ChannelPromise delayedClosePromise;
+    private Throwable delayedCloseCause;
+    private ClosedChannelException delayedCloseClosedCause;
+    private ChannelPromise delayedShutdownPromise;
+    private ScheduledFuture<?> lingerFuture;
+
+    /** Creates an unconnected channel (the {@code Bootstrap.channel(RdmaSocketChannel.class)} way). */
+    public RdmaSocketChannel() {
+        super(null);
+        config = new RdmaChannelConfig(this);
+    }
+
+    /** An accepted channel: the connect request is not yet answered; accepting happens once registered. */
+    RdmaSocketChannel(RdmaServerSocketChannel parent, RdmaCmId id, RdmaIoHandler idOwner, Handshake peerHandshake) {
+        super(parent);
+        config = new RdmaChannelConfig(this);
+        this.id = id;
+        this.idOwner = idOwner;
+        this.peerHandshake = peerHandshake;
+        state = STATE_CONNECTING;
+        local = id.localAddress();
+        remote = id.remoteAddress();
+    }
+
+    @Override
+    public ServerSocketChannel parent() {
+        return (ServerSocketChannel) super.parent();
+    }
+
+    @Override
+    public RdmaChannelConfig config() {
+        return config;
+    }
+
+    @Override
+    public ChannelMetadata metadata() {
+        return METADATA;
+    }
+
+    /** This channel's counters. */
+    public RdmaChannelMetrics metrics() {
+        return metrics;
+    }
+
+    /** The counters of all channels of this channel's event loop; {@code null} before registration. */
+    public RdmaChannelMetrics eventLoopMetrics() {
+        RdmaIoHandler h = handler;
+        return h == null ? null : h.metrics();
+    }
+
+    RdmaByteBufAllocator registeredAllocator() {
+        RdmaDomain d = domain;
+        return d == null ? null : d.allocator;
+    }
+
+    /** The queue pair, once connected (tests inject faults on it). */
+    QueuePair queuePair() {
+        return qp;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return state != STATE_CLOSED;
+    }
+
+    @Override
+    public boolean isActive() {
+        return state == STATE_ACTIVE;
+    }
+
+    @Override
+    public boolean isInputShutdown() {
+        return inputShutdown || !isActive() && state != STATE_OPEN && state != STATE_CONNECTING;
+    }
+
+    @Override
+    public boolean isOutputShutdown() {
+        return outputShutdown || !isActive() && state != STATE_OPEN && state != STATE_CONNECTING;
+    }
+
+    @Override
+    public boolean isShutdown() {
+        return isInputShutdown() && isOutputShutdown() || !isActive() && state == STATE_CLOSED;
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        return (InetSocketAddress) super.localAddress();
+    }
+
+    @Override
+    public InetSocketAddress remoteAddress() {
+        return (InetSocketAddress) super.remoteAddress();
+    }
+
+    @Override
+    protected SocketAddress localAddress0() {
+        return local;
+    }
+
+    @Override
+    protected SocketAddress remoteAddress0() {
+        return remote;
+    }
+
+    @Override
+    protected boolean isCompatible(EventLoop loop) {
+        return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaSocketUnsafe.class);
+    }
+
+    @Override
+    protected AbstractUnsafe newUnsafe() {
+        return new RdmaSocketUnsafe();
+    }
+
+    @Override
+    protected void doRegister(ChannelPromise promise) {
+        ((IoEventLoop) eventLoop()).register((RdmaSocketUnsafe) unsafe()).addListener(f -> {
+            if (f.isSuccess()) {
+                registration = (IoRegistration) f.getNow();
+                handler = registration.attachment();
+                domain = handler.domain();
+                promise.setSuccess();
+                if (id != null && connection == null && qp == null && state == STATE_CONNECTING) {
+                    startAccept();
+                }
+            } else {
+                promise.setFailure(f.cause());
+            }
+        });
+    }
+
+    @Override
+    protected void doDeregister() {
+        IoRegistration r = registration;
+        if (r != null) {
+            r.cancel();
+        }
+    }
+
+    @Override
+    protected void doBind(SocketAddress localAddress) {
+        throw new UnsupportedOperationException("binding an RDMA client channel to a local address is not supported"
+                + " (the connection manager picks the source address); connect without a local address");
+    }
+
+    @Override
+    protected void doDisconnect() throws Exception {
+        doClose();
+    }
+
+    @Override
+    protected Object filterOutboundMessage(Object msg) {
+        if (msg instanceof ByteBuf || msg instanceof DefaultFileRegion) {
+            return msg;
+        }
+        throw new UnsupportedOperationException("unsupported message type: " + msg.getClass().getSimpleName()
+                + " (expected: ByteBuf or DefaultFileRegion)");
+    }
+
+    // ---------------------------------------------------------------------------------------------- connecting
+
+    private ConnectionParameters connectionParameters(Handshake local) {
+        return ConnectionParameters.DEFAULT.withPrivateData(local.encode());
+    }
+
+    /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
+    private void createQueuePair() throws RdmaException {
+        RdmaDomain d = domain;
+        connectionConfig = config.connectionConfig();
+        DeviceAttributes attributes = d.device.attributes();
+        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        int recvDepth = connectionConfig.receiveQueueDepth() + CONTROL_CREDITS;
+        if (recvDepth > attributes.maxQpWr()) {
+            throw new RdmaException("RECEIVE_QUEUE_DEPTH: " + connectionConfig.receiveQueueDepth() + " (expected: <= "
+                    + (attributes.maxQpWr() - CONTROL_CREDITS) + ", the limit of device " + attributes.name() + ")");
+        }
+        int inline = Math.min(config.inlineThreshold(), attributes.maxInlineData());
+        QpCapabilities caps = new QpCapabilities(sendDepth, recvDepth, Math.min(16, attributes.maxSge()), 1, inline);
+        cq = d.device.createCompletionQueue(sendDepth + recvDepth, handler.notifier());
+        recv = new ReceiveBuffers(d.memory, connectionConfig.receiveBufferSize(), recvDepth);
+    }
+
+    private Handshake localHandshake() {
+        ConnectionConfig c = connectionConfig;
+        return new Handshake(c.receiveBufferSize(), c.receiveQueueDepth(), CONTROL_CREDITS, c.maxMessageSize());
+    }
+
+    private QpCapabilities capabilities() {
+        DeviceAttributes attributes = domain.device.attributes();
+        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        int inline = Math.min(config.inlineThreshold(), attributes.maxInlineData());
+        return new QpCapabilities(sendDepth, recv.count(), Math.min(16, attributes.maxSge()), 1, inline);
+    }
+
+    /** Accepted channel, on its own loop: prepare, then let the id's owner create the queue pair and accept. */
+    private void startAccept() {
+        try {
+            createQueuePair();
+        } catch (RdmaException | RuntimeException e) {
+            rejectAndClose(e);
+            return;
+        }
+        Handshake localHs = localHandshake();
+        QpCapabilities caps = capabilities();
+        RdmaDomain d = domain;
+        CompletionQueue completionQueue = cq;
+        ReceiveBuffers receiveBuffers = recv;
+        runOnIdOwner(() -> {
+            try {
+                QueuePair created = id.createQueuePair(d.pd, completionQueue, completionQueue, caps);
+                qp = created;
+                RdmaConnection.postReceives(created, receiveBuffers);
+                id.accept(connectionParameters(localHs));
+            } catch (RdmaException | RuntimeException e) {
+                eventLoop().execute(() -> rejectAndClose(e));
+            }
+        });
+    }
+
+    private void rejectAndClose(Throwable cause) {
+        logger.debug("Accepting an RDMA connection from {} failed", remote, cause);
+        pipeline().fireExceptionCaught(cause);
+        unsafe().close(voidPromise());
+    }
+
+    private void runOnIdOwner(Runnable task) {
+        RdmaIoHandler owner = idOwner;
+        if (owner == null || owner.inLoop()) {
+            task.run();
+            return;
+        }
+        try {
+            owner.execute(task);
+        } catch (RejectedExecutionException e) {
+            // The listener's loop is gone (group shutting down): nobody else uses the id any more.
+            task.run();
+        }
+    }
+
+    private void connectEvent(RdmaCmIoEvent event) {
+        switch (event.type()) {
+            case ADDR_RESOLVED:
+                if (state != STATE_CONNECTING) {
+                    return;
+                }
+                try {
+                    createQueuePair();
+                    qp = id.createQueuePair(domain.pd, cq, cq, capabilities());
+                    RdmaConnection.postReceives(qp, recv);
+                    id.connect(connectionParameters(localHandshake()));
+                } catch (RdmaException | RuntimeException e) {
+                    failConnect(connectException("cannot set up the queue pair for " + requestedRemote + ": "
+                            + e.getMessage(), e));
+                }
+                return;
+            case ESTABLISHED:
+                established(event);
+                return;
+            case REJECTED:
+                failConnect(connectException("connection refused: " + requestedRemote
+                        + (event.detail() != null ? " (" + event.detail() + ")" : ""), null));
+                return;
+            case UNREACHABLE:
+                failConnect(new ConnectTimeoutException("connection timed out: " + requestedRemote
+                        + (event.detail() != null ? " (" + event.detail() + ")" : "")));
+                return;
+            case ADDR_ERROR:
+            case CONNECT_ERROR:
+                failConnect(connectException("cannot connect to " + requestedRemote + ": " + event.describe(), null));
+                return;
+            case DISCONNECTED:
+            case DEVICE_REMOVAL:
+                if (state == STATE_CONNECTING) {
+                    failConnect(connectException("connection to " + remote + " lost while connecting: "
+                            + event.describe(), null));
+                } else {
+                    peerGone = true;
+                    pollConnection();
+                }
+                return;
+            default:
+                logger.debug("Unexpected connection-manager event on {}: {}", this, event.describe());
+        }
+    }
+
+    private static ConnectException connectException(String message, Throwable cause) {
+        ConnectException e = new ConnectException(message);
+        if (cause != null) {
+            e.initCause(cause);
+        }
+        return e;
+    }
+
+    private void established(RdmaCmIoEvent event) {
+        if (state != STATE_CONNECTING) {
+            return;
+        }
+        try {
+            if (peerHandshake == null) {
+                peerHandshake = Handshake.decode(event.privateData());
+            }
+        } catch (Handshake.HandshakeException e) {
+            failConnect(connectException("handshake with " + requestedRemote + " failed: " + e.getMessage(), null));
+            return;
+        }
+        try {
+            connection = new RdmaConnection(qp, cq, recv, domain.memory, localHandshake(), peerHandshake,
+                    connectionConfig, this::sendCompleted);
+        } catch (RdmaException | RuntimeException e) {
+            failConnect(connectException("cannot set up the connection to " + remote + ": " + e.getMessage(), e));
+            return;
+        }
+        int opCapacity = Integer.highestOneBit(connectionConfig.sendQueueDepth()) * 2;
+        opBytes = new long[opCapacity];
+        opRelease = new Object[opCapacity];
+        opFile = new boolean[opCapacity];
+        opMask = opCapacity - 1;
+        ByteBufAllocator alloc = config.getAllocator();
+        slotBuffers = new RdmaReceivedByteBuf[recv.count()];
+        for (int i = 0; i < slotBuffers.length; i++) {
+            slotBuffers[i] = new RdmaReceivedByteBuf(alloc, recv.payloadView(i), this, i);
+        }
+        InetSocketAddress l = id.localAddress();
+        InetSocketAddress r = id.remoteAddress();
+        if (l != null) {
+            local = l;
+        }
+        if (r != null) {
+            remote = r;
+        }
+        state = STATE_ACTIVE;
+        handler.updateBusyPoll();
+        cancelConnectTimeout();
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        if (promise != null) {
+            // Like NIO: fire channelActive even when the user cancelled the promise meanwhile, then close.
+            boolean promiseSet = promise.trySuccess();
+            pipeline().fireChannelActive();
+            if (!promiseSet) {
+                unsafe().close(voidPromise());
+            }
+        } else {
+            pipeline().fireChannelActive();
+        }
+        // Frames may have landed before the event reached this loop.
+        pollConnection();
+    }
+
+    private void failConnect(Throwable cause) {
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        cancelConnectTimeout();
+        if (promise != null) {
+            promise.tryFailure(cause);
+            unsafe().close(voidPromise());
+        } else if (state == STATE_CONNECTING) {
+            // An accepted channel whose handshake did not complete.
+            rejectAndClose(cause);
+        }
+    }
+
+    private void cancelConnectTimeout() {
+        if (connectTimeoutFuture != null) {
+            connectTimeoutFuture.cancel(false);
+            connectTimeoutFuture = null;
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------- polling
+
+    private int pollConnection() {
+        RdmaConnection c = connection;
+        if (c == null || c.isDestroyed()) {
+            return 0;
+        }
+        int events = c.poll(handler.completions(), 4);
+        int stalls = (int) c.creditStalls();
+        if (stalls != 0 || c.receiverNotReady() != 0) {
+            accountFlowControl(c);
+        }
+        if ((events & RdmaConnection.EVENT_FAILED) != 0 && c.failure() != null) {
+            connectionFailed(c.failure());
+            return 1;
+        }
+        if (state == STATE_CLOSED) {
+            return events != 0 ? 1 : 0;
+        }
+        if ((events & RdmaConnection.EVENT_INBOUND) != 0 || rendezvousTarget != null) {
+            if (readPending) {
+                readNow();
+            }
+        }
+        if ((events & (RdmaConnection.EVENT_SENT | RdmaConnection.EVENT_CREDITS)) != 0) {
+            writeMore();
+        }
+        if (c.isLost() || peerGone) {
+            peerGone = true;
+            if (!c.hasInbound() || inputShutdown) {
+                closeAfterPeerGone();
+            } else if (readPending) {
+                readNow();
+            }
+        }
+        checkDelayed();
+        return events != 0 ? 1 : 0;
+    }
+
+    private long reportedStalls;
+    private long reportedRnr;
+
+    private void accountFlowControl(RdmaConnection c) {
+        long stalls = c.creditStalls() - reportedStalls;
+        long rnr = c.receiverNotReady() - reportedRnr;
+        reportedStalls = c.creditStalls();
+        reportedRnr = c.receiverNotReady();
+        if (stalls > 0) {
+            metrics.addCreditStalls(stalls);
+            handler.metrics().addCreditStalls(stalls);
+        }
+        if (rnr > 0) {
+            metrics.addReceiverNotReady(rnr);
+            handler.metrics().addReceiverNotReady(rnr);
+        }
+    }
+
+    private void connectionFailed(RdmaException cause) {
+        if (state == STATE_CLOSED) {
+            return;
+        }
+        pipeline().fireExceptionCaught(cause);
+        forceClose();
+    }
+
+    private void closeAfterPeerGone() {
+        if (state == STATE_CLOSED) {
+            return;
+        }
+        forceClose();
+    }
+
+    private void forceClose() {
+        closeRequested = true;
+        if (delayedClosePromise != null) {
+            ChannelPromise p = delayedClosePromise;
+            delayedClosePromise = null;
+            ((RdmaSocketUnsafe) unsafe()).closeNow(p, delayedCloseCause, delayedCloseClosedCause);
+        } else {
+            unsafe().close(voidPromise());
+        }
+    }
+
+    private void checkDelayed() {
+        RdmaConnection c = connection;
+        boolean idle = c == null || c.operationsInFlight() == 0 || c.isLost();
+        if (!idle) {
+            return;
+        }
+        if (delayedShutdownPromise != null) {
+            ChannelPromise p = delayedShutdownPromise;
+            delayedShutdownPromise = null;
+            ((AbstractUnsafe) unsafe()).shutdownOutput(p);
+        }
+        if (delayedClosePromise != null) {
+            ChannelPromise p = delayedClosePromise;
+            delayedClosePromise = null;
+            ((RdmaSocketUnsafe) unsafe()).closeNow(p, delayedCloseCause, delayedCloseClosedCause);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------- reading
+
+    @Override
+    protected void doBeginRead() {
+        if (inputShutdown && inputEndSeen) {
+            return;
+        }
+        readPending = true;
+        RdmaConnection c = connection;
+        if (c != null && (c.hasInbound() || peerGone) && !readScheduled) {
+            readScheduled = true;
+            eventLoop().execute(readTask);
+        }
+    }
+
+    void clearReadPending() {
+        if (isRegistered() && eventLoop().inEventLoop()) {
+            readPending = false;
+        } else if (isRegistered()) {
+            eventLoop().execute(() -> readPending = false);
+        } else {
+            readPending = false;
+        }
+    }
+
+    private void scheduledRead() {
+        readScheduled = false;
+        if (readPending && state == STATE_ACTIVE) {
+            readNow();
+            if (peerGone && connection != null && !connection.hasInbound()) {
+                closeAfterPeerGone();
+            }
+        }
+    }
+
+    private void readNow() {
+        RdmaConnection c = connection;
+        RecvByteBufAllocator.Handle allocHandle = unsafe().recvBufAllocHandle();
+        allocHandle.reset(config);
+        boolean delivered = false;
+        boolean endOfStream = false;
+        do {
+            int kind = c.pollInbound();
+            if (kind == RdmaConnection.NONE) {
+                break;
+            }
+            if (kind == RdmaConnection.END_OF_STREAM) {
+                endOfStream = true;
+                break;
+            }
+            if (kind == RdmaConnection.RENDEZVOUS) {
+                if (inputShutdown) {
+                    c.discardRendezvous();
+                    continue;
+                }
+                if (!startRendezvousRead(c)) {
+                    break;
+                }
+                continue;
+            }
+            ByteBuf buf;
+            int length = c.inboundLength();
+            if (kind == RdmaConnection.DATA) {
+                int slot = c.inboundSlot();
+                if (inputShutdown) {
+                    c.releaseReceive(slot);
+                    continue;
+                }
+                buf = slotBuffers[slot].reuse(length);
+                if (recv.held() > pressureThreshold()) {
+                    // The application holds most receive buffers: copy, so the peer keeps its credits.
+                    ByteBuf copy = config.getAllocator().buffer(length);
+                    copy.writeBytes(buf);
+                    buf.release();
+                    buf = copy;
+                    metrics.addReceivedCopied(length);
+                    handler.metrics().addReceivedCopied(length);
+                }
+            } else {
+                buf = rendezvousTarget;
+                rendezvousTarget = null;
+                buf.writerIndex(length);
+                if (inputShutdown) {
+                    buf.release();
+                    continue;
+                }
+            }
+            metrics.addReceived(length);
+            handler.metrics().addReceived(length);
+            allocHandle.attemptedBytesRead(length);
+            allocHandle.lastBytesRead(length);
+            allocHandle.incMessagesRead(1);
+            readPending = false;
+            delivered = true;
+            pipeline().fireChannelRead(buf);
+            if (state != STATE_ACTIVE) {
+                break;
+            }
+        } while (allocHandle.continueReading());
+        if (delivered) {
+            allocHandle.readComplete();
+            pipeline().fireChannelReadComplete();
+        }
+        if (endOfStream) {
+            inputEnded();
+        }
+    }
+
+    private int pressureThreshold() {
+        return Math.max(1, connectionConfig.receiveQueueDepth() * 3 / 4);
+    }
+
+    /** Allocates a registered buffer for the pending rendezvous and posts the READ. */
+    private boolean startRendezvousRead(RdmaConnection c) {
+        int length = c.inboundLength();
+        if (rendezvousTarget == null) {
+            ByteBuf target = domain.allocator.directBuffer(length, length);
+            MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
+            if (mr == null) {
+                target.release();
+                connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
+                        + " bytes (the device refused the registration); closing"));
+                return false;
+            }
+            rendezvousTarget = target;
+        }
+        long address = ByteBufAddress.of(rendezvousTarget, 0, length);
+        MemoryRegion mr = domain.memory.regions().find(address, length);
+        return c.readRendezvous(address, mr.lkey());
+    }
+
+    private void inputEnded() {
+        inputEndSeen = true;
+        if (config.isAllowHalfClosure()) {
+            if (!inputShutdown) {
+                inputShutdown = true;
+                pipeline().fireUserEventTriggered(ChannelInputShutdownEvent.INSTANCE);
+            }
+            pipeline().fireUserEventTriggered(ChannelInputShutdownReadComplete.INSTANCE);
+            if (outputShutdown) {
+                unsafe().close(voidPromise());
+            }
+        } else {
+            inputShutdown = true;
+            unsafe().close(voidPromise());
+        }
+    }
+
+    /** A received buffer was released (any thread). */
+    void receiveReleased(int slot) {
+        EventLoop loop = eventLoop();
+        if (loop.inEventLoop()) {
+            releaseSlot(slot);
+            return;
+        }
+        try {
+            loop.execute(() -> releaseSlot(slot));
+        } catch (RejectedExecutionException e) {
+            // The loop is gone; nothing else touches the connection now.
+            releaseSlot(slot);
+        }
+    }
+
+    private void releaseSlot(int slot) {
+        connection.releaseReceive(slot);
+    }
+
+    // ---------------------------------------------------------------------------------------------- writing
+
+    @Override
+    protected void doWrite(ChannelOutboundBuffer in) throws Exception {
+        RdmaConnection c = connection;
+        if (c == null || closeRequested || outputShutdown) {
+            return;
+        }
+        if (postedBytes == 0) {
+            // Empty buffers at the head complete at once.
+            in.removeBytes(0);
+        }
+        if (in.isEmpty()) {
+            return;
+        }
+        writeProcessor.start(c, in, config.getWriteSpinCount());
+        in.forEachFlushedMessage(writeProcessor);
+        writeProcessor.finish();
+        c.flush();
+        if (c.failure() != null) {
+            throw c.failure();
+        }
+        if (writeProcessor.yielded && !flushScheduled) {
+            // Spin count used up with work left: let the loop's other channels go first.
+            flushScheduled = true;
+            eventLoop().execute(flushTask);
+        }
+    }
+
+    private void scheduledFlush() {
+        flushScheduled = false;
+        writeMore();
+    }
+
+    private void writeMore() {
+        ChannelOutboundBuffer in = unsafe().outboundBuffer();
+        if (in != null && !in.isEmpty() && isActive()) {
+            ((RdmaSocketUnsafe) unsafe()).flushNow();
+        }
+    }
+
+    private void record(long op, long bytes, Object release, boolean file) {
+        int i = (int) (op & opMask);
+        opBytes[i] = bytes;
+        opRelease[i] = release;
+        opFile[i] = file;
+        postedBytes += bytes;
+    }
+
+    /** The connection reports operation {@code op} done, in posting order. */
+    private void sendCompleted(long op) {
+        int i = (int) (op & opMask);
+        long bytes = opBytes[i];
+        Object release = opRelease[i];
+        if (release != null) {
+            opRelease[i] = null;
+            release(release);
+        }
+        postedBytes -= bytes;
+        ChannelOutboundBuffer in = unsafe().outboundBuffer();
+        if (in != null) {
+            if (opFile[i]) {
+                fileProgress(in, bytes);
+            } else {
+                in.removeBytes(bytes);
+            }
+        }
+    }
+
+    private long fileSent;
+
+    private void fileProgress(ChannelOutboundBuffer in, long bytes) {
+        Object msg = in.current();
+        if (msg instanceof FileRegion) {
+            FileRegion region = (FileRegion) msg;
+            fileSent += bytes;
+            in.progress(bytes);
+            if (fileSent >= region.count()) {
+                fileSent = 0;
+                in.remove();
+            }
+        }
+    }
+
+    private static void release(Object o) {
+        if (o instanceof RegisteredMemory.Block) {
+            ((RegisteredMemory.Block) o).free();
+        } else {
+            ((FileChunkCache.Chunk) o).release();
+        }
+    }
+
+    /** Frees every staging copy and file chunk still held by posted operations (the queue pair is gone). */
+    private void releaseOperations() {
+        if (opRelease != null) {
+            for (int i = 0; i < opRelease.length; i++) {
+                if (opRelease[i] != null) {
+                    release(opRelease[i]);
+                    opRelease[i] = null;
+                }
+            }
+        }
+        postedBytes = 0;
+        if (fileWriter != null) {
+            fileWriter.close();
+        }
+    }
+
+    /**
+     * Walks the flushed messages after those already posted and posts frames for them: registered memory by
+     * reference, anything else copied into registered memory first.
+     */
+    private final class WriteProcessor implements ChannelOutboundBuffer.MessageProcessor, RdmaFileWriter.Sink {
+        private RdmaConnection c;
+        private boolean first;
+        private long skip;
+        private int budget;
+        private boolean yielded;
+        private boolean framing;
+        private int frameBytes;
+        private int frameCopied;
+        private RegisteredMemory.Block frameStaging;
+        private int stagingUsed;
+
+        void start(RdmaConnection c, ChannelOutboundBuffer in, int spinCount) {
+            this.c = c;
+            skip = postedBytes;
+            first = true;
+            budget = Math.max(1, spinCount);
+            yielded = false;
+            framing = false;
+        }
+
+        @Override
+        public boolean processMessage(Object msg) throws Exception {
+            boolean head = first;
+            first = false;
+            if (msg instanceof ByteBuf) {
+                ByteBuf buf = (ByteBuf) msg;
+                int readable = buf.readableBytes();
+                if (skip >= readable) {
+                    skip -= readable;
+                    return true;
+                }
+                int index = buf.readerIndex() + (int) skip;
+                int length = readable - (int) skip;
+                skip = 0;
+                return writeBytes(buf, index, length);
+            }
+            if (msg instanceof DefaultFileRegion) {
+                DefaultFileRegion region = (DefaultFileRegion) msg;
+                // Completed bytes of the head region were reported with progress(), not removed.
+                long done = head ? fileSent : 0;
+                long remaining = region.count() - done;
+                if (skip >= remaining) {
+                    skip -= remaining;
+                    return true;
+                }
+                long offset = done + skip;
+                skip = 0;
+                endFrame();
+                return fileWriter().write(region, offset, this);
+            }
+            return false;
+        }
+
+        private boolean spend() {
+            if (budget == 0) {
+                yielded = true;
+                return false;
+            }
+            budget--;
+            return true;
+        }
+
+        private boolean writeBytes(ByteBuf buf, int index, int length) throws RdmaException {
+            while (length > 0) {
+                if (length >= config.rendezvousThreshold()) {
+                    endFrame();
+                    if (!c.canSendData() || !spend()) {
+                        return false;
+                    }
+                    long address = ByteBufAddress.of(buf, index, length);
+                    MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, length);
+                    RegisteredMemory.Block staging = null;
+                    if (mr == null) {
+                        staging = domain.memory.allocate(length);
+                        copy(buf, index, length, staging.buffer(), 0);
+                        address = staging.address();
+                        mr = staging.memoryRegion();
+                        copied(length);
+                    }
+                    long op = c.sendRendezvous(address, length, mr.rkey());
+                    record(op, length, staging, false);
+                    metrics.addRendezvous(length);
+                    handler.metrics().addRendezvous(length);
+                    return true;
+                }
+                if (!framing) {
+                    if (!c.canSendData() || !spend()) {
+                        return false;
+                    }
+                    c.beginData();
+                    framing = true;
+                    frameBytes = 0;
+                    frameCopied = 0;
+                    frameStaging = null;
+                    stagingUsed = 0;
+                }
+                int chunk = Math.min(length, c.framePayloadRemaining());
+                if (!addToFrame(buf, index, chunk)) {
+                    endFrame();
+                    continue;
+                }
+                frameBytes += chunk;
+                index += chunk;
+                length -= chunk;
+                if (c.framePayloadRemaining() == 0) {
+                    endFrame();
+                }
+            }
+            return true;
+        }
+
+        /** @return {@code false} when the frame cannot take this chunk (out of segments or staging room) */
+        private boolean addToFrame(ByteBuf buf, int index, int chunk) throws RdmaException {
+            long address = ByteBufAddress.of(buf, index, chunk);
+            MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, chunk);
+            if (mr != null) {
+                if (!c.hasSegmentRoom()) {
+                    return false;
+                }
+                c.addSegment(address, chunk, mr.lkey());
+                return true;
+            }
+            if (frameStaging == null && chunk <= c.scratchRemaining()) {
+                if (!c.hasSegmentRoom() && frameCopied == 0) {
+                    return false;
+                }
+                copy(buf, index, chunk, c.scratchBuffer(), c.scratchOffset());
+                c.addScratch(chunk);
+                frameCopied += chunk;
+                copied(chunk);
+                return true;
+            }
+            if (frameStaging == null) {
+                if (!c.hasSegmentRoom()) {
+                    return false;
+                }
+                frameStaging = domain.memory.allocate(c.framePayloadRemaining());
+                stagingUsed = 0;
+            } else if (frameStaging.capacity() - stagingUsed < chunk) {
+                return false;
+            }
+            copy(buf, index, chunk, frameStaging.buffer(), stagingUsed);
+            c.addSegment(frameStaging.address() + stagingUsed, chunk, frameStaging.memoryRegion().lkey());
+            stagingUsed += chunk;
+            copied(chunk);
+            return true;
+        }
+
+        @Override
+        public boolean canSend() {
+            return c.canSendData() && spend();
+        }
+
+        @Override
+        public void unspend() {
+            budget++;
+        }
+
+        @Override
+        public int maxFramePayload() {
+            return c.maxFramePayload();
+        }
+
+        @Override
+        public void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous) {
+            long op;
+            if (rendezvous) {
+                op = c.sendRendezvous(address, length, chunk.memoryRegion().rkey());
+                metrics.addRendezvous(length);
+                handler.metrics().addRendezvous(length);
+            } else {
+                c.beginData();
+                c.addSegment(address, length, chunk.memoryRegion().lkey());
+                op = c.sendData();
+                countEager(length);
+            }
+            metrics.addFile(length);
+            handler.metrics().addFile(length);
+            record(op, length, chunk, true);
+        }
+
+        private void copied(int n) {
+            metrics.addCopied(n);
+            handler.metrics().addCopied(n);
+        }
+
+        private void countEager(int payload) {
+            if (payload + FrameHeader.HEADER_LENGTH <= config.inlineThreshold()
+                    && payload + FrameHeader.HEADER_LENGTH
+                    <= domain.device.attributes().maxInlineData()) {
+                metrics.addInline(payload);
+                handler.metrics().addInline(payload);
+            } else {
+                metrics.addEager(payload);
+                handler.metrics().addEager(payload);
+            }
+        }
+
+        void endFrame() {
+            if (!framing) {
+                return;
+            }
+            framing = false;
+            long op = c.sendData();
+            record(op, frameBytes, frameStaging, false);
+            countEager(frameBytes);
+            frameStaging = null;
+        }
+
+        void finish() {
+            endFrame();
+        }
+    }
+
+    private RdmaFileWriter fileWriter;
+
+    private RdmaFileWriter fileWriter() {
+        if (fileWriter == null) {
+            fileWriter = new RdmaFileWriter(domain.memory, config.rendezvousThreshold());
+        }
+        return fileWriter;
+    }
+
+    private static void copy(ByteBuf src, int index, int length, ByteBuffer dst, int dstOffset) {
+        dst.clear().position(dstOffset).limit(dstOffset + length);
+        src.getBytes(index, dst);
+    }
+
+    // ---------------------------------------------------------------------------------------------- closing
+
+    @Override
+    public ChannelFuture shutdownOutput() {
+        return shutdownOutput(newPromise());
+    }
+
+    @Override
+    public ChannelFuture shutdownOutput(ChannelPromise promise) {
+        EventLoop loop = eventLoop();
+        if (loop.inEventLoop()) {
+            shutdownOutput0(promise);
+        } else {
+            loop.execute(() -> shutdownOutput0(promise));
+        }
+        return promise;
+    }
+
+    private void shutdownOutput0(ChannelPromise promise) {
+        RdmaConnection c = connection;
+        if (c != null && c.operationsInFlight() > 0 && !c.isLost()) {
+            // Posted buffers must outlive their work requests; Netty fails (and frees) the outbound buffer.
+            if (delayedShutdownPromise == null) {
+                delayedShutdownPromise = promise;
+            } else {
+                delayedShutdownPromise.addListener(f -> promise.setSuccess());
+            }
+            return;
+        }
+        ((AbstractUnsafe) unsafe()).shutdownOutput(promise);
+    }
+
+    @Override
+    protected void doShutdownOutput() throws Exception {
+        if (state != STATE_ACTIVE) {
+            throw new ClosedChannelException();
+        }
+        outputShutdown = true;
+        connection.shutdownOutput();
+    }
+
+    @Override
+    public ChannelFuture shutdownInput() {
+        return shutdownInput(newPromise());
+    }
+
+    @Override
+    public ChannelFuture shutdownInput(ChannelPromise promise) {
+        EventLoop loop = eventLoop();
+        if (loop.inEventLoop()) {
+            shutdownInput0(promise);
+        } else {
+            loop.execute(() -> shutdownInput0(promise));
+        }
+        return promise;
+    }
+
+    private void shutdownInput0(ChannelPromise promise) {
+        if (!isOpen()) {
+            promise.setFailure(new ClosedChannelException());
+            return;
+        }
+        inputShutdown = true;
+        // Drop what has arrived so the peer keeps its credits; later frames are dropped as they come.
+        RdmaConnection c = connection;
+        if (c != null) {
+            readNow();
+        }
+        promise.setSuccess();
+    }
+
+    @Override
+    public ChannelFuture shutdown() {
+        return shutdown(newPromise());
+    }
+
+    @Override
+    public ChannelFuture shutdown(ChannelPromise promise) {
+        ChannelFuture output = shutdownOutput();
+        output.addListener((ChannelFutureListener) f -> {
+            ChannelFuture input = shutdownInput();
+            input.addListener((ChannelFutureListener) f2 -> {
+                Throwable cause = f.cause() != null ? f.cause() : f2.cause();
+                if (cause != null) {
+                    promise.setFailure(cause);
+                } else {
+                    promise.setSuccess();
+                }
+            });
+        });
+        return promise;
+    }
+
+    @Override
+    protected void doClose() throws Exception {
+        int previous = state;
+        state = STATE_CLOSED;
+        closeRequested = true;
+        cancelConnectTimeout();
+        if (lingerFuture != null) {
+            lingerFuture.cancel(false);
+            lingerFuture = null;
+        }
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        if (promise != null) {
+            promise.tryFailure(new ClosedChannelException());
+        }
+        if (previous != STATE_CLOSED) {
+            releaseResources();
+        }
+    }
+
+    /** Destroys the queue pair, completion queue and id; the receive slab follows when its buffers come back. */
+    private void releaseResources() {
+        RdmaConnection c = connection;
+        if (c != null) {
+            c.closing();
+            c.destroy();
+        } else {
+            QueuePair q = qp;
+            if (q != null) {
+                q.close();
+            }
+            if (recv != null) {
+                recv.close();
+            }
+        }
+        if (rendezvousTarget != null) {
+            rendezvousTarget.release();
+            rendezvousTarget = null;
+        }
+        releaseOperations();
+        if (cq != null) {
+            try {
+                cq.close();
+            } catch (RuntimeException e) {
+                logger.warn("Failed to destroy the completion queue of {}", this, e);
+            }
+            cq = null;
+        }
+        RdmaCmId cmId = id;
+        id = null;
+        if (cmId != null) {
+            runOnIdOwner(() -> {
+                try {
+                    cmId.disconnect();
+                } catch (RuntimeException e) {
+                    logger.debug("Disconnecting {} failed", cmId, e);
+                }
+                try {
+                    cmId.close();
+                } catch (RuntimeException e) {
+                    logger.debug("Destroying {} failed", cmId, e);
+                }
+            });
+        }
+    }
+
+    private final class RdmaSocketUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+
+        @Override
+        public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
+            if (!promise.setUncancellable() || !ensureOpen(promise)) {
+                return;
+            }
+            if (connectPromise != null) {
+                promise.setFailure(new java.nio.channels.ConnectionPendingException());
+                return;
+            }
+            if (state == STATE_ACTIVE) {
+                promise.setFailure(new java.nio.channels.AlreadyConnectedException());
+                return;
+            }
+            if (localAddress != null) {
+                promise.setFailure(new UnsupportedOperationException("binding an RDMA client channel to a local"
+                        + " address is not supported (the connection manager picks the source address)"));
+                return;
+            }
+            if (!(remoteAddress instanceof InetSocketAddress)) {
+                promise.setFailure(new IllegalArgumentException("remoteAddress: " + remoteAddress
+                        + " (expected: an InetSocketAddress)"));
+                return;
+            }
+            InetSocketAddress target = (InetSocketAddress) remoteAddress;
+            if (target.isUnresolved()) {
+                promise.setFailure(new java.nio.channels.UnresolvedAddressException());
+                return;
+            }
+            requestedRemote = target;
+            remote = target;
+            int timeout = config.getConnectTimeoutMillis();
+            try {
+                id = handler.eventChannel().createId();
+                idOwner = handler;
+                id.attach(this);
+                state = STATE_CONNECTING;
+                id.resolve(target, timeout > 0 ? timeout : 30_000);
+            } catch (RdmaException | RuntimeException e) {
+                promise.tryFailure(annotateConnectException(
+                        connectException("cannot connect to " + target + ": " + e.getMessage(), e), target));
+                close(voidPromise());
+                return;
+            }
+            connectPromise = promise;
+            if (timeout > 0) {
+                connectTimeoutFuture = eventLoop().schedule(() -> {
+                    ChannelPromise p = connectPromise;
+                    if (p != null && !p.isDone() && p.tryFailure(new ConnectTimeoutException(
+                            "connection timed out after " + timeout + " ms: " + target))) {
+                        connectPromise = null;
+                        close(voidPromise());
+                    }
+                }, timeout, TimeUnit.MILLISECONDS);
+            }
+            promise.addListener((ChannelFutureListener) future -> {
+                if (future.isCancelled()) {
+                    cancelConnectTimeout();
+                    connectPromise = null;
+                    close(voidPromise());
+                }
+            });
+        }
+
+        @Override
+        protected void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            RdmaConnection c = connection;
+            if (c != null && state == STATE_ACTIVE && c.operationsInFlight() > 0 && !c.isLost()
+                    && !handler.isShuttingDown()) {
+                // Posted buffers must outlive their work requests: close once they complete (bounded linger).
+                closeRequested = true;
+                if (delayedClosePromise == null) {
+                    delayedClosePromise = promise;
+                    delayedCloseCause = cause;
+                    delayedCloseClosedCause = closeCause;
+                    lingerFuture = eventLoop().schedule(() -> {
+                        lingerFuture = null;
+                        forceClose();
+                    }, CLOSE_LINGER_MILLIS, TimeUnit.MILLISECONDS);
+                } else if (!promise.isVoid()) {
+                    closeFuture().addListener((ChannelFutureListener) f -> promise.setSuccess());
+                }
+                return;
+            }
+            super.close(promise, cause, closeCause);
+        }
+
+        void closeNow(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            super.close(promise, cause, closeCause);
+        }
+
+        void flushNow() {
+            flush0();
+        }
+
+        @Override
+        public void handle(IoRegistration registration, IoEvent event) {
+            RdmaCmIoEvent e = (RdmaCmIoEvent) event;
+            EventLoop loop = eventLoop();
+            if (isRegistered() && !loop.inEventLoop()) {
+                try {
+                    loop.execute(() -> connectEvent(e));
+                } catch (RejectedExecutionException ignored) {
+                    // Shutting down: the loop's destroy releases everything.
+                }
+                return;
+            }
+            connectEvent(e);
+        }
+
+        @Override
+        public int poll(RdmaIoHandler h) {
+            return pollConnection();
+        }
+
+        @Override
+        public void arm() {
+            CompletionQueue q = cq;
+            if (q != null && connection != null) {
+                q.requestNotify();
+            }
+        }
+
+        @Override
+        public void destroyNow() {
+            if (state != STATE_CLOSED) {
+                state = STATE_CLOSED;
+                releaseResources();
+            }
+        }
+
+        @Override
+        public long busyPollBudgetNanos() {
+            return config.busyPollBudgetNanos();
+        }
+
+        @Override
+        public void close() {
+            if (isOpen()) {
+                close(voidPromise());
+            }
+        }
+    }
+}

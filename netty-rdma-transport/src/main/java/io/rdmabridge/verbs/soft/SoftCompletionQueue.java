@@ -1,0 +1,159 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.WorkCompletions;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
+
+/**
+ * A bounded many-producer, single-consumer ring of completions kept in primitive arrays (a Vyukov-style sequence per
+ * slot), so neither producing nor polling allocates or locks.
+ *
+ * <p>Threading: {@link #poll} and {@link #requestNotify} belong to the owning thread; {@link #push} may be called by
+ * any number of provider threads (posting threads of in-JVM peers, the engine, the timer) at once.
+ */
+final class SoftCompletionQueue implements CompletionQueue {
+    private final SoftEngine engine;
+    private final EventNotifier notifier;
+    private final int capacity;
+    private final int mask;
+    private final AtomicLongArray sequence;
+    private final long[] wrId;
+    private final int[] status;
+    private final int[] opcode;
+    private final int[] byteLength;
+    private final int[] qpNumber;
+    private final int[] flags;
+    private final int[] immData;
+    private final int[] vendorError;
+    private final AtomicLong tail = new AtomicLong();
+    private final AtomicBoolean armed = new AtomicBoolean();
+    private final AtomicBoolean closed = new AtomicBoolean();
+    private final AtomicBoolean overrunLogged = new AtomicBoolean();
+    /** Queue pairs using this queue as send or receive queue (one count per role). */
+    final AtomicInteger users = new AtomicInteger();
+    private long head;
+
+    SoftCompletionQueue(SoftEngine engine, int entries, EventNotifier notifier) {
+        this.engine = engine;
+        this.notifier = notifier;
+        int c = Integer.highestOneBit(entries);
+        capacity = c == entries ? c : c << 1;
+        mask = capacity - 1;
+        sequence = new AtomicLongArray(capacity);
+        for (int i = 0; i < capacity; i++) {
+            sequence.set(i, i);
+        }
+        wrId = new long[capacity];
+        status = new int[capacity];
+        opcode = new int[capacity];
+        byteLength = new int[capacity];
+        qpNumber = new int[capacity];
+        flags = new int[capacity];
+        immData = new int[capacity];
+        vendorError = new int[capacity];
+        engine.usage.completionQueues(1);
+    }
+
+    /**
+     * Adds a completion; any thread.
+     *
+     * @return {@code false} when the queue is full (the completion is lost: the caller moves its queue pair to error)
+     */
+    boolean push(long id, int st, int op, int len, int qpn, int fl, int imm, int vendor) {
+        if (closed.get()) {
+            return false;
+        }
+        long t;
+        for (;;) {
+            t = tail.get();
+            long seq = sequence.get((int) t & mask);
+            if (seq == t) {
+                if (tail.compareAndSet(t, t + 1)) {
+                    break;
+                }
+            } else if (seq < t) {
+                if (overrunLogged.compareAndSet(false, true)) {
+                    SoftEngine.logger.warn("soft0: completion queue of {} entries overran (expected: size it for every"
+                            + " outstanding work request); its queue pairs move to ERROR", capacity);
+                }
+                return false;
+            }
+        }
+        int i = (int) t & mask;
+        wrId[i] = id;
+        status[i] = st;
+        opcode[i] = op;
+        byteLength[i] = len;
+        qpNumber[i] = qpn;
+        flags[i] = fl;
+        immData[i] = imm;
+        vendorError[i] = vendor;
+        // A volatile store, not a lazy one: it must be ordered before the read of 'armed' below (Dekker with
+        // requestNotify, which stores 'armed' and then polls).
+        sequence.set(i, t + 1);
+        if (armed.get() && armed.compareAndSet(true, false) && notifier != null) {
+            notifier.signal();
+        }
+        return true;
+    }
+
+    @Override
+    public RdmaDevice device() {
+        return engine.device;
+    }
+
+    @Override
+    public int capacity() {
+        return capacity;
+    }
+
+    @Override
+    public int poll(WorkCompletions out) {
+        int n = 0;
+        int max = out.capacity();
+        long h = head;
+        while (n < max) {
+            int i = (int) h & mask;
+            if (sequence.get(i) != h + 1) {
+                break;
+            }
+            out.set(n++, wrId[i], status[i], opcode[i], byteLength[i], qpNumber[i], flags[i], immData[i],
+                    vendorError[i]);
+            sequence.lazySet(i, h + capacity);
+            h++;
+        }
+        head = h;
+        return n;
+    }
+
+    @Override
+    public void requestNotify() {
+        armed.set(true);
+    }
+
+    @Override
+    public void close() {
+        int u = users.get();
+        if (u != 0) {
+            throw new IllegalStateException("completion queue still used by " + u
+                    + " queue pair role(s) (expected: close its queue pairs first)");
+        }
+        if (closed.compareAndSet(false, true)) {
+            engine.usage.completionQueues(-1);
+        }
+    }
+
+    boolean isClosed() {
+        return closed.get();
+    }
+
+    @Override
+    public String toString() {
+        return "SoftCompletionQueue{capacity=" + capacity + '}';
+    }
+}

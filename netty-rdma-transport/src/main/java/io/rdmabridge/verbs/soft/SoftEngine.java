@@ -1,0 +1,265 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.RdmaException;
+import io.rdmabridge.verbs.ResourceUsage;
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.NetworkInterface;
+import java.net.SocketException;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.security.SecureRandom;
+import java.util.Iterator;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The JVM-wide state of the software device: the device itself, the memory-key tables, the in-JVM listener registry,
+ * the live links, the resource counters and the two provider threads.
+ *
+ * <h2>Threads</h2>
+ * <ul>
+ *   <li>{@code soft-rdma-engine}: one NIO {@link Selector} for every TCP listener and connection of the JVM. It
+ *       accepts, runs handshakes, reads frames and executes them against registered memory, and writes when a
+ *       socket that was full becomes writable. Other threads hand it work with {@link #execute(Runnable)}.</li>
+ *   <li>{@code soft-rdma-timer}: receiver-not-ready retries, injected send delays, connect and handshake
+ *       timeouts.</li>
+ * </ul>
+ * Both are daemon threads started on first use. Thread-safe.
+ */
+final class SoftEngine {
+    static final Logger logger = LoggerFactory.getLogger("io.rdmabridge.verbs.soft");
+
+    private static volatile SoftEngine instance;
+
+    final ResourceUsage usage = new ResourceUsage();
+    final SoftFaults faults = new SoftFaults(this);
+    final SoftDevice device;
+    final MemoryKeyTable localKeys = new MemoryKeyTable();
+    final MemoryKeyTable remoteKeys = new MemoryKeyTable();
+    /** Listening ids by bound port: connects to a local address with that port take the direct path. */
+    final ConcurrentHashMap<Integer, SoftCmId> listeners = new ConcurrentHashMap<>();
+    final Set<SoftLink> links = ConcurrentHashMap.newKeySet();
+
+    private final SecureRandom random = new SecureRandom();
+    private final Object keyLock = new Object();
+    private final AtomicInteger nextQpNumber = new AtomicInteger();
+    private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
+    private volatile Selector selector;
+    private volatile ScheduledThreadPoolExecutor timer;
+
+    private SoftEngine(SoftProvider provider) {
+        device = new SoftDevice(provider, this);
+    }
+
+    static SoftEngine get(SoftProvider provider) {
+        SoftEngine e = instance;
+        if (e == null) {
+            synchronized (SoftEngine.class) {
+                e = instance;
+                if (e == null) {
+                    e = new SoftEngine(provider);
+                    instance = e;
+                }
+            }
+        }
+        return e;
+    }
+
+    int nextQpNumber() {
+        for (;;) {
+            int n = nextQpNumber.incrementAndGet() & 0xffffff;
+            if (n != 0) {
+                return n;
+            }
+        }
+    }
+
+    /** Registers a region under two fresh random keys, unique among live regions and never 0. */
+    SoftMemoryRegion register(SoftProtectionDomain pd, long address, long length, int access) {
+        synchronized (keyLock) {
+            int lkey = freshKey(localKeys);
+            int rkey = freshKey(remoteKeys);
+            SoftMemoryRegion mr = new SoftMemoryRegion(pd, address, length, access, lkey, rkey);
+            localKeys.put(lkey, mr);
+            remoteKeys.put(rkey, mr);
+            usage.memoryRegistered(length);
+            return mr;
+        }
+    }
+
+    void deregister(SoftMemoryRegion mr) {
+        synchronized (keyLock) {
+            localKeys.remove(mr.lkey());
+            remoteKeys.remove(mr.rkey());
+            usage.memoryDeregistered(mr.length());
+        }
+    }
+
+    private int freshKey(MemoryKeyTable table) {
+        for (;;) {
+            int key = random.nextInt();
+            if (key != 0 && table.get(key) == null) {
+                return key;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ listener registry
+
+    /**
+     * The in-JVM listener a connect to {@code remote} reaches, or {@code null} when the address is not local or
+     * nothing of this JVM listens there.
+     */
+    SoftCmId localListener(InetSocketAddress remote) {
+        SoftCmId listener = listeners.get(remote.getPort());
+        if (listener == null) {
+            return null;
+        }
+        InetAddress target = remote.getAddress();
+        InetSocketAddress bound = listener.localAddress();
+        if (target == null || bound == null) {
+            return null;
+        }
+        InetAddress boundAddress = bound.getAddress();
+        if (boundAddress.isAnyLocalAddress()) {
+            return isLocal(target) ? listener : null;
+        }
+        if (boundAddress.equals(target)) {
+            return listener;
+        }
+        return target.isAnyLocalAddress() && boundAddress.isLoopbackAddress() ? listener : null;
+    }
+
+    private static boolean isLocal(InetAddress address) {
+        if (address.isLoopbackAddress() || address.isAnyLocalAddress()) {
+            return true;
+        }
+        try {
+            return NetworkInterface.getByInetAddress(address) != null;
+        } catch (SocketException e) {
+            return false;
+        }
+    }
+
+    static boolean loopbackIsDirect() {
+        return !"tcp".equalsIgnoreCase(System.getProperty("rdmabridge.soft.loopback", "direct").trim());
+    }
+
+    static long handshakeTimeoutMillis() {
+        return Long.getLong("rdmabridge.soft.handshakeTimeoutMillis", 10_000L);
+    }
+
+    // ------------------------------------------------------------------ threads
+
+    /** The selector of the engine thread, started on first use. */
+    Selector selector() throws RdmaException {
+        Selector s = selector;
+        if (s == null) {
+            synchronized (this) {
+                s = selector;
+                if (s == null) {
+                    try {
+                        s = Selector.open();
+                    } catch (IOException e) {
+                        throw new RdmaException("soft0: cannot open an NIO selector for the TCP path: " + e, e);
+                    }
+                    selector = s;
+                    Thread t = new Thread(this::runEngine, "soft-rdma-engine");
+                    t.setDaemon(true);
+                    t.start();
+                }
+            }
+        }
+        return s;
+    }
+
+    /** Runs {@code task} on the engine thread. */
+    void execute(Runnable task) {
+        tasks.add(task);
+        Selector s = selector;
+        if (s != null) {
+            s.wakeup();
+        }
+    }
+
+    ScheduledThreadPoolExecutor timer() {
+        ScheduledThreadPoolExecutor t = timer;
+        if (t == null) {
+            synchronized (this) {
+                t = timer;
+                if (t == null) {
+                    t = new ScheduledThreadPoolExecutor(1, r -> {
+                        Thread thread = new Thread(r, "soft-rdma-timer");
+                        thread.setDaemon(true);
+                        return thread;
+                    });
+                    t.setRemoveOnCancelPolicy(true);
+                    timer = t;
+                }
+            }
+        }
+        return t;
+    }
+
+    void schedule(Runnable task, long delayNanos) {
+        timer().schedule(() -> runSafely(task), Math.max(0, delayNanos), TimeUnit.NANOSECONDS);
+    }
+
+    /** Runs {@code task} on the timer thread now. */
+    void kick(Runnable task) {
+        timer().execute(() -> runSafely(task));
+    }
+
+    private static void runSafely(Runnable task) {
+        try {
+            task.run();
+        } catch (Throwable t) {
+            logger.warn("soft0: unexpected failure in a provider task", t);
+        }
+    }
+
+    /** Something the engine thread services when its key is selected. */
+    interface Handler {
+        void onSelected(SelectionKey key);
+
+        /** The handler failed unexpectedly: release its socket. */
+        void onFailure(Throwable cause);
+    }
+
+    private void runEngine() {
+        Selector s = selector;
+        for (;;) {
+            try {
+                s.select(1000);
+                Runnable task;
+                while ((task = tasks.poll()) != null) {
+                    runSafely(task);
+                }
+                Iterator<SelectionKey> it = s.selectedKeys().iterator();
+                while (it.hasNext()) {
+                    SelectionKey key = it.next();
+                    it.remove();
+                    Handler handler = (Handler) key.attachment();
+                    try {
+                        if (key.isValid()) {
+                            handler.onSelected(key);
+                        }
+                    } catch (Throwable t) {
+                        logger.warn("soft0: unexpected failure while serving {}", handler, t);
+                        handler.onFailure(t);
+                    }
+                }
+            } catch (Throwable t) {
+                logger.warn("soft0: unexpected failure in the engine loop", t);
+            }
+        }
+    }
+}

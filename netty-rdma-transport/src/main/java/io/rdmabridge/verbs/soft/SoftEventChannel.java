@@ -1,0 +1,88 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RdmaException;
+import io.rdmabridge.verbs.RdmaProvider;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * A connection-manager event channel: a queue of events that provider threads add to and the owner polls.
+ * {@link #emit} is thread-safe; {@link #poll} belongs to the owner.
+ */
+final class SoftEventChannel implements RdmaEventChannel {
+    private record Event(CmEventType type, RdmaCmId id, RdmaCmId listenId, byte[] privateData, int status,
+                         String detail) {
+    }
+
+    final SoftEngine engine;
+    private final SoftProvider provider;
+    private final EventNotifier notifier;
+    private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
+    final Set<SoftCmId> ids = ConcurrentHashMap.newKeySet();
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    SoftEventChannel(SoftProvider provider, SoftEngine engine, EventNotifier notifier) {
+        this.provider = provider;
+        this.engine = engine;
+        this.notifier = notifier;
+        engine.usage.eventChannels(1);
+    }
+
+    void emit(CmEventType type, RdmaCmId id, RdmaCmId listenId, byte[] privateData, int status, String detail) {
+        if (closed.get()) {
+            return;
+        }
+        events.add(new Event(type, id, listenId, privateData, status, detail));
+        if (notifier != null) {
+            notifier.signal();
+        }
+    }
+
+    @Override
+    public RdmaProvider provider() {
+        return provider;
+    }
+
+    @Override
+    public RdmaCmId createId() throws RdmaException {
+        if (closed.get()) {
+            throw new RdmaException("event channel is closed (expected: create ids on an open channel)");
+        }
+        return new SoftCmId(this);
+    }
+
+    @Override
+    public boolean poll(CmEvent event) {
+        Event e = events.poll();
+        if (e == null) {
+            return false;
+        }
+        event.set(e.type, e.id, e.listenId, e.privateData, e.status, e.detail);
+        return true;
+    }
+
+    /** Closes every id still alive on the channel, their queue pairs included, then the channel. */
+    @Override
+    public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
+        for (SoftCmId id : ids) {
+            id.forceClose();
+        }
+        events.clear();
+        engine.usage.eventChannels(-1);
+    }
+
+    @Override
+    public String toString() {
+        return "SoftEventChannel{ids=" + ids.size() + '}';
+    }
+}

@@ -1,0 +1,83 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.QueuePair;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Fault injection for tests of everything built on the software device: refused registrations, slow links and
+ * peers that vanish. One per JVM, shared by every {@link SoftProvider}. Thread-safe.
+ */
+public final class SoftFaults {
+    private final SoftEngine engine;
+    private final AtomicInteger failRegistrations = new AtomicInteger();
+    private volatile long sendDelayNanos;
+
+    SoftFaults(SoftEngine engine) {
+        this.engine = engine;
+    }
+
+    /**
+     * Makes the next {@code count} memory registrations throw {@code RdmaException("injected fault: ...")}.
+     */
+    public void failRegistrations(int count) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
+        }
+        failRegistrations.set(count);
+    }
+
+    /**
+     * Delays each outgoing work request by {@code nanos} before it reaches the peer; {@code 0} turns the delay off.
+     * Work requests stay in order, so later ones wait behind a delayed one.
+     */
+    public void delaySends(long nanos) {
+        if (nanos < 0) {
+            throw new IllegalArgumentException("nanos: " + nanos + " (expected: >= 0)");
+        }
+        sendDelayNanos = nanos;
+    }
+
+    /**
+     * Cuts the link under {@code qp} abruptly, as if the peer process died: both sides see
+     * {@code DISCONNECTED} and flush their outstanding work requests. Does nothing when {@code qp} is not connected.
+     */
+    public void dropConnection(QueuePair qp) {
+        if (!(qp instanceof SoftQueuePair)) {
+            throw new IllegalArgumentException("qp: " + qp + " (expected: a queue pair of the soft provider)");
+        }
+        SoftLink link = ((SoftQueuePair) qp).link;
+        if (link != null) {
+            link.drop("connection dropped by SoftFaults.dropConnection");
+        }
+    }
+
+    /** Cuts every live link of this JVM's software device, as {@link #dropConnection(QueuePair)} does. */
+    public void dropAllConnections() {
+        for (SoftLink link : engine.links) {
+            link.drop("connection dropped by SoftFaults.dropAllConnections");
+        }
+    }
+
+    /** Clears pending registration failures and the send delay. */
+    public void reset() {
+        failRegistrations.set(0);
+        sendDelayNanos = 0;
+    }
+
+    /** Whether this registration must fail; consumes one injected failure. */
+    boolean takeRegistrationFailure() {
+        for (;;) {
+            int left = failRegistrations.get();
+            if (left == 0) {
+                return false;
+            }
+            if (failRegistrations.compareAndSet(left, left - 1)) {
+                return true;
+            }
+        }
+    }
+
+    long sendDelayNanos() {
+        return sendDelayNanos;
+    }
+}

@@ -1,0 +1,71 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/** A protection domain of the software device. Thread-safe. */
+final class SoftProtectionDomain implements ProtectionDomain {
+    final SoftEngine engine;
+    final AtomicInteger memoryRegions = new AtomicInteger();
+    final AtomicInteger queuePairs = new AtomicInteger();
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    SoftProtectionDomain(SoftEngine engine) {
+        this.engine = engine;
+        engine.usage.protectionDomains(1);
+    }
+
+    @Override
+    public RdmaDevice device() {
+        return engine.device;
+    }
+
+    @Override
+    public MemoryRegion register(long address, long length, int access) throws RdmaException {
+        Access.validate(access);
+        long max = engine.device.attributes().maxMrSize();
+        if (length < 1 || length > max) {
+            throw new IllegalArgumentException("length: " + length + " (expected: 1.." + max + ")");
+        }
+        if (address == 0 || address < 0 || Long.MAX_VALUE - length < address) {
+            throw new IllegalArgumentException("address: 0x" + Long.toHexString(address) + " with length " + length
+                    + " (expected: a non-null native address whose range does not wrap)");
+        }
+        if (closed.get()) {
+            throw new RdmaException("protection domain is closed (expected: register before closing it)");
+        }
+        if (engine.faults.takeRegistrationFailure()) {
+            throw new RdmaException("injected fault: registration of " + length
+                    + " bytes refused (SoftFaults.failRegistrations)");
+        }
+        memoryRegions.incrementAndGet();
+        return engine.register(this, address, length, access);
+    }
+
+    @Override
+    public void close() {
+        int mrs = memoryRegions.get();
+        int qps = queuePairs.get();
+        if (mrs != 0 || qps != 0) {
+            throw new IllegalStateException("protection domain still has " + mrs + " memory region(s) and " + qps
+                    + " queue pair(s) (expected: close them before the protection domain)");
+        }
+        if (closed.compareAndSet(false, true)) {
+            engine.usage.protectionDomains(-1);
+        }
+    }
+
+    boolean isClosed() {
+        return closed.get();
+    }
+
+    @Override
+    public String toString() {
+        return "SoftProtectionDomain{mrs=" + memoryRegions.get() + ", qps=" + queuePairs.get() + '}';
+    }
+}

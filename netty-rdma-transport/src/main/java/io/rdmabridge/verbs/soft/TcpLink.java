@@ -1,0 +1,1166 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.WcOpcode;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WrOpcode;
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * One TCP connection carrying one reliable-connected queue pair, as an RC connection of hardware does.
+ *
+ * <h2>Protocol</h2>
+ * A {@link SoftHandshake} (CONNECT, then ACCEPT or REJECT), then {@link SoftFrame}s both ways. Each side is at once a
+ * requester (its send queue becomes request frames; ACK, NAK, RNR_NAK and READ_RESPONSE come back) and a responder
+ * (it executes the peer's requests against its registered memory and receive queue, in PSN order). Everything read
+ * is validated; a violation is logged at WARN with the peer's address and closes the connection.
+ *
+ * <h2>Threads and buffering</h2>
+ * The engine thread reads and executes frames. Writing is a drain loop ({@link #pump()}) that whichever thread has
+ * work runs (the posting thread when the socket has room, the engine when it becomes writable, the timer for
+ * retries); a work-in-progress counter keeps one drainer at a time without a lock. Per connection there is one read
+ * buffer and one write buffer of fixed size; large work requests stream through them in frames of at most
+ * {@link SoftFrame#MAX_PAYLOAD} bytes, straight from and into registered memory. Pending acknowledgements are one
+ * coalesced PSN, pending READ responses a ring bounded by the negotiated responder resources, so nothing a peer sends
+ * can grow memory.
+ */
+final class TcpLink extends SoftLink implements SoftEngine.Handler {
+    static final int READ_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);
+    static final int WRITE_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);
+    /** A data frame is not cut smaller than this to fill the tail of the write buffer. */
+    static final int MIN_CHUNK = 4096;
+    static final long LINGER_NANOS = 2_000_000_000L;
+
+    static final int ACTIVE_CONNECTING = 0;
+    static final int ACTIVE_WAIT_REPLY = 1;
+    static final int PASSIVE_WAIT_REQUEST = 2;
+    static final int PASSIVE_WAIT_APP = 3;
+    static final int CONNECTED = 4;
+    static final int CLOSING = 5;
+    static final int CLOSED = 6;
+
+    private volatile int phase;
+    private final SoftCmId listener;
+    private volatile SoftCmId id;
+    private volatile SoftQueuePair qp;
+    private volatile SocketChannel ch;
+    private volatile SelectionKey key;
+    private volatile String peer;
+
+    private final ByteBuffer readBuf = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
+    private final ByteBuffer writeBuf = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
+    private final long readAddress = DirectMemory.address(readBuf);
+    private final long writeAddress = DirectMemory.address(writeBuf);
+    private final SoftFrame inFrame = new SoftFrame();
+    private final SoftFrame outFrame = new SoftFrame();
+    private final SoftHandshake handshake = new SoftHandshake();
+    private final AtomicInteger wip = new AtomicInteger();
+    private final Runnable pumpTask = this::pump;
+    private final Runnable writeInterestTask = this::watchWritable;
+    private final Runnable lingerTask = this::linger;
+    private final Runnable closeTask = this::closeNow;
+
+    // ---- writer side (owned by the drainer of pump())
+    private volatile byte[] handshakeOut;
+    private volatile boolean closeAfterFlush;
+    private volatile int terminalOp;
+    private volatile int terminalPsn;
+    private volatile int terminalStatus;
+    private boolean terminalWritten;
+    private int cursorOffset;
+    private volatile long rewindSeq = -1;
+    private volatile long resumeAt;
+    private volatile boolean resumeScheduled;
+    private final AtomicInteger readsInFlight = new AtomicInteger();
+    private volatile int readLimit = 1;
+    private boolean gatherFailed;
+    private boolean readResponseFailed;
+    private int readResponseFailedPsn;
+
+    // ---- responder (engine thread, under qp.rqLock)
+    private int expectedPsn;
+    private boolean inMessage;
+    private int msgPsn;
+    private int msgOp;
+    private int msgLength;
+    private int msgOffset;
+    private long msgAddress;
+    private int msgRkey;
+    private long msgRecv;
+    private boolean discarding;
+    private int discardPsn;
+    private volatile int ackPsn;
+    private volatile boolean ackPending;
+    private volatile int rnrNakPsn;
+    private volatile boolean rnrNakPending;
+    private int[] rrPsn = new int[1];
+    private long[] rrAddress = new long[1];
+    private int[] rrLength = new int[1];
+    private int[] rrRkey = new int[1];
+    private int rrMask;
+    private volatile long rrHead;
+    private volatile long rrTail;
+    private int rrOffset;
+
+    // ---- requester responses (engine thread, under qp.sqLock)
+    private long ackFloor;
+    private long readScan;
+    private int readOffset;
+
+    // ---- failure recorded while a lock was held, acted on after
+    private String failReason;
+    private int failTerminal;
+    private int failPsn;
+    private int failStatus;
+
+    private TcpLink(SoftEngine engine, int phase, SoftCmId listener, SoftCmId id) {
+        super(engine);
+        this.phase = phase;
+        this.listener = listener;
+        this.id = id;
+    }
+
+    // ------------------------------------------------------------------ connection setup
+
+    /** Starts the active side's TCP connect and handshake; reports through {@code id}'s channel. */
+    static void connect(SoftCmId id, InetSocketAddress target, ConnectionParameters parameters, int timeoutMillis) {
+        TcpLink link = new TcpLink(id.engine, ACTIVE_CONNECTING, null, id);
+        link.peer = String.valueOf(target);
+        SoftQueuePair q = id.softQueuePair();
+        link.handshakeOut = SoftHandshake.encode(SoftHandshake.CONNECT, q.qpn, parameters, parameters.privateData(),
+                0);
+        synchronized (id) {
+            id.tcpLink = link;
+        }
+        SoftEngine engine = id.engine;
+        try {
+            java.nio.channels.Selector selector = engine.selector();
+            engine.execute(() -> link.startConnect(selector, target));
+        } catch (IOException e) {
+            id.connectFailed(CmEventType.CONNECT_ERROR, null, -1, e.getMessage());
+            return;
+        }
+        engine.schedule(id::connectTimedOut, timeoutMillis * 1_000_000L);
+    }
+
+    private void startConnect(java.nio.channels.Selector selector, InetSocketAddress target) {
+        if (phase != ACTIVE_CONNECTING) {
+            return;
+        }
+        try {
+            SocketChannel c = SocketChannel.open();
+            ch = c;
+            c.configureBlocking(false);
+            c.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            boolean done = c.connect(target);
+            key = c.register(selector, done ? SelectionKey.OP_READ : SelectionKey.OP_CONNECT, this);
+            if (done) {
+                connected();
+            }
+        } catch (IOException | RuntimeException e) {
+            connectError(e);
+        }
+    }
+
+    private void connectError(Exception e) {
+        closeNow();
+        SoftCmId i = id;
+        if (e instanceof ConnectException) {
+            i.connectFailed(CmEventType.REJECTED, null, SoftCmId.REJECT_NO_LISTENER, "nothing listens at " + peer
+                    + " (" + e.getMessage() + ")");
+        } else if (e instanceof java.nio.channels.UnresolvedAddressException
+                || e instanceof java.net.NoRouteToHostException) {
+            i.connectFailed(CmEventType.UNREACHABLE, null, -1, "cannot reach " + peer + ": " + e);
+        } else {
+            i.connectFailed(CmEventType.CONNECT_ERROR, null, -1, "connect to " + peer + " failed: " + e);
+        }
+    }
+
+    private void connected() throws IOException {
+        phase = ACTIVE_WAIT_REPLY;
+        key.interestOps(SelectionKey.OP_READ);
+        id.addresses((InetSocketAddress) ch.getLocalAddress(), id.remoteAddress());
+        pump();
+    }
+
+    /** A socket accepted by {@code listener}'s port; engine thread. */
+    static void accepted(SoftCmId listener, SocketChannel c) {
+        SoftEngine engine = listener.engine;
+        TcpLink link = new TcpLink(engine, PASSIVE_WAIT_REQUEST, listener, null);
+        link.ch = c;
+        try {
+            link.peer = String.valueOf(c.getRemoteAddress());
+            c.configureBlocking(false);
+            c.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            link.key = c.register(engine.selector(), SelectionKey.OP_READ, link);
+        } catch (IOException e) {
+            SoftEngine.logger.warn("soft0: cannot serve the connection from {}: {}", link.peer, e.toString());
+            link.closeNow();
+            return;
+        }
+        long timeout = SoftEngine.handshakeTimeoutMillis();
+        engine.schedule(() -> engine.execute(() -> {
+            if (link.phase == PASSIVE_WAIT_REQUEST) {
+                SoftEngine.logger.warn("soft0: closing the connection from {}: handshake not completed within {} ms",
+                        link.peer, timeout);
+                link.closeNow();
+            }
+        }), timeout * 1_000_000L);
+    }
+
+    /** The application accepted the request on {@code passiveId}; any thread. */
+    void accept(SoftCmId passiveId, SoftQueuePair q, ConnectionParameters parameters) {
+        engine.execute(() -> {
+            if (phase != PASSIVE_WAIT_APP) {
+                passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
+                return;
+            }
+            attach(q, parameters, q.peerParams);
+            handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
+            phase = CONNECTED;
+            engine.links.add(this);
+            q.markReadyToSend(this);
+            passiveId.emit(CmEventType.ESTABLISHED, null, 0, null);
+            try {
+                key.interestOps(SelectionKey.OP_READ);
+            } catch (RuntimeException e) {
+                teardown("connection from " + peer + " closed before accept", 0, 0, 0);
+                return;
+            }
+            pump();
+            if (readBuf.position() > 0) {
+                readBuf.flip();
+                processInput();
+            }
+        });
+    }
+
+    /** The application rejected the request; any thread. */
+    void reject(byte[] privateData) {
+        engine.execute(() -> {
+            if (phase != PASSIVE_WAIT_APP) {
+                return;
+            }
+            handshakeOut = SoftHandshake.encode(SoftHandshake.REJECT, 0, null, privateData, SoftCmId.REJECT_CONSUMER);
+            closeAfterFlush = true;
+            phase = CLOSING;
+            pump();
+        });
+        engine.schedule(() -> engine.execute(closeTask), LINGER_NANOS);
+    }
+
+    /** The active side gave up (timeout, disconnect, close) before the handshake completed. */
+    void abortHandshake() {
+        engine.execute(closeTask);
+    }
+
+    private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote) {
+        qp = q;
+        int rr = Math.max(1, local.responderResources());
+        int size = Integer.highestOneBit(rr) == rr ? rr : Integer.highestOneBit(rr) << 1;
+        rrPsn = new int[size];
+        rrAddress = new long[size];
+        rrLength = new int[size];
+        rrRkey = new int[size];
+        rrMask = size - 1;
+        readLimit = Math.max(1, Math.min(local.initiatorDepth(), remote.responderResources()));
+    }
+
+    // ------------------------------------------------------------------ engine events
+
+    @Override
+    public void onSelected(SelectionKey k) {
+        int ready = k.readyOps();
+        if ((ready & SelectionKey.OP_CONNECT) != 0) {
+            try {
+                if (ch.finishConnect()) {
+                    connected();
+                }
+            } catch (IOException e) {
+                connectError(e);
+                return;
+            }
+        }
+        if ((ready & SelectionKey.OP_WRITE) != 0 && k.isValid()) {
+            k.interestOps(k.interestOps() & ~SelectionKey.OP_WRITE);
+            pump();
+        }
+        if ((ready & SelectionKey.OP_READ) != 0 && k.isValid()) {
+            onReadable();
+        }
+    }
+
+    @Override
+    public void onFailure(Throwable cause) {
+        teardown("internal failure: " + cause, 0, 0, 0);
+        closeNow();
+    }
+
+    private void watchWritable() {
+        SelectionKey k = key;
+        if (k != null && k.isValid()) {
+            k.interestOps(k.interestOps() | SelectionKey.OP_WRITE);
+        }
+    }
+
+    private void onReadable() {
+        int n;
+        try {
+            n = ch.read(readBuf);
+        } catch (IOException e) {
+            peerGone("connection to " + peer + " reset (" + e.getMessage() + ")");
+            return;
+        }
+        if (n < 0) {
+            peerGone("peer " + peer + " closed the connection");
+            return;
+        }
+        if (phase == CLOSING) {
+            readBuf.clear();
+            return;
+        }
+        readBuf.flip();
+        processInput();
+    }
+
+    private void peerGone(String reason) {
+        int p = phase;
+        if (p == ACTIVE_WAIT_REPLY || p == ACTIVE_CONNECTING) {
+            closeNow();
+            id.connectFailed(CmEventType.CONNECT_ERROR, null, -1, reason + " during the handshake");
+        } else if (p == CONNECTED) {
+            teardown(reason, 0, 0, 0);
+            closeNow();
+        } else {
+            SoftCmId i = id;
+            closeNow();
+            if (i != null && p == PASSIVE_WAIT_APP) {
+                i.onDisconnected(reason);
+            }
+        }
+    }
+
+    /** Parses and executes what {@code readBuf} (in read mode) holds, then compacts it and sends responses. */
+    private void processInput() {
+        try {
+            while (failReason == null) {
+                int p = phase;
+                if (p == ACTIVE_WAIT_REPLY || p == PASSIVE_WAIT_REQUEST) {
+                    if (!processHandshake()) {
+                        break;
+                    }
+                    continue;
+                }
+                if (p != CONNECTED) {
+                    if (p != PASSIVE_WAIT_APP) {
+                        readBuf.position(readBuf.limit());
+                    }
+                    break;
+                }
+                int pos = readBuf.position();
+                if (readBuf.remaining() < SoftFrame.HEADER_LENGTH) {
+                    break;
+                }
+                SoftFrame f = inFrame.wrap(readBuf, pos);
+                String bad = f.validateHeader();
+                if (bad != null) {
+                    violation("malformed frame header: " + bad);
+                    break;
+                }
+                int payload = f.payloadLength();
+                if (readBuf.remaining() < SoftFrame.HEADER_LENGTH + payload) {
+                    break;
+                }
+                dispatch(f, readAddress + pos + SoftFrame.HEADER_LENGTH);
+                readBuf.position(pos + SoftFrame.HEADER_LENGTH + payload);
+            }
+        } finally {
+            readBuf.compact();
+        }
+        String reason = failReason;
+        if (reason != null) {
+            failReason = null;
+            teardown(reason, failTerminal, failPsn, failStatus);
+            if (failTerminal == 0) {
+                closeNow();
+            }
+            return;
+        }
+        pump();
+    }
+
+    private void violation(String what) {
+        SoftEngine.logger.warn("soft0: closing the connection with {}: protocol violation: {}", peer, what);
+        fail("protocol violation by " + peer + ": " + what, 0, 0, 0);
+    }
+
+    private void fail(String reason, int terminal, int psn, int status) {
+        if (failReason == null) {
+            failReason = reason;
+            failTerminal = terminal;
+            failPsn = psn;
+            failStatus = status;
+        }
+    }
+
+    /** @return whether parsing may go on with data frames */
+    private boolean processHandshake() {
+        int pos = readBuf.position();
+        if (readBuf.remaining() < SoftHandshake.HEADER_LENGTH) {
+            return false;
+        }
+        SoftHandshake h = handshake.wrap(readBuf, pos);
+        boolean passive = phase == PASSIVE_WAIT_REQUEST;
+        String bad = h.validate(passive ? 1 << SoftHandshake.CONNECT
+                : (1 << SoftHandshake.ACCEPT) | (1 << SoftHandshake.REJECT));
+        if (bad != null) {
+            if (passive) {
+                violation("bad handshake: " + bad);
+            } else {
+                closeNow();
+                id.connectFailed(CmEventType.CONNECT_ERROR, null, -1, "bad handshake from " + peer + ": " + bad);
+                SoftEngine.logger.warn("soft0: closing the connection with {}: bad handshake: {}", peer, bad);
+            }
+            return false;
+        }
+        int dataLength = h.privateDataLength();
+        if (readBuf.remaining() < SoftHandshake.HEADER_LENGTH + dataLength) {
+            return false;
+        }
+        byte[] data = new byte[dataLength];
+        readBuf.get(pos + SoftHandshake.HEADER_LENGTH, data);
+        readBuf.position(pos + SoftHandshake.HEADER_LENGTH + dataLength);
+        int kind = h.kind();
+        if (passive) {
+            ConnectionParameters params = h.parameters(data);
+            SoftCmId l = listener;
+            if (!l.isListening()) {
+                handshakeOut = SoftHandshake.encode(SoftHandshake.REJECT, 0, null, new byte[0],
+                        SoftCmId.REJECT_NO_LISTENER);
+                closeAfterFlush = true;
+                phase = CLOSING;
+                engine.schedule(() -> engine.execute(closeTask), LINGER_NANOS);
+                return false;
+            }
+            phase = PASSIVE_WAIT_APP;
+            key.interestOps(0);
+            InetSocketAddress localAddress;
+            InetSocketAddress remoteAddress;
+            try {
+                localAddress = (InetSocketAddress) ch.getLocalAddress();
+                remoteAddress = (InetSocketAddress) ch.getRemoteAddress();
+            } catch (IOException e) {
+                closeNow();
+                return false;
+            }
+            SoftCmId p = SoftCmId.passive(l, localAddress, remoteAddress, params);
+            p.tcpLink = this;
+            id = p;
+            p.emit(CmEventType.CONNECT_REQUEST, data, 0, null);
+            return false;
+        }
+        SoftCmId i = id;
+        if (kind == SoftHandshake.REJECT) {
+            closeNow();
+            i.connectFailed(CmEventType.REJECTED, data, h.status(), "rejected by the peer at " + peer);
+            return false;
+        }
+        ConnectionParameters params = h.parameters(data);
+        InetSocketAddress localAddress;
+        try {
+            localAddress = (InetSocketAddress) ch.getLocalAddress();
+        } catch (IOException e) {
+            localAddress = null;
+        }
+        if (!i.connectAccepted(this, params, localAddress)) {
+            closeNow();
+            return false;
+        }
+        SoftQueuePair q = i.softQueuePair();
+        q.peerParams = params;
+        attach(q, q.localParams, params);
+        phase = CONNECTED;
+        engine.links.add(this);
+        if (q.state == QpState.DESTROYED) {
+            teardown("queue pair " + q.qpn + " destroyed before the connection was up", SoftFrame.DISCONNECT, 0, 0);
+            return false;
+        }
+        q.markReadyToSend(this);
+        i.emit(CmEventType.ESTABLISHED, data, 0, null);
+        return true;
+    }
+
+    // ------------------------------------------------------------------ frame execution (engine thread)
+
+    private void dispatch(SoftFrame f, long payloadAddress) {
+        int op = f.opcode();
+        switch (op) {
+            case SoftFrame.SEND:
+            case SoftFrame.SEND_WITH_IMM:
+            case SoftFrame.WRITE:
+            case SoftFrame.WRITE_WITH_IMM:
+            case SoftFrame.READ_REQUEST:
+                onRequest(f, payloadAddress);
+                break;
+            case SoftFrame.ACK:
+            case SoftFrame.NAK:
+            case SoftFrame.RNR_NAK:
+            case SoftFrame.READ_RESPONSE:
+                onResponse(f, payloadAddress);
+                break;
+            case SoftFrame.DISCONNECT:
+                fail("peer " + peer + " disconnected", 0, 0, 0);
+                break;
+            default:
+                violation("opcode=" + op);
+        }
+    }
+
+    private void onRequest(SoftFrame f, long payloadAddress) {
+        SoftQueuePair q = qp;
+        q.rqLock.lock();
+        try {
+            if (q.state != QpState.RTS) {
+                return;
+            }
+            executeRequest(q, f, payloadAddress);
+        } finally {
+            q.rqLock.unlock();
+        }
+    }
+
+    private void executeRequest(SoftQueuePair q, SoftFrame f, long payloadAddress) {
+        int op = f.opcode();
+        int flags = f.flags();
+        int psn = f.psn();
+        int payload = f.payloadLength();
+        int length = f.messageLength();
+        boolean first = (flags & SoftFrame.FIRST) != 0;
+        boolean last = (flags & SoftFrame.LAST) != 0;
+        if (discarding) {
+            int d = psn - discardPsn;
+            if (d == 0 && first) {
+                discarding = false;
+            } else if (d >= 0 && d < SoftDevice.MAX_QP_WR) {
+                return;
+            } else {
+                violation("psn=" + psn + " while waiting for the retransmission of psn " + discardPsn);
+                return;
+            }
+        }
+        boolean write = op == SoftFrame.WRITE || op == SoftFrame.WRITE_WITH_IMM;
+        if (first) {
+            if (inMessage) {
+                violation("psn=" + psn + " starts a message inside message psn " + msgPsn);
+                return;
+            }
+            if (psn != expectedPsn) {
+                violation("psn=" + psn + " (expected: " + expectedPsn + ")");
+                return;
+            }
+            if (op == SoftFrame.READ_REQUEST) {
+                if (!last) {
+                    violation("READ_REQUEST without LAST flag");
+                    return;
+                }
+                if (length > 0 && q.remoteRegion(f.rkey(), f.address(), length, Access.REMOTE_READ) == null) {
+                    q.markError();
+                    fail("RDMA READ of " + length + " bytes at 0x" + Long.toHexString(f.address()) + " with rkey 0x"
+                            + Integer.toHexString(f.rkey()) + " refused", SoftFrame.NAK, psn, WcStatus.REM_ACCESS_ERR);
+                    return;
+                }
+                if (rrTail - rrHead > rrMask) {
+                    violation("more than " + (rrMask + 1) + " RDMA READs outstanding (expected: at most the"
+                            + " negotiated responder resources)");
+                    return;
+                }
+                int k = (int) rrTail & rrMask;
+                rrPsn[k] = psn;
+                rrAddress[k] = f.address();
+                rrLength[k] = length;
+                rrRkey[k] = f.rkey();
+                rrTail = rrTail + 1;
+                expectedPsn++;
+                return;
+            }
+            long recv = -1;
+            if (op != SoftFrame.WRITE) {
+                recv = q.rqHead;
+                if (recv == q.rqTail) {
+                    discarding = true;
+                    discardPsn = psn;
+                    rnrNakPsn = psn;
+                    rnrNakPending = true;
+                    return;
+                }
+            }
+            if (write) {
+                if (length > 0 && q.remoteRegion(f.rkey(), f.address(), length, Access.REMOTE_WRITE) == null) {
+                    q.markError();
+                    fail("RDMA WRITE of " + length + " bytes at 0x" + Long.toHexString(f.address()) + " with rkey 0x"
+                            + Integer.toHexString(f.rkey()) + " refused", SoftFrame.NAK, psn, WcStatus.REM_ACCESS_ERR);
+                    return;
+                }
+            } else {
+                int r = q.rIndex(recv);
+                if (q.checkRecv(r) != WcStatus.SUCCESS) {
+                    q.failRecvLocked(recv, WcStatus.LOC_PROT_ERR);
+                    fail("receive buffer of queue pair " + q.qpn + " not writable", SoftFrame.NAK, psn,
+                            WcStatus.REM_OP_ERR);
+                    return;
+                }
+                if (length > q.rLength[r]) {
+                    q.failRecvLocked(recv, WcStatus.LOC_LEN_ERR);
+                    fail("SEND of " + length + " bytes larger than the posted receive of " + q.rLength[r] + " bytes",
+                            SoftFrame.NAK, psn, WcStatus.REM_INV_REQ_ERR);
+                    return;
+                }
+            }
+            inMessage = true;
+            msgPsn = psn;
+            msgOp = op;
+            msgLength = length;
+            msgOffset = 0;
+            msgAddress = f.address();
+            msgRkey = f.rkey();
+            msgRecv = recv;
+        } else {
+            if (!inMessage || psn != msgPsn || op != msgOp || length != msgLength) {
+                violation("continuation frame op=" + SoftFrame.name(op) + " psn=" + psn + " length=" + length
+                        + " outside a message (expected: " + (inMessage ? "psn " + msgPsn : "a FIRST frame") + ")");
+                return;
+            }
+        }
+        if (write && (f.address() != msgAddress + msgOffset || f.rkey() != msgRkey)) {
+            violation("WRITE frame address=0x" + Long.toHexString(f.address()) + " (expected: 0x"
+                    + Long.toHexString(msgAddress + msgOffset) + ")");
+            return;
+        }
+        if (payload > msgLength - msgOffset) {
+            violation("payloadLength=" + payload + " beyond the message length " + msgLength + " at offset "
+                    + msgOffset);
+            return;
+        }
+        if (payload > 0) {
+            if (write) {
+                long dst = msgAddress + msgOffset;
+                if (q.remoteRegion(msgRkey, dst, payload, Access.REMOTE_WRITE) == null) {
+                    q.markError();
+                    fail("RDMA WRITE into a region deregistered mid-message", SoftFrame.NAK, psn,
+                            WcStatus.REM_ACCESS_ERR);
+                    return;
+                }
+                DirectMemory.copy(payloadAddress, dst, payload);
+            } else {
+                int r = q.rIndex(msgRecv);
+                if (q.checkRecv(r) != WcStatus.SUCCESS) {
+                    q.failRecvLocked(msgRecv, WcStatus.LOC_PROT_ERR);
+                    fail("receive buffer of queue pair " + q.qpn + " deregistered mid-message", SoftFrame.NAK, psn,
+                            WcStatus.REM_OP_ERR);
+                    return;
+                }
+                q.scatterRecv(r, msgOffset, payloadAddress, payload);
+            }
+        }
+        msgOffset += payload;
+        if (last != (msgOffset == msgLength)) {
+            violation("LAST flag " + last + " at offset " + msgOffset + " of a " + msgLength + "-byte message");
+            return;
+        }
+        if (!last) {
+            return;
+        }
+        inMessage = false;
+        expectedPsn++;
+        if (op != SoftFrame.WRITE) {
+            boolean imm = op != SoftFrame.SEND;
+            int wcOp = write ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV;
+            q.completeRecvLocked(q.rIndex(msgRecv), WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
+            q.rqHead = msgRecv + 1;
+        }
+        ackPsn = psn;
+        ackPending = true;
+    }
+
+    private void onResponse(SoftFrame f, long payloadAddress) {
+        SoftQueuePair q = qp;
+        boolean failed;
+        boolean wake = false;
+        q.sqLock.lock();
+        try {
+            long head = q.sqHead;
+            long sent = q.sqSent;
+            int op = f.opcode();
+            int psn = f.psn();
+            if (q.state != QpState.RTS && q.state != QpState.ERROR) {
+                return;
+            }
+            if (op == SoftFrame.READ_RESPONSE) {
+                wake = onReadResponse(q, f, payloadAddress, head, sent);
+            } else if (op == SoftFrame.ACK) {
+                long seq = seqOf(psn, head - q.sqDepth, sent);
+                if (seq < 0) {
+                    violation("ACK psn=" + psn + " outside the window of sent requests");
+                    return;
+                }
+                markAcked(q, head, seq + 1);
+            } else {
+                long seq = seqOf(psn, head, sent);
+                if (seq < 0) {
+                    violation(SoftFrame.name(op) + " psn=" + psn + " outside the window of outstanding requests");
+                    return;
+                }
+                markAcked(q, head, seq);
+                int i = q.sIndex(seq);
+                if (op == SoftFrame.NAK) {
+                    int status = f.imm();
+                    if (status != WcStatus.REM_ACCESS_ERR && status != WcStatus.REM_INV_REQ_ERR
+                            && status != WcStatus.REM_OP_ERR) {
+                        violation("NAK status=" + status + " (expected: REM_ACCESS_ERR, REM_INV_REQ_ERR or"
+                                + " REM_OP_ERR)");
+                        return;
+                    }
+                    q.sStatus[i] = status;
+                    q.retireLocked();
+                    fail("peer " + peer + " failed psn " + psn + " with " + WcStatus.name(status), 0, 0, 0);
+                    return;
+                }
+                int wrOp = q.sOpcode[i];
+                if (wrOp == WrOpcode.RDMA_WRITE || wrOp == WrOpcode.RDMA_READ) {
+                    violation("RNR_NAK psn=" + psn + " for a " + WrOpcode.name(wrOp)
+                            + " (expected: a request that consumes a receive)");
+                    return;
+                }
+                int attempt = ++q.sRnrCount[i];
+                if (attempt > q.localParams.rnrRetryCount()) {
+                    q.sStatus[i] = WcStatus.RNR_RETRY_EXC_ERR;
+                } else {
+                    long delay = SoftQueuePair.rnrDelayNanos(attempt);
+                    resumeAt = System.nanoTime() + delay;
+                    rewindSeq = seq;
+                    engine.schedule(pumpTask, delay);
+                }
+            }
+            failed = q.retireLocked();
+        } finally {
+            q.sqLock.unlock();
+        }
+        if (failed) {
+            fail("queue pair " + q.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
+        } else if (wake) {
+            pump();
+        }
+    }
+
+    /** The sequence number in {@code [lo, hi)} whose low 32 bits are {@code psn}, or -1. */
+    private static long seqOf(int psn, long lo, long hi) {
+        long d = (psn - (int) lo) & 0xffffffffL;
+        return d < hi - lo ? lo + d : -1;
+    }
+
+    /** Every non-READ request before {@code end} is done: its responder has executed it. */
+    private void markAcked(SoftQueuePair q, long head, long end) {
+        for (long s = Math.max(ackFloor, head); s < end; s++) {
+            int i = q.sIndex(s);
+            if (q.sOpcode[i] != WrOpcode.RDMA_READ) {
+                q.sDone[i] = true;
+            }
+        }
+        if (end > ackFloor) {
+            ackFloor = end;
+        }
+    }
+
+    /** @return whether a READ completed (the pump may send READs it held back) */
+    private boolean onReadResponse(SoftQueuePair q, SoftFrame f, long payloadAddress, long head, long sent) {
+        long s = Math.max(readScan, head);
+        while (s < sent) {
+            int i = q.sIndex(s);
+            if (q.sOpcode[i] == WrOpcode.RDMA_READ && !q.sDone[i]) {
+                break;
+            }
+            s++;
+        }
+        readScan = s;
+        int psn = f.psn();
+        if (s >= sent || (int) s != psn) {
+            violation("READ_RESPONSE psn=" + psn + " matches no outstanding RDMA READ");
+            return false;
+        }
+        int i = q.sIndex(s);
+        int length = q.sLength[i];
+        int payload = f.payloadLength();
+        if (f.address() != readOffset || f.messageLength() != length || payload > length - readOffset) {
+            violation("READ_RESPONSE offset=" + f.address() + " payloadLength=" + payload + " messageLength="
+                    + f.messageLength() + " (expected: offset " + readOffset + " of " + length + " bytes)");
+            return false;
+        }
+        boolean last = readOffset + payload == length;
+        if (last != ((f.flags() & SoftFrame.LAST) != 0)) {
+            violation("READ_RESPONSE LAST flag mismatch at offset " + readOffset);
+            return false;
+        }
+        if (payload > 0 && q.sStatus[i] == WcStatus.SUCCESS) {
+            if (q.checkLocal(i) != WcStatus.SUCCESS) {
+                q.sStatus[i] = WcStatus.LOC_PROT_ERR;
+            } else {
+                q.scatterRead(i, readOffset, payloadAddress, payload);
+            }
+        }
+        readOffset += payload;
+        if (!last) {
+            return false;
+        }
+        readOffset = 0;
+        q.sDone[i] = true;
+        readScan = s + 1;
+        readsInFlight.decrementAndGet();
+        return true;
+    }
+
+    // ------------------------------------------------------------------ writing
+
+    @Override
+    void sendQueueReady(SoftQueuePair q) {
+        pump();
+    }
+
+    /** Drains everything ready to go into the socket; one drainer at a time, any thread. */
+    void pump() {
+        if (wip.getAndIncrement() != 0) {
+            return;
+        }
+        int missed = 1;
+        boolean broken = false;
+        for (;;) {
+            if (!broken) {
+                try {
+                    drain();
+                } catch (IOException | RuntimeException e) {
+                    broken = true;
+                }
+            }
+            missed = wip.addAndGet(-missed);
+            if (missed == 0) {
+                break;
+            }
+        }
+        if (broken && phase != CLOSED) {
+            if (phase == CONNECTED) {
+                teardown("connection to " + peer + " broke while writing", 0, 0, 0);
+            }
+            engine.execute(closeTask);
+            return;
+        }
+        if (gatherFailed) {
+            gatherFailed = false;
+            SoftQueuePair q = qp;
+            boolean failed;
+            q.sqLock.lock();
+            try {
+                failed = q.retireLocked();
+            } finally {
+                q.sqLock.unlock();
+            }
+            if (failed) {
+                teardown("queue pair " + q.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
+            }
+        }
+        if (readResponseFailed) {
+            readResponseFailed = false;
+            teardown("RDMA READ source deregistered while answering", SoftFrame.NAK, readResponseFailedPsn,
+                    WcStatus.REM_ACCESS_ERR);
+        }
+    }
+
+    private void drain() throws IOException {
+        SocketChannel c = ch;
+        if (c == null || phase == ACTIVE_CONNECTING || phase == CLOSED) {
+            return;
+        }
+        for (;;) {
+            fill();
+            if (writeBuf.position() > 0) {
+                writeBuf.flip();
+                c.write(writeBuf);
+                writeBuf.compact();
+                if (writeBuf.position() > 0) {
+                    engine.execute(writeInterestTask);
+                    return;
+                }
+                continue;
+            }
+            if (closeAfterFlush) {
+                closeAfterFlush = false;
+                engine.execute(lingerTask);
+            }
+            return;
+        }
+    }
+
+    /** Encodes ready frames into the write buffer; returns whether it added any. */
+    private boolean fill() {
+        int start = writeBuf.position();
+        byte[] hs = handshakeOut;
+        if (hs != null) {
+            if (writeBuf.remaining() < hs.length) {
+                return false;
+            }
+            writeBuf.put(hs);
+            handshakeOut = null;
+        }
+        if (phase != CONNECTED && terminalOp == 0) {
+            return writeBuf.position() != start;
+        }
+        if (ackPending && room() >= SoftFrame.HEADER_LENGTH) {
+            ackPending = false;
+            putHeader(SoftFrame.ACK, 0, ackPsn, 0, 0, 0, 0, 0);
+        }
+        if (rnrNakPending && room() >= SoftFrame.HEADER_LENGTH) {
+            rnrNakPending = false;
+            putHeader(SoftFrame.RNR_NAK, 0, rnrNakPsn, 0, 0, 0, 0, 0);
+        }
+        fillReadResponses();
+        if (terminalOp != 0) {
+            if (!terminalWritten && room() >= SoftFrame.HEADER_LENGTH) {
+                putHeader(terminalOp, 0, terminalPsn, 0, 0, 0, 0, terminalStatus);
+                terminalWritten = true;
+                closeAfterFlush = true;
+            }
+            return writeBuf.position() != start;
+        }
+        fillRequests();
+        return writeBuf.position() != start;
+    }
+
+    private int room() {
+        return writeBuf.remaining();
+    }
+
+    private void putHeader(int op, int flags, int psn, int payload, int length, long address, int rkey, int imm) {
+        int pos = writeBuf.position();
+        outFrame.wrap(writeBuf, pos).header(op, flags, psn, payload, length, address, rkey, imm);
+        writeBuf.position(pos + SoftFrame.HEADER_LENGTH + payload);
+    }
+
+    /** How much of {@code remaining} bytes to put in the next frame, or -1 when the buffer is too full for it. */
+    private int chunk(int remaining) {
+        int c = Math.min(remaining, Math.min(SoftFrame.MAX_PAYLOAD, room() - SoftFrame.HEADER_LENGTH));
+        if (c < 0 || (c < remaining && c < MIN_CHUNK)) {
+            return -1;
+        }
+        return c;
+    }
+
+    private void fillReadResponses() {
+        SoftQueuePair q = qp;
+        while (rrHead < rrTail) {
+            int k = (int) rrHead & rrMask;
+            int length = rrLength[k];
+            int c = chunk(length - rrOffset);
+            if (c < 0) {
+                return;
+            }
+            long src = rrAddress[k] + rrOffset;
+            if (c > 0) {
+                if (q.remoteRegion(rrRkey[k], src, c, Access.REMOTE_READ) == null) {
+                    readResponseFailed = true;
+                    readResponseFailedPsn = rrPsn[k];
+                    rrHead = rrTail;
+                    return;
+                }
+                DirectMemory.copy(src, writeAddress + writeBuf.position() + SoftFrame.HEADER_LENGTH, c);
+            }
+            int flags = (rrOffset == 0 ? SoftFrame.FIRST : 0) | (rrOffset + c == length ? SoftFrame.LAST : 0);
+            putHeader(SoftFrame.READ_RESPONSE, flags, rrPsn[k], c, length, rrOffset, 0, 0);
+            rrOffset += c;
+            if (rrOffset == length) {
+                rrOffset = 0;
+                rrHead = rrHead + 1;
+            }
+        }
+    }
+
+    private void fillRequests() {
+        SoftQueuePair q = qp;
+        if (q == null || q.state != QpState.RTS || gatherFailed) {
+            return;
+        }
+        long rewind = rewindSeq;
+        if (rewind >= 0) {
+            rewindSeq = -1;
+            long sent = q.sqSent;
+            int voided = 0;
+            for (long s = rewind; s < sent; s++) {
+                if (q.sOpcode[q.sIndex(s)] == WrOpcode.RDMA_READ) {
+                    voided++;
+                }
+            }
+            readsInFlight.addAndGet(-voided);
+            cursorOffset = 0;
+            q.sqSent = rewind;
+        }
+        long wait = resumeAt - System.nanoTime();
+        if (resumeAt != 0 && wait > 0) {
+            return;
+        }
+        resumeAt = 0;
+        long seq = q.sqSent;
+        long tail = q.sqTail;
+        while (seq < tail) {
+            int i = q.sIndex(seq);
+            if (q.sStatus[i] != WcStatus.SUCCESS) {
+                // A work request that failed locally: stop here; retiring it in order ends the connection.
+                gatherFailed = true;
+                return;
+            }
+            long due = q.sDue[i];
+            if (due != 0) {
+                long d = due - System.nanoTime();
+                if (d > 0) {
+                    if (!resumeScheduled) {
+                        resumeScheduled = true;
+                        engine.schedule(() -> {
+                            resumeScheduled = false;
+                            pump();
+                        }, d);
+                    }
+                    return;
+                }
+            }
+            int op = q.sOpcode[i];
+            int length = q.sLength[i];
+            if (op == WrOpcode.RDMA_READ) {
+                if (readsInFlight.get() >= readLimit || room() < SoftFrame.HEADER_LENGTH) {
+                    return;
+                }
+                putHeader(SoftFrame.READ_REQUEST, SoftFrame.FIRST | SoftFrame.LAST, (int) seq, 0, length,
+                        q.sRemote[i], q.sRkey[i], 0);
+                readsInFlight.incrementAndGet();
+            } else {
+                if (cursorOffset == 0 && q.checkLocal(i) != WcStatus.SUCCESS) {
+                    q.sStatus[i] = WcStatus.LOC_PROT_ERR;
+                    gatherFailed = true;
+                    return;
+                }
+                int wireOp = wireOpcode(op);
+                do {
+                    int c = chunk(length - cursorOffset);
+                    if (c < 0) {
+                        return;
+                    }
+                    q.gather(i, cursorOffset, writeAddress + writeBuf.position() + SoftFrame.HEADER_LENGTH, c);
+                    int flags = (cursorOffset == 0 ? SoftFrame.FIRST : 0)
+                            | (cursorOffset + c == length ? SoftFrame.LAST : 0);
+                    long address = op == WrOpcode.RDMA_WRITE || op == WrOpcode.RDMA_WRITE_WITH_IMM
+                            ? q.sRemote[i] + cursorOffset : 0;
+                    putHeader(wireOp, flags, (int) seq, c, length, address, q.sRkey[i], q.sImm[i]);
+                    cursorOffset += c;
+                } while (cursorOffset < length);
+                cursorOffset = 0;
+            }
+            seq++;
+            q.sqSent = seq;
+        }
+    }
+
+    private static int wireOpcode(int wrOpcode) {
+        switch (wrOpcode) {
+            case WrOpcode.SEND:
+                return SoftFrame.SEND;
+            case WrOpcode.SEND_WITH_IMM:
+                return SoftFrame.SEND_WITH_IMM;
+            case WrOpcode.RDMA_WRITE:
+                return SoftFrame.WRITE;
+            default:
+                return SoftFrame.WRITE_WITH_IMM;
+        }
+    }
+
+    // ------------------------------------------------------------------ teardown
+
+    /**
+     * Local side to ERROR and flushed, DISCONNECTED reported, and a last frame ({@code terminal}: DISCONNECT or a
+     * NAK) sent before the socket closes; once. Call with no queue-pair lock held.
+     */
+    void teardown(String reason, int terminal, int psn, int status) {
+        if (!torn.compareAndSet(false, true)) {
+            return;
+        }
+        engine.links.remove(this);
+        SoftQueuePair q = qp;
+        if (q != null) {
+            q.enterError();
+        }
+        SoftCmId i = id;
+        if (i != null) {
+            i.onDisconnected(reason);
+        }
+        if (terminal != 0 && phase == CONNECTED) {
+            terminalPsn = psn;
+            terminalStatus = status;
+            terminalOp = terminal;
+            pump();
+            engine.schedule(() -> engine.execute(closeTask), LINGER_NANOS);
+        } else {
+            engine.execute(closeTask);
+        }
+    }
+
+    @Override
+    void disconnect(String reason) {
+        teardown(reason, SoftFrame.DISCONNECT, 0, 0);
+    }
+
+    @Override
+    void drop(String reason) {
+        teardown(reason, 0, 0, 0);
+        engine.execute(closeTask);
+    }
+
+    /** The last frame is out: half-close and wait (bounded) for the peer's close, so it reads that frame. */
+    private void linger() {
+        if (phase == CLOSED) {
+            return;
+        }
+        phase = CLOSING;
+        try {
+            ch.shutdownOutput();
+        } catch (IOException | RuntimeException e) {
+            closeNow();
+        }
+    }
+
+    private void closeNow() {
+        phase = CLOSED;
+        SelectionKey k = key;
+        if (k != null) {
+            k.cancel();
+        }
+        SocketChannel c = ch;
+        if (c != null) {
+            try {
+                c.close();
+            } catch (IOException ignored) {
+                // The descriptor is released either way.
+            }
+        }
+        engine.links.remove(this);
+    }
+
+    @Override
+    public String toString() {
+        return "TcpLink{peer=" + peer + ", phase=" + phase + '}';
+    }
+}
