@@ -4,56 +4,47 @@ import io.netty.channel.Channel;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.ServerChannel;
-import io.netty.channel.nio.NioIoHandler;
-import io.netty.channel.socket.nio.NioServerSocketChannel;
-import io.netty.channel.socket.nio.NioSocketChannel;
+import io.rdmabridge.netty.RdmaIoHandler;
+import io.rdmabridge.netty.RdmaServerSocketChannel;
+import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.ProviderSelection;
+import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.RdmaProviders;
 import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The one seam that picks the Netty channel classes and I/O handler under the shuffle block pipeline; everything
- * above it ({@link ShuffleBlockServer}, {@link ShuffleBlockClient}) is channel-agnostic.
- *
- * <p><b>PLACEHOLDER.</b> The RDMA Netty channel ({@code io.rdmabridge.netty.RdmaSocketChannel}) is not on this branch
- * yet, so {@link #open} runs the pipeline over Netty NIO sockets whenever a provider is usable. That moves bytes over
- * TCP, not RDMA; {@link #description()} and the log line say so. Switching to {@code RdmaIoHandler.newFactory()},
- * {@code RdmaServerSocketChannel} and {@code RdmaSocketChannel} is a change to this class only.
- *
- * <p>Thread-safe after construction.
+ * above it ({@link ShuffleBlockServer}, {@link ShuffleBlockClient}) is channel-agnostic. It runs the pipeline on
+ * {@link RdmaSocketChannel}/{@link RdmaServerSocketChannel} over the provider that {@code spark.shuffle.rdma.provider}
+ * selects, or reports why none can be used. Thread-safe after construction.
  */
 final class BlockTransport {
     /** Provider value that selects the software RDMA provider. */
     static final String SOFT = "soft";
 
     private final EventLoopGroup group;
-    private final String description;
+    private final RdmaProvider provider;
 
-    private BlockTransport(EventLoopGroup group, String description) {
+    private BlockTransport(EventLoopGroup group, RdmaProvider provider) {
         this.group = group;
-        this.description = description;
+        this.provider = provider;
     }
 
     /**
-     * The transport for {@code provider}, or an exception whose message names why RDMA cannot be used here and what
-     * to do about it. Never returns a transport that silently differs from the one asked for.
+     * The RDMA transport for {@code provider} ({@code auto}, {@code disni} or {@code soft}), or an exception whose
+     * message names why RDMA cannot be used here and what to do about it.
      */
     static BlockTransport open(String provider, int ioThreads, String threadPrefix) throws UnavailableException {
-        String how;
-        if (SOFT.equals(provider)) {
-            // PLACEHOLDER: the soft provider and the RDMA channel are not on this branch; NIO stands in for both.
-            how = "PLACEHOLDER Netty NIO (TCP) standing in for RdmaSocketChannel on the soft provider";
-        } else {
-            ProviderSelection selection = RdmaProviders.select(provider);
-            if (!selection.isAvailable()) {
-                throw new UnavailableException(selection.reason());
-            }
-            how = "PLACEHOLDER Netty NIO (TCP) standing in for RdmaSocketChannel on " + selection.provider().name();
+        ProviderSelection selection = RdmaProviders.select(provider);
+        if (!selection.isAvailable()) {
+            throw new UnavailableException(selection.reason());
         }
+        RdmaProvider chosen = selection.provider();
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(ioThreads, daemonThreads(threadPrefix),
-                NioIoHandler.newFactory());
-        return new BlockTransport(group, how);
+                RdmaIoHandler.newFactory(chosen));
+        return new BlockTransport(group, chosen);
     }
 
     EventLoopGroup group() {
@@ -61,20 +52,24 @@ final class BlockTransport {
     }
 
     Class<? extends ServerChannel> serverChannelClass() {
-        return NioServerSocketChannel.class;
+        return RdmaServerSocketChannel.class;
     }
 
     Class<? extends Channel> channelClass() {
-        return NioSocketChannel.class;
+        return RdmaSocketChannel.class;
     }
 
-    /** What moves the bytes, in words, for logs and the fallback report. */
+    RdmaProvider provider() {
+        return provider;
+    }
+
+    /** What moves the bytes, in words, for logs. */
     String description() {
-        return description;
+        return "RdmaSocketChannel on the " + provider.name() + " RDMA provider";
     }
 
     void close() {
-        group.shutdownGracefully(0, 2, java.util.concurrent.TimeUnit.SECONDS).syncUninterruptibly();
+        group.shutdownGracefully(0, 2, TimeUnit.SECONDS).syncUninterruptibly();
     }
 
     private static ThreadFactory daemonThreads(String prefix) {

@@ -49,7 +49,6 @@ final class ShuffleBlockClient implements AutoCloseable {
         bootstrap = new Bootstrap()
                 .group(transport.group())
                 .channel(transport.channelClass())
-                .option(ChannelOption.TCP_NODELAY, true)
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
     }
 
@@ -58,7 +57,16 @@ final class ShuffleBlockClient implements AutoCloseable {
         connection(server).addListener(f -> {
             if (f.isSuccess()) {
                 Channel ch = (Channel) f.getNow();
-                ch.eventLoop().execute(() -> ch.pipeline().get(ConnectionHandler.class).send(blockIds, listener));
+                ch.eventLoop().execute(() -> {
+                    // A channel that closed meanwhile has already lost its handlers.
+                    ConnectionHandler handler = ch.pipeline().get(ConnectionHandler.class);
+                    if (handler == null) {
+                        failAll(blockIds, listener, new IOException("connection to shuffle block server " + server
+                                + " closed before the fetch was sent"));
+                    } else {
+                        handler.send(blockIds, listener);
+                    }
+                });
             } else {
                 failAll(blockIds, listener, new IOException("cannot reach shuffle block server " + server + ": "
                         + f.cause().getMessage(), f.cause()));

@@ -7,7 +7,6 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
-import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.handler.codec.CorruptedFrameException;
@@ -52,7 +51,6 @@ final class ShuffleBlockServer implements AutoCloseable {
         ServerBootstrap bootstrap = new ServerBootstrap()
                 .group(transport.group())
                 .channel(transport.serverChannelClass())
-                .childOption(ChannelOption.TCP_NODELAY, true)
                 .childHandler(new ChannelInitializer<>() {
                     @Override
                     protected void initChannel(Channel ch) {
@@ -142,6 +140,7 @@ final class ShuffleBlockServer implements AutoCloseable {
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
         private final byte[] nonce = PeerAuthenticator.newNonce();
         private boolean authenticated;
+        private boolean refused;
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
@@ -151,6 +150,10 @@ final class ShuffleBlockServer implements AutoCloseable {
 
         @Override
         protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
+            if (refused) {
+                // The connection is closing; whatever the peer pipelined after its answer is not even looked at.
+                return;
+            }
             byte type = BlockFrame.readType(frame);
             if (type == BlockFrame.RESPONSE && !authenticated) {
                 byte[] answer = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "mac");
@@ -192,6 +195,7 @@ final class ShuffleBlockServer implements AutoCloseable {
         }
 
         private void refuse(ChannelHandlerContext ctx, String reason) {
+            refused = true;
             LOG.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(), reason);
             ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), BlockFrame.CONNECTION_REQUEST_ID, reason))
                     .addListener(ChannelFutureListener.CLOSE);
@@ -199,7 +203,7 @@ final class ShuffleBlockServer implements AutoCloseable {
 
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-            if (ctx.channel().isActive()) {
+            if (ctx.channel().isActive() && !refused) {
                 refuse(ctx, "protocol error: " + cause.getMessage());
             }
         }

@@ -4,12 +4,17 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.DataInputStream;
-import java.io.DataOutputStream;
+import io.netty.bootstrap.Bootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.util.concurrent.Promise;
 import java.io.File;
 import java.io.InputStream;
 import java.net.InetSocketAddress;
-import java.net.Socket;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.Map;
 import java.util.Random;
@@ -26,7 +31,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-/** The block server and client in one JVM, over {@link BlockTransport} (the placeholder channel until RDMA lands). */
+/** The block server and client in one JVM, over {@link BlockTransport}: RdmaSocketChannel on the soft provider. */
 class ShuffleBlockPipelineTest {
     private static final TransportConf TRANSPORT_CONF = new TransportConf("shuffle", MapConfigProvider.EMPTY);
 
@@ -48,8 +53,10 @@ class ShuffleBlockPipelineTest {
     }
 
     @AfterEach
-    void tearDown() {
+    void tearDown() throws InterruptedException {
         transport.close();
+        // Queue pairs, completion queues and registered memory of every connection go back to the provider.
+        waitFor(() -> transport.provider().resourceUsage().isZero());
     }
 
     /** Block "b_OFFSET_LENGTH" is that segment of the data file; anything else does not exist. */
@@ -87,6 +94,26 @@ class ShuffleBlockPipelineTest {
             // Spark's release is the last one: the receive buffers go back to the transport.
             waitFor(() -> c.buffers.values().stream().allMatch(b -> b.refCnt() == 0));
             waitFor(() -> serverMetrics.bytesServed.getCount() == 301000);
+        }
+    }
+
+    @Test
+    void shouldFetchManyLargeBlocksOnOneConnection() throws Exception {
+        int blocks = 48;
+        int size = 700_000;
+        try (ShuffleBlockServer server = server(null, 4 << 20); ShuffleBlockClient client = client(null)) {
+            String[] ids = new String[blocks];
+            for (int i = 0; i < blocks; i++) {
+                ids[i] = "b_" + (i * 7000) + "_" + size;
+            }
+            Collector c = new Collector(blocks);
+            client.fetch(address(server), ids, c);
+            c.await();
+            assertEquals(Map.of(), c.failures);
+            for (int i = 0; i < blocks; i++) {
+                assertArrayEquals(slice(i * 7000, size), c.received.get(ids[i]), ids[i]);
+            }
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
         }
     }
 
@@ -150,29 +177,38 @@ class ShuffleBlockPipelineTest {
 
     @Test
     void shouldCloseAConnectionThatSendsAMalformedFrame() throws Exception {
-        try (ShuffleBlockServer server = server(null, 1 << 20);
-             Socket socket = new Socket("127.0.0.1", server.localAddress().getPort())) {
-            socket.setSoTimeout(10_000);
-            DataInputStream in = new DataInputStream(socket.getInputStream());
-            DataOutputStream out = new DataOutputStream(socket.getOutputStream());
-            in.readFully(new byte[4 + 1 + 1 + 32]);
-            out.writeInt(1 + 32);
-            out.writeByte(BlockFrame.RESPONSE);
-            out.write(new byte[32]);
+        try (ShuffleBlockServer server = server(null, 1 << 20)) {
+            ByteBuf received = Unpooled.buffer();
+            Promise<Void> closed = transport.group().next().newPromise();
+            Channel raw = new Bootstrap().group(transport.group()).channel(transport.channelClass())
+                    .handler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            ByteBuf buf = (ByteBuf) msg;
+                            received.writeBytes(buf);
+                            buf.release();
+                        }
+
+                        @Override
+                        public void channelInactive(ChannelHandlerContext ctx) {
+                            closed.trySuccess(null);
+                        }
+                    }).connect(address(server)).sync().channel();
+            ByteBuf out = raw.alloc().buffer();
+            out.writeInt(1 + 32).writeByte(BlockFrame.RESPONSE).writeZero(32);
             // FETCH whose block id length claims more bytes than the frame holds.
-            out.writeInt(1 + 8 + 2 + 3);
-            out.writeByte(BlockFrame.FETCH);
-            out.writeLong(1);
-            out.writeShort(200);
-            out.write(new byte[3]);
-            out.flush();
-            int length = in.readInt();
-            assertEquals(BlockFrame.FAILURE, in.readByte());
-            assertEquals(BlockFrame.CONNECTION_REQUEST_ID, in.readLong());
-            byte[] message = new byte[length - 9];
-            in.readFully(message);
-            assertTrue(new String(message).contains("blockIdLength=200"), new String(message));
-            assertEquals(-1, in.read());
+            out.writeInt(1 + 8 + 2 + 3).writeByte(BlockFrame.FETCH).writeLong(1).writeShort(200).writeZero(3);
+            raw.writeAndFlush(out).sync();
+            assertTrue(closed.await(20, TimeUnit.SECONDS), "the server closed the connection");
+
+            received.skipBytes(4 + 1 + 1 + 32);
+            int length = received.readInt();
+            assertEquals(BlockFrame.FAILURE, received.readByte());
+            assertEquals(BlockFrame.CONNECTION_REQUEST_ID, received.readLong());
+            String message = received.readCharSequence(length - 9, StandardCharsets.UTF_8).toString();
+            assertTrue(message.contains("blockIdLength=200"), message);
+            assertEquals(0, received.readableBytes(), "nothing after the failure");
+            received.release();
         }
     }
 
