@@ -117,6 +117,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private boolean inputEndSeen;
     private final Runnable readTask = this::scheduledRead;
 
+    // Flow-control counters of the connection already added to the metrics.
+    private long reportedStalls;
+    private long reportedRnr;
+
     // Writing: per operation, the outbound bytes it carries and the staging block (a copy) it holds, if any.
     private long[] opBytes;
     private Object[] opRelease;
@@ -282,11 +286,11 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
 
     @Override
     protected Object filterOutboundMessage(Object msg) {
-        if (msg instanceof ByteBuf || msg instanceof DefaultFileRegion) {
+        if (msg instanceof ByteBuf || msg instanceof FileRegion) {
             return msg;
         }
         throw new UnsupportedOperationException("unsupported message type: " + msg.getClass().getSimpleName()
-                + " (expected: ByteBuf or DefaultFileRegion)");
+                + " (expected: ByteBuf or FileRegion)");
     }
 
     // ---------------------------------------------------------------------------------------------- connecting
@@ -507,8 +511,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             return 0;
         }
         int events = c.poll(handler.completions(), 4);
-        int stalls = (int) c.creditStalls();
-        if (stalls != 0 || c.receiverNotReady() != 0) {
+        if (c.creditStalls() != reportedStalls || c.receiverNotReady() != reportedRnr) {
             accountFlowControl(c);
         }
         if ((events & RdmaConnection.EVENT_FAILED) != 0 && c.failure() != null) {
@@ -537,9 +540,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         checkDelayed();
         return events != 0 ? 1 : 0;
     }
-
-    private long reportedStalls;
-    private long reportedRnr;
 
     private void accountFlowControl(RdmaConnection c) {
         long stalls = c.creditStalls() - reportedStalls;
@@ -776,8 +776,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             return;
         }
         if (postedBytes == 0) {
-            // Empty buffers at the head complete at once.
-            in.removeBytes(0);
+            removeEmptyHead(in);
         }
         if (in.isEmpty()) {
             return;
@@ -829,9 +828,25 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         ChannelOutboundBuffer in = unsafe().outboundBuffer();
         if (in != null) {
             if (opFile[i]) {
+                removeEmptyHead(in);
                 fileProgress(in, bytes);
             } else {
                 in.removeBytes(bytes);
+            }
+            removeEmptyHead(in);
+        }
+    }
+
+    /** Empty buffers and regions carry no bytes, so no completion will ever remove them: remove them at the head. */
+    private void removeEmptyHead(ChannelOutboundBuffer in) {
+        for (;;) {
+            Object msg = in.current();
+            if (msg instanceof ByteBuf && !((ByteBuf) msg).isReadable()) {
+                in.remove();
+            } else if (msg instanceof FileRegion && ((FileRegion) msg).count() == 0) {
+                in.remove();
+            } else {
+                return;
             }
         }
     }
@@ -916,8 +931,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 skip = 0;
                 return writeBytes(buf, index, length);
             }
-            if (msg instanceof DefaultFileRegion) {
-                DefaultFileRegion region = (DefaultFileRegion) msg;
+            if (msg instanceof FileRegion) {
+                FileRegion region = (FileRegion) msg;
                 // Completed bytes of the head region were reported with progress(), not removed.
                 long done = head ? fileSent : 0;
                 long remaining = region.count() - done;
@@ -928,7 +943,14 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 long offset = done + skip;
                 skip = 0;
                 endFrame();
-                return fileWriter().write(region, offset, this);
+                if (region instanceof DefaultFileRegion) {
+                    if (offset == 0) {
+                        validateFileRegion((DefaultFileRegion) region, region.transferred());
+                    }
+                    return fileWriter().write((DefaultFileRegion) region, offset, this);
+                }
+                // Other regions can only be copied out in order through transferTo(), once they are at the head.
+                return head && writeCustomRegion(region, offset);
             }
             return false;
         }
@@ -1028,6 +1050,51 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             return true;
         }
 
+        /**
+         * A {@link FileRegion} of unknown kind can only be read through {@code transferTo}: copy it into registered
+         * staging memory, piece by piece (counted as copied).
+         */
+        private boolean writeCustomRegion(FileRegion region, long offset) throws IOException {
+            // transferTo() must be called at transferred(): the region tracks its own progress.
+            while (region.transferred() < region.count()) {
+                if (!canSend()) {
+                    return false;
+                }
+                long before = region.transferred();
+                int chunk = (int) Math.min(region.count() - before, RegisteredMemory.maxPooledSize());
+                RegisteredMemory.Block block = domain.memory.allocate(chunk);
+                StagingChannel target = stagingChannel.reset(block.buffer(), chunk);
+                try {
+                    region.transferTo(target, before);
+                } catch (IOException | RuntimeException e) {
+                    block.free();
+                    throw e;
+                }
+                int length = target.written();
+                if (length <= 0) {
+                    block.free();
+                    unspend();
+                    return false;
+                }
+                copied(length);
+                long op;
+                if (length >= config.rendezvousThreshold() || length > c.maxFramePayload()) {
+                    op = c.sendRendezvous(block.address(), length, block.memoryRegion().rkey());
+                    metrics.addRendezvous(length);
+                    handler.metrics().addRendezvous(length);
+                } else {
+                    c.beginData();
+                    c.addSegment(block.address(), length, block.memoryRegion().lkey());
+                    op = c.sendData();
+                    countEager(length);
+                }
+                metrics.addFile(length);
+                handler.metrics().addFile(length);
+                record(op, length, block, true);
+            }
+            return true;
+        }
+
         @Override
         public boolean canSend() {
             return c.canSendData() && spend();
@@ -1095,6 +1162,41 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     }
 
     private RdmaFileWriter fileWriter;
+    private final StagingChannel stagingChannel = new StagingChannel();
+
+    /** Lets {@code FileRegion.transferTo} write into a registered staging block. */
+    private static final class StagingChannel implements java.nio.channels.WritableByteChannel {
+        private ByteBuffer target;
+
+        StagingChannel reset(ByteBuffer buffer, int limit) {
+            target = buffer;
+            buffer.clear().limit(limit);
+            return this;
+        }
+
+        int written() {
+            return target.position();
+        }
+
+        @Override
+        public int write(ByteBuffer src) {
+            int n = Math.min(src.remaining(), target.remaining());
+            ByteBuffer part = src.duplicate();
+            part.limit(part.position() + n);
+            target.put(part);
+            src.position(src.position() + n);
+            return n;
+        }
+
+        @Override
+        public boolean isOpen() {
+            return true;
+        }
+
+        @Override
+        public void close() {
+        }
+    }
 
     private RdmaFileWriter fileWriter() {
         if (fileWriter == null) {
@@ -1271,7 +1373,9 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
 
         @Override
         public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
-            if (!promise.setUncancellable() || !ensureOpen(promise)) {
+            // The promise stays cancellable: the connection manager's connect is non-blocking, and cancelling it
+            // closes the channel (the listener below), as Netty's NIO and epoll channels do.
+            if (promise.isDone() || !ensureOpen(promise)) {
                 return;
             }
             if (connectPromise != null) {

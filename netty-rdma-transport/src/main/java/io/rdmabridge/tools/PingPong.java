@@ -32,6 +32,8 @@ import java.util.concurrent.TimeUnit;
  */
 final class PingPong implements AutoCloseable {
     private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(10);
+    private static final long SEND_WR_ID = 1;
+    private static final long RECV_WR_ID = 2;
 
     private final RdmaProvider provider;
     private final InetSocketAddress bindAddress;
@@ -63,10 +65,11 @@ final class PingPong implements AutoCloseable {
                 server.setUp(id);
                 id.accept(ConnectionParameters.DEFAULT);
                 server.await(CmEventType.ESTABLISHED);
-                for (int i = 0; i < total; i++) {
-                    server.receive();
+                for (int i = 1; i <= total; i++) {
+                    server.awaitTotals(i - 1, i);
                     server.send();
                 }
+                server.awaitTotals(total, total);
             } catch (Throwable t) {
                 serverFailure[0] = t;
             }
@@ -86,7 +89,7 @@ final class PingPong implements AutoCloseable {
             for (int i = 0; i < total; i++) {
                 long start = System.nanoTime();
                 client.send();
-                client.receive();
+                client.awaitTotals(i + 1, i + 1);
                 if (i >= warmup) {
                     rtt[i - warmup] = System.nanoTime() - start;
                 }
@@ -119,6 +122,8 @@ final class PingPong implements AutoCloseable {
         final WorkCompletions wc = new WorkCompletions(4);
         final SendWorkRequest sendWr = new SendWorkRequest(1);
         final RecvWorkRequest recvWr = new RecvWorkRequest(1);
+        long sendsCompleted;
+        long receivesCompleted;
         ByteBuffer memory;
         ProtectionDomain pd;
         MemoryRegion mr;
@@ -159,49 +164,50 @@ final class PingPong implements AutoCloseable {
         }
 
         private void postReceive() throws RdmaException {
-            recvWr.reset().wrId(2).addSge(mr.address() + messageSize, messageSize, mr.lkey());
+            recvWr.reset().wrId(RECV_WR_ID).addSge(mr.address() + messageSize, messageSize, mr.lkey());
             qp.postRecv(recvWr);
         }
 
+        /** Posts one SEND of {@code messageSize} bytes. */
         void send() throws RdmaException {
-            sendWr.reset().wrId(1).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+            sendWr.reset().wrId(SEND_WR_ID).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
                     .addSge(mr.address(), messageSize, mr.lkey());
             qp.postSend(sendWr);
-            awaitCompletion(1);
         }
 
-        void receive() throws RdmaException {
-            awaitCompletion(2);
-            postReceive();
-        }
-
-        // One completion is outstanding per direction, and the receive is reposted before the next send can
-        // arrive, so waiting for a specific wrId never drops another completion.
-        private void awaitCompletion(long wrId) throws RdmaException {
+        /**
+         * Polls until at least {@code sends} SENDs and {@code receives} receives have completed in total. A send's
+         * completion and the reply's receive may be polled in either order, so both are counted, not awaited in
+         * turn. The receive is reposted as soon as it completes, before this side sends again, so the peer (which
+         * only sends in answer) always finds it posted.
+         */
+        void awaitTotals(long sends, long receives) throws RdmaException {
             long deadline = System.nanoTime() + TIMEOUT_NANOS;
-            while (true) {
+            while (sendsCompleted < sends || receivesCompleted < receives) {
                 int n = cq.poll(wc);
                 if (n == 0) {
                     cq.requestNotify();
                     n = cq.poll(wc);
                 }
-                if (n > 0) {
-                    for (int i = 0; i < n; i++) {
-                        if (wc.status(i) != WcStatus.SUCCESS) {
-                            throw new RdmaException("work completion failed: " + wc.toString(i));
-                        }
+                for (int i = 0; i < n; i++) {
+                    if (wc.status(i) != WcStatus.SUCCESS) {
+                        throw new RdmaException("work completion failed: " + wc.toString(i));
                     }
-                    if (n > 1 || wc.wrId(0) != wrId) {
-                        throw new RdmaException("unexpected completion " + wc.toString(0) + " while waiting for wrId "
-                                + wrId);
+                    if (wc.wrId(i) == SEND_WR_ID) {
+                        sendsCompleted++;
+                    } else {
+                        receivesCompleted++;
+                        postReceive();
                     }
-                    return;
                 }
-                long left = deadline - System.nanoTime();
-                if (left <= 0) {
-                    throw new RdmaException("timed out after 10 s waiting for completion of wrId " + wrId);
+                if (n == 0) {
+                    long left = deadline - System.nanoTime();
+                    if (left <= 0) {
+                        throw new RdmaException("timed out after 10 s waiting for " + sends + " send and " + receives
+                                + " receive completions (have " + sendsCompleted + " and " + receivesCompleted + ")");
+                    }
+                    notifier.await(left);
                 }
-                notifier.await(left);
             }
         }
 

@@ -76,7 +76,7 @@ public final class RdmaDoctor {
         out.println("-- providers");
         for (RdmaProvider p : RdmaProviders.all()) {
             out.printf(Locale.ROOT, "%-6s %-8s %s%n", p.name(), p.isHardware() ? "hardware" : "software",
-                    p.isAvailable() ? "available" : "UNAVAILABLE: " + p.unavailabilityCause());
+                    p.isAvailable() ? "available" : "UNAVAILABLE: " + p.unavailabilityCause().getMessage());
         }
         out.println();
         ProviderSelection selection = RdmaProviders.select(requested);
@@ -84,7 +84,7 @@ public final class RdmaDoctor {
                 + selection.reason());
         if (!selection.isAvailable()) {
             out.println();
-            out.println("RESULT: no usable RDMA provider. " + selection.reason());
+            out.println("RESULT: no usable RDMA provider (causes and fixes: see the selection line above)");
             return 1;
         }
         RdmaProvider provider = selection.provider();

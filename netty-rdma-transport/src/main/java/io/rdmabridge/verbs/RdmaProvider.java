@@ -30,6 +30,16 @@ public interface RdmaProvider {
     /** Higher wins among available hardware providers under {@code auto}. */
     int priority();
 
+    /**
+     * Whether {@link CmEvent#privateData()} and {@link RdmaCmId#peerParameters()} carry what the peer sent with
+     * connect, accept and reject, and whether {@link RdmaCmId#accept} and {@link RdmaCmId#reject} can send private
+     * data. True by default; a provider whose connection manager drops private data (DiSNI 2.1) answers false, and
+     * protocols then exchange their handshake in their first messages instead.
+     */
+    default boolean deliversPrivateData() {
+        return true;
+    }
+
     /** Whether the provider can be used in this process. Never throws. */
     boolean isAvailable();
 

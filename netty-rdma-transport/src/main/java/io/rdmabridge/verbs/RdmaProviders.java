@@ -109,7 +109,7 @@ public final class RdmaProviders {
                 } else if (chosen != null) {
                     rejected.put(p.name(), "lower priority than " + chosen.name());
                 } else {
-                    String cause = String.valueOf(p.unavailabilityCause());
+                    String cause = describe(p.unavailabilityCause());
                     rejected.put(p.name(), cause);
                     causes.append("; ").append(p.name()).append(": ").append(cause);
                 }
@@ -138,9 +138,9 @@ public final class RdmaProviders {
                     rejected);
         }
         if (!chosen.isAvailable()) {
-            rejected.put(chosen.name(), String.valueOf(chosen.unavailabilityCause()));
+            rejected.put(chosen.name(), describe(chosen.unavailabilityCause()));
             return new ProviderSelection(choice, null, chosen.name() + " was requested but is unavailable: "
-                    + chosen.unavailabilityCause(), rejected);
+                    + describe(chosen.unavailabilityCause()), rejected);
         }
         for (RdmaProvider q : candidates) {
             if (q != chosen) {
@@ -148,5 +148,13 @@ public final class RdmaProviders {
             }
         }
         return new ProviderSelection(choice, chosen, chosen.name() + " was requested and is available", rejected);
+    }
+
+    /** A cause as one readable sentence: the message of our own exceptions, the full text of anything else. */
+    private static String describe(Throwable cause) {
+        if (cause instanceof RdmaException && cause.getMessage() != null) {
+            return cause.getMessage();
+        }
+        return String.valueOf(cause);
     }
 }

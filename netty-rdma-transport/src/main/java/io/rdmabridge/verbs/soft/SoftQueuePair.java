@@ -24,10 +24,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * <h2>Queues</h2>
  * The send queue is a preallocated ring of slots indexed by a 64-bit sequence number whose low 32 bits are the
  * packet sequence number (PSN) on the wire: {@code sqHead} (oldest not yet completed) ≤ {@code sqSent} (next to
- * transmit or execute) ≤ {@code sqTail} (next free). A slot whose {@code sStatus} is non-zero has failed; it completes
- * with that status when it reaches the head, which keeps completions in posting order, and then the connection is
- * torn down. The receive queue is a single-producer ring: the owner posts at {@code rqTail}, the responder (the
- * in-JVM peer's posting thread, the timer or the engine) consumes at {@code rqHead}.
+ * transmit or execute) ≤ {@code sqTail} (next free). A slot whose {@code sStatus} is non-zero has failed; it
+ * completes with that status when it reaches the head, which keeps completions in posting order, and then the
+ * connection is torn down. The receive queue is a single-producer ring: the owner posts at {@code rqTail}, the
+ * responder (the in-JVM peer's posting thread, the timer or the engine) consumes at {@code rqHead}.
  *
  * <h2>Threading and locks</h2>
  * {@code sqLock} guards the send queue's completion side (head, done flags, failures); {@code rqLock} guards
@@ -428,24 +428,37 @@ final class SoftQueuePair implements QueuePair {
 
     // ------------------------------------------------------------------ completions
 
-    void completeSendLocked(int i, int status) {
-        if (state == QpState.DESTROYED) {
+    /**
+     * Frees send slot {@code head} (the oldest) and then publishes its completion, if it has one. The slot is read
+     * before it is freed and freed before the completion is visible, so a caller that polls the completion can post
+     * into the slot at once.
+     */
+    private void retireSlotLocked(long head, int status) {
+        int i = sIndex(head);
+        long id = sWrId[i];
+        int op = sOpcode[i];
+        boolean signaled = (sFlags[i] & SendWorkRequest.SIGNALED) != 0;
+        int len = op == WrOpcode.RDMA_READ && status == WcStatus.SUCCESS ? sLength[i] : 0;
+        sqHead = head + 1;
+        if (state == QpState.DESTROYED || (status == WcStatus.SUCCESS && !signaled)) {
             return;
         }
-        if (status != WcStatus.SUCCESS || (sFlags[i] & SendWorkRequest.SIGNALED) != 0) {
-            int op = sOpcode[i];
-            int len = op == WrOpcode.RDMA_READ && status == WcStatus.SUCCESS ? sLength[i] : 0;
-            if (!sendCq.push(sWrId[i], status, WrOpcode.completionOpcode(op), len, qpn, 0, 0, 0)) {
-                overrun();
-            }
+        if (!sendCq.push(id, status, WrOpcode.completionOpcode(op), len, qpn, 0, 0, 0)) {
+            overrun();
         }
     }
 
-    void completeRecvLocked(int r, int status, int opcode, int len, boolean withImm, int imm) {
+    /**
+     * Consumes receive {@code seq} (the oldest) and publishes its completion; freed before the completion is visible,
+     * as for sends. Caller holds {@code rqLock}.
+     */
+    void consumeRecvLocked(long seq, int status, int opcode, int len, boolean withImm, int imm) {
+        long id = rWrId[rIndex(seq)];
+        rqHead = seq + 1;
         if (state == QpState.DESTROYED) {
             return;
         }
-        if (!recvCq.push(rWrId[r], status, opcode, len, qpn, withImm ? WorkCompletions.WITH_IMM : 0, imm, 0)) {
+        if (!recvCq.push(id, status, opcode, len, qpn, withImm ? WorkCompletions.WITH_IMM : 0, imm, 0)) {
             overrun();
         }
     }
@@ -459,46 +472,40 @@ final class SoftQueuePair implements QueuePair {
 
     /**
      * Completes done slots from the head, in order. Returns {@code true} when a failed slot completed: the queue
-     * pair is then in ERROR and the caller tears the link down once it holds no lock.
+     * pair is then in ERROR (before its completion is visible) and the caller tears the link down once it holds no
+     * lock.
      */
     boolean retireLocked() {
-        long head = sqHead;
         long tail = sqTail;
-        while (head < tail) {
+        for (long head = sqHead; head < tail; head++) {
             int i = sIndex(head);
             int st = sStatus[i];
             if (st != WcStatus.SUCCESS) {
-                completeSendLocked(i, st);
-                sqHead = head + 1;
                 markError();
+                retireSlotLocked(head, st);
                 return true;
             }
             if (!sDone[i]) {
                 break;
             }
-            completeSendLocked(i, WcStatus.SUCCESS);
-            head++;
+            retireSlotLocked(head, WcStatus.SUCCESS);
         }
-        sqHead = head;
         return false;
     }
 
     void flushSendQueueLocked() {
         long tail = sqTail;
         for (long s = sqHead; s < tail; s++) {
-            completeSendLocked(sIndex(s), WcStatus.WR_FLUSH_ERR);
+            retireSlotLocked(s, WcStatus.WR_FLUSH_ERR);
         }
-        sqHead = tail;
         sqSent = tail;
     }
 
     void flushRecvQueueLocked() {
         long tail = rqTail;
-        long head = rqHead;
-        for (; head < tail; head++) {
-            completeRecvLocked(rIndex(head), WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0, false, 0);
+        for (long head = rqHead; head < tail; head++) {
+            consumeRecvLocked(head, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0, false, 0);
         }
-        rqHead = head;
     }
 
     static long rnrDelayNanos(int attempt) {
@@ -618,8 +625,7 @@ final class SoftQueuePair implements QueuePair {
                         offset += c;
                     }
                     boolean imm = op == WrOpcode.SEND_WITH_IMM;
-                    completeRecvLocked(r, WcStatus.SUCCESS, WcOpcode.RECV, len, imm, req.sImm[i]);
-                    rqHead = h + 1;
+                    consumeRecvLocked(h, WcStatus.SUCCESS, WcOpcode.RECV, len, imm, req.sImm[i]);
                     return WcStatus.SUCCESS;
                 }
                 case WrOpcode.RDMA_WRITE:
@@ -638,9 +644,7 @@ final class SoftQueuePair implements QueuePair {
                         req.gather(i, 0, addr, len);
                     }
                     if (imm) {
-                        completeRecvLocked(rIndex(h), WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, len, true,
-                                req.sImm[i]);
-                        rqHead = h + 1;
+                        consumeRecvLocked(h, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, len, true, req.sImm[i]);
                     }
                     return WcStatus.SUCCESS;
                 }
@@ -663,11 +667,10 @@ final class SoftQueuePair implements QueuePair {
         }
     }
 
-    /** Completes receive {@code seq} with an error and moves to ERROR; caller holds {@code rqLock}. */
+    /** Moves to ERROR, then completes receive {@code seq} with an error; caller holds {@code rqLock}. */
     void failRecvLocked(long seq, int status) {
-        completeRecvLocked(rIndex(seq), status, WcOpcode.RECV, 0, false, 0);
-        rqHead = seq + 1;
         markError();
+        consumeRecvLocked(seq, status, WcOpcode.RECV, 0, false, 0);
     }
 
     // ------------------------------------------------------------------ QueuePair

@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
@@ -41,6 +42,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     /** A data frame is not cut smaller than this to fill the tail of the write buffer. */
     static final int MIN_CHUNK = 4096;
     static final long LINGER_NANOS = 2_000_000_000L;
+    static final int HANDSHAKE_BUFFER_SIZE = 512;
+    /** Accepted sockets that have not finished their handshake, across the JVM; more are closed at once. */
+    static final int MAX_PENDING_HANDSHAKES = 1024;
+    private static final AtomicInteger PENDING_HANDSHAKES = new AtomicInteger();
 
     static final int ACTIVE_CONNECTING = 0;
     static final int ACTIVE_WAIT_REPLY = 1;
@@ -58,10 +63,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private volatile SelectionKey key;
     private volatile String peer;
 
-    private final ByteBuffer readBuf = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
-    private final ByteBuffer writeBuf = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
-    private final long readAddress = DirectMemory.address(readBuf);
-    private final long writeAddress = DirectMemory.address(writeBuf);
+    // Small while the handshake runs (a stranger's socket costs little), full size once connected.
+    private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
+    private ByteBuffer writeBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
+    private long readAddress = DirectMemory.address(readBuf);
+    private long writeAddress = DirectMemory.address(writeBuf);
+    private boolean pendingHandshake;
     private final SoftFrame inFrame = new SoftFrame();
     private final SoftFrame outFrame = new SoftFrame();
     private final SoftHandshake handshake = new SoftHandshake();
@@ -176,11 +183,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private void connectError(Exception e) {
         closeNow();
         SoftCmId i = id;
-        if (e instanceof ConnectException) {
+        String message = String.valueOf(e.getMessage());
+        if (e instanceof ConnectException && message.contains("refused")) {
             i.connectFailed(CmEventType.REJECTED, null, SoftCmId.REJECT_NO_LISTENER, "nothing listens at " + peer
-                    + " (" + e.getMessage() + ")");
-        } else if (e instanceof java.nio.channels.UnresolvedAddressException
-                || e instanceof java.net.NoRouteToHostException) {
+                    + " (" + message + ")");
+        } else if (e instanceof java.nio.channels.UnresolvedAddressException || e instanceof ConnectException
+                || e instanceof java.net.NoRouteToHostException || message.contains("unreachable")) {
             i.connectFailed(CmEventType.UNREACHABLE, null, -1, "cannot reach " + peer + ": " + e);
         } else {
             i.connectFailed(CmEventType.CONNECT_ERROR, null, -1, "connect to " + peer + " failed: " + e);
@@ -199,6 +207,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         SoftEngine engine = listener.engine;
         TcpLink link = new TcpLink(engine, PASSIVE_WAIT_REQUEST, listener, null);
         link.ch = c;
+        if (PENDING_HANDSHAKES.incrementAndGet() > MAX_PENDING_HANDSHAKES) {
+            PENDING_HANDSHAKES.decrementAndGet();
+            SoftEngine.logger.warn("soft0: refusing a connection to {}: {} handshakes already pending", listener
+                    .localAddress(), MAX_PENDING_HANDSHAKES);
+            link.closeNow();
+            return;
+        }
+        link.pendingHandshake = true;
         try {
             link.peer = String.valueOf(c.getRemoteAddress());
             c.configureBlocking(false);
@@ -226,7 +242,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
                 return;
             }
-            attach(q, parameters, q.peerParams);
+            attach(q, parameters, q.peerParams, false);
             handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
             phase = CONNECTED;
             engine.links.add(this);
@@ -265,7 +281,21 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         engine.execute(closeTask);
     }
 
-    private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote) {
+    /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
+    private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote,
+                        boolean readBufInReadMode) {
+        ByteBuffer r = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
+        if (readBufInReadMode) {
+            r.put(readBuf).flip();
+        } else {
+            r.put(readBuf.flip());
+        }
+        ByteBuffer w = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
+        w.put(writeBuf.flip());
+        readBuf = r;
+        writeBuf = w;
+        readAddress = DirectMemory.address(r);
+        writeAddress = DirectMemory.address(w);
         qp = q;
         int rr = Math.max(1, local.responderResources());
         int size = Integer.highestOneBit(rr) == rr ? rr : Integer.highestOneBit(rr) << 1;
@@ -443,6 +473,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         readBuf.position(pos + SoftHandshake.HEADER_LENGTH + dataLength);
         int kind = h.kind();
         if (passive) {
+            handshakeDone();
             ConnectionParameters params = h.parameters(data);
             SoftCmId l = listener;
             if (!l.isListening()) {
@@ -489,7 +520,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         SoftQueuePair q = i.softQueuePair();
         q.peerParams = params;
-        attach(q, q.localParams, params);
+        attach(q, q.localParams, params, true);
         phase = CONNECTED;
         engine.links.add(this);
         if (q.state == QpState.DESTROYED) {
@@ -686,8 +717,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (op != SoftFrame.WRITE) {
             boolean imm = op != SoftFrame.SEND;
             int wcOp = write ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV;
-            q.completeRecvLocked(q.rIndex(msgRecv), WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
-            q.rqHead = msgRecv + 1;
+            q.consumeRecvLocked(msgRecv, WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
         }
         ackPsn = psn;
         ackPending = true;
@@ -703,8 +733,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             long sent = q.sqSent;
             int op = f.opcode();
             int psn = f.psn();
-            if (q.state != QpState.RTS && q.state != QpState.ERROR) {
-                return;
+            if (q.state != QpState.RTS) {
+                return; // flushed already: responses that crossed the teardown change nothing
             }
             if (op == SoftFrame.READ_RESPONSE) {
                 wake = onReadResponse(q, f, payloadAddress, head, sent);
@@ -716,10 +746,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
                 markAcked(q, head, seq + 1);
             } else {
-                long seq = seqOf(psn, head, sent);
+                long seq = seqOf(psn, head - q.sqDepth, sent);
                 if (seq < 0) {
                     violation(SoftFrame.name(op) + " psn=" + psn + " outside the window of outstanding requests");
                     return;
+                }
+                if (seq < head) {
+                    return; // about a request already completed: stale, as on a real fabric
                 }
                 markAcked(q, head, seq);
                 int i = q.sIndex(seq);
@@ -1041,6 +1074,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             int op = q.sOpcode[i];
             int length = q.sLength[i];
+            if ((q.sFlags[i] & SendWorkRequest.FENCE) != 0 && cursorOffset == 0 && readsInFlight.get() > 0) {
+                return; // IBV_SEND_FENCE: earlier RDMA READs first; their last response wakes the pump
+            }
             if (op == WrOpcode.RDMA_READ) {
                 if (readsInFlight.get() >= readLimit || room() < SoftFrame.HEADER_LENGTH) {
                     return;
@@ -1142,7 +1178,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
+    private void handshakeDone() {
+        if (pendingHandshake) {
+            pendingHandshake = false;
+            PENDING_HANDSHAKES.decrementAndGet();
+        }
+    }
+
     private void closeNow() {
+        handshakeDone();
         phase = CLOSED;
         SelectionKey k = key;
         if (k != null) {

@@ -236,6 +236,8 @@ class SoftVerbsTest {
                 p.client.qp.postSend(swr.reset().wrId(10).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
                         .addSge(local.address(), 8, local.mr().lkey()));
                 assertCompletion(pollOne(p.client.sendCq, null), 9, WcStatus.REM_ACCESS_ERR, 0);
+                assertEquals(QpState.ERROR, p.client.qp.state(), "ERROR before the error completion is visible");
+                assertEquals(QpState.ERROR, p.server.qp.state(), "the target moved to ERROR before the NAK");
                 assertCompletion(pollOne(p.client.sendCq, null), 10, WcStatus.WR_FLUSH_ERR, 0);
                 awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
                 awaitEvent(p.server.channel, CmEventType.DISCONNECTED);
@@ -339,9 +341,8 @@ class SoftVerbsTest {
     void shouldFlushEverythingPromptlyOnDisconnect(boolean tcp) throws Exception {
         try (SoftPair p = SoftPair.of(tcp)) {
             SoftPair.Buffer src = p.buffer(p.client, 4096);
-            SoftPair.Buffer dst = p.buffer(p.server, 4096);
             for (int i = 0; i < 5; i++) {
-                postRecv(p.client, 100 + i, dst.mr() == null ? src : src, i * 10, 10);
+                postRecv(p.client, 100 + i, src, i * 10, 10);
             }
             // The server has no receive posted, so these sends wait on receiver-not-ready retries.
             for (int i = 0; i < 3; i++) {
@@ -507,6 +508,83 @@ class SoftVerbsTest {
             assertCompletion(wc, 2, WcStatus.SUCCESS, WcOpcode.RDMA_READ);
             assertEquals(size, wc.byteLength(0));
             assertEquals((byte) 0x77, local.buf().get(size - 1));
+        }
+    }
+
+    @Test
+    void shouldReportUnreachableWhenNobodyAnswersInTime() throws Exception {
+        EventNotifier n = new EventNotifier();
+        try (RdmaEventChannel server = provider.createEventChannel(n);
+             RdmaEventChannel client = provider.createEventChannel(n);
+             ServerSocket silent = new ServerSocket(0, 4, InetAddress.getLoopbackAddress())) {
+            RdmaCmId listen = server.createId();
+            InetSocketAddress bound = listen.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+            // In-JVM listener that never accepts, and a plain TCP socket that never answers the handshake.
+            InetSocketAddress[] targets = {bound, (InetSocketAddress) silent.getLocalSocketAddress()};
+            for (InetSocketAddress target : targets) {
+                RdmaCmId id = client.createId();
+                id.resolve(target, 300);
+                awaitEvent(client, CmEventType.ADDR_RESOLVED);
+                ProtectionDomain pd = id.device().allocProtectionDomain();
+                var cq = id.device().createCompletionQueue(16, n);
+                var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+                long start = System.nanoTime();
+                id.connect(ConnectionParameters.DEFAULT);
+                CmEvent e = awaitEvent(client, CmEventType.UNREACHABLE);
+                long millis = (System.nanoTime() - start) / 1_000_000;
+                assertTrue(millis >= 250 && millis < 5000, "UNREACHABLE after " + millis + " ms");
+                assertTrue(e.detail().contains(String.valueOf(target.getPort())), e.detail());
+                assertThrows(IllegalStateException.class, cq::close, "a completion queue in use cannot close");
+                assertThrows(IllegalStateException.class, id::close, "an id with an open queue pair cannot close");
+                qp.close();
+                id.close();
+                cq.close();
+                pd.close();
+            }
+            CmEvent stale = awaitEvent(server, CmEventType.CONNECT_REQUEST);
+            ProtectionDomain pd = stale.id().device().allocProtectionDomain();
+            var cq = pd.device().createCompletionQueue(16, n);
+            var qp = stale.id().createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+            RdmaException gaveUp = assertThrows(RdmaException.class,
+                    () -> stale.id().accept(ConnectionParameters.DEFAULT));
+            assertTrue(gaveUp.getMessage().contains("gave up"), gaveUp.getMessage());
+            qp.close();
+            stale.id().close();
+            cq.close();
+            pd.close();
+            listen.close();
+        }
+    }
+
+    @ParameterizedTest(name = "tcp={0}")
+    @ValueSource(booleans = {false, true})
+    void shouldFreeQueueSlotsBeforeTheirCompletionsAreVisible(boolean tcp) throws Exception {
+        try (SoftPair p = SoftPair.of(tcp)) {
+            SoftPair.Buffer src = p.buffer(p.client, 64);
+            SoftPair.Buffer dst = p.buffer(p.server, 64 * 64);
+            for (int i = 0; i < 64; i++) {
+                postRecv(p.server, i, dst, i * 64, 64); // a full receive queue (maxRecvWr 64)
+            }
+            WorkCompletions sendWc = new WorkCompletions(64);
+            WorkCompletions rc = new WorkCompletions(1);
+            int sent = 0;
+            int sendsDone = 0;
+            int received = 0;
+            long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
+            while (received < 2000) {
+                while (sent - sendsDone < 64 && sent < 2000) {
+                    p.client.qp.postSend(swr.reset().wrId(sent++).flags(SendWorkRequest.SIGNALED)
+                            .addSge(src.address(), 64, src.mr().lkey()));
+                }
+                sendsDone += p.client.sendCq.poll(sendWc);
+                if (p.server.recvCq.poll(rc) == 1) {
+                    assertEquals(WcStatus.SUCCESS, rc.status(0), rc.toString(0));
+                    int slot = (int) rc.wrId(0);
+                    postRecv(p.server, slot, dst, slot * 64, 64); // reposted the moment its completion is polled
+                    received++;
+                }
+                assertTrue(System.nanoTime() < deadline, "stalled after " + received + " receives");
+            }
         }
     }
 }

@@ -1,0 +1,316 @@
+package io.rdmabridge.it.kafka;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import java.util.stream.Collectors;
+import javax.management.MBeanServerConnection;
+import javax.management.ObjectName;
+import javax.management.remote.JMXConnector;
+import javax.management.remote.JMXConnectorFactory;
+import javax.management.remote.JMXServiceURL;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+
+/**
+ * A KRaft cluster of child JVMs on 127.0.0.1 started from the Maven Central jars on this test's class path: one
+ * controller (node 0) and brokers 1..n, each with a client listener (CLIENT) and an inter-broker listener
+ * (REPLICATION). Brokers chosen as RDMA brokers get the plugin jar's agent and {@code rdma.replication.enable=true};
+ * every broker has the plugin jar on its class path and in {@code metric.reporters}.
+ */
+final class KafkaCluster implements AutoCloseable {
+    static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
+
+    /** One node's ports, directory and process. */
+    static final class Node {
+        final int id;
+        final boolean controller;
+        final Path dir;
+        final int clientPort;
+        final int replicationPort;
+        final int jmxPort;
+        final Map<String, String> extra = new LinkedHashMap<>();
+        boolean agent;
+        Process process;
+
+        Node(int id, boolean controller, Path dir, int clientPort, int replicationPort, int jmxPort) {
+            this.id = id;
+            this.controller = controller;
+            this.dir = dir;
+            this.clientPort = clientPort;
+            this.replicationPort = replicationPort;
+            this.jmxPort = jmxPort;
+        }
+
+        Path log() {
+            return dir.resolve("broker.log");
+        }
+    }
+
+    private final Path root;
+    private final Path pluginJar;
+    private final String classPath;
+    private final String clusterId = UUID.randomUUID().toString().replace("-", "").substring(0, 22);
+    private final Node controller;
+    private final Map<Integer, Node> brokers = new LinkedHashMap<>();
+
+    KafkaCluster(Path root, int brokerCount) throws IOException {
+        this.root = root;
+        String jar = System.getProperty("kafka.plugin.jar");
+        if (jar == null || !Files.isRegularFile(Path.of(jar))) {
+            throw new IllegalStateException("kafka.plugin.jar: " + jar + " (expected: the shaded plugin jar; build it "
+                    + "with mvn -o -q -pl kafka-rdma-plugin -am package -DskipTests, or run mvn verify)");
+        }
+        pluginJar = Path.of(jar).toAbsolutePath();
+        classPath = brokerClassPath(pluginJar);
+        controller = new Node(0, true, root.resolve("controller"), freePort(), 0, freePort());
+        for (int id = 1; id <= brokerCount; id++) {
+            brokers.put(id, new Node(id, false, root.resolve("broker-" + id), freePort(), freePort(), freePort()));
+        }
+    }
+
+    /** Kafka's jars and the plugin jar, as in a broker's libs/: none of the test's own modules or JUnit. */
+    private static String brokerClassPath(Path pluginJar) {
+        List<String> keep = new ArrayList<>();
+        for (String entry : System.getProperty("java.class.path").split(File.pathSeparator)) {
+            String e = entry.replace('\\', '/');
+            if (e.contains("/kafka-rdma-plugin/") || e.contains("/netty-rdma-transport/")
+                    || e.contains("/integration-tests/") || e.contains("/io/netty/") || e.contains("/com/ibm/disni/")
+                    || e.contains("junit") || e.contains("opentest4j") || e.contains("apiguardian")
+                    || e.contains("surefire") || e.contains("log4j-slf4j")) {
+                continue;
+            }
+            keep.add(entry);
+        }
+        keep.add(pluginJar.toString());
+        return String.join(File.pathSeparator, keep);
+    }
+
+    Node broker(int id) {
+        return brokers.get(id);
+    }
+
+    Iterable<Node> brokers() {
+        return brokers.values();
+    }
+
+    /** Makes {@code id} an RDMA broker: the agent in its JVM options and the flag in its properties. */
+    KafkaCluster rdma(int id, Map<String, String> props) {
+        Node n = brokers.get(id);
+        n.agent = true;
+        n.extra.put("rdma.replication.enable", "true");
+        n.extra.putAll(props);
+        return this;
+    }
+
+    String bootstrap() {
+        return brokers.values().stream().map(n -> "127.0.0.1:" + n.clientPort).collect(Collectors.joining(","));
+    }
+
+    Admin admin() {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
+        return Admin.create(p);
+    }
+
+    private Properties properties(Node n) {
+        Properties p = new Properties();
+        p.put("node.id", Integer.toString(n.id));
+        p.put("log.dirs", n.dir.resolve("data").toString());
+        p.put("controller.quorum.voters", "0@127.0.0.1:" + controller.clientPort);
+        p.put("controller.listener.names", "CONTROLLER");
+        p.put("num.network.threads", "1");
+        p.put("num.io.threads", "2");
+        p.put("num.recovery.threads.per.data.dir", "1");
+        p.put("background.threads", "2");
+        p.put("log.cleaner.enable", "false");
+        if (n.controller) {
+            p.put("process.roles", "controller");
+            p.put("listeners", "CONTROLLER://127.0.0.1:" + n.clientPort);
+            p.put("listener.security.protocol.map", "CONTROLLER:PLAINTEXT");
+        } else {
+            p.put("process.roles", "broker");
+            p.put("listeners", "CLIENT://127.0.0.1:" + n.clientPort + ",REPLICATION://127.0.0.1:" + n.replicationPort);
+            p.put("advertised.listeners", "CLIENT://127.0.0.1:" + n.clientPort + ",REPLICATION://127.0.0.1:"
+                    + n.replicationPort);
+            p.put("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT");
+            p.put("inter.broker.listener.name", "REPLICATION");
+            p.put("offsets.topic.replication.factor", "3");
+            p.put("offsets.topic.num.partitions", "3");
+            p.put("transaction.state.log.replication.factor", "3");
+            p.put("transaction.state.log.min.isr", "2");
+            p.put("group.initial.rebalance.delay.ms", "0");
+            p.put("metric.reporters", PLUGIN);
+            p.putAll(n.extra);
+        }
+        return p;
+    }
+
+    private Path writeProperties(Node n) throws IOException {
+        Files.createDirectories(n.dir);
+        Path file = n.dir.resolve("server.properties");
+        StringBuilder sb = new StringBuilder();
+        properties(n).forEach((k, v) -> sb.append(k).append('=').append(v).append('\n'));
+        Files.writeString(file, sb.toString());
+        return file;
+    }
+
+    private List<String> java(Node n, String mainClass, String... args) {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        if (n.agent && !mainClass.contains("StorageTool")) {
+            cmd.add("-javaagent:" + pluginJar);
+        }
+        cmd.add("-Xmx384m");
+        cmd.add("-Xms64m");
+        cmd.add("-XX:+UseSerialGC");
+        cmd.add("-XX:TieredStopAtLevel=1");
+        cmd.add("-Xss512k");
+        cmd.add("-Dorg.slf4j.simpleLogger.showDateTime=true");
+        cmd.add("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS");
+        cmd.add("-Dorg.slf4j.simpleLogger.log.org.apache.kafka=warn");
+        cmd.add("-Dorg.slf4j.simpleLogger.log.kafka=warn");
+        cmd.add("-Dorg.slf4j.simpleLogger.log.state.change.logger=warn");
+        if (!mainClass.contains("StorageTool")) {
+            cmd.add("-Dcom.sun.management.jmxremote.port=" + n.jmxPort);
+            cmd.add("-Dcom.sun.management.jmxremote.rmi.port=" + n.jmxPort);
+            cmd.add("-Dcom.sun.management.jmxremote.host=127.0.0.1");
+            cmd.add("-Djava.rmi.server.hostname=127.0.0.1");
+            cmd.add("-Dcom.sun.management.jmxremote.authenticate=false");
+            cmd.add("-Dcom.sun.management.jmxremote.ssl=false");
+        }
+        cmd.add("-cp");
+        cmd.add(classPath);
+        cmd.add(mainClass);
+        cmd.addAll(List.of(args));
+        return cmd;
+    }
+
+    /** Formats every node's storage (in parallel), then starts the controller and the brokers. */
+    void start() throws Exception {
+        List<Process> formats = new ArrayList<>();
+        List<Node> all = new ArrayList<>(brokers.values());
+        all.add(0, controller);
+        for (Node n : all) {
+            Path props = writeProperties(n);
+            formats.add(new ProcessBuilder(java(n, "kafka.tools.StorageTool", "format", "-t", clusterId, "-c",
+                    props.toString())).redirectErrorStream(true).redirectOutput(n.dir.resolve("format.log").toFile())
+                    .start());
+        }
+        for (int i = 0; i < formats.size(); i++) {
+            Process p = formats.get(i);
+            if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0) {
+                throw new IllegalStateException("StorageTool format of node " + all.get(i).id + " failed: "
+                        + Files.readString(all.get(i).dir.resolve("format.log")));
+            }
+        }
+        launch(controller);
+        for (Node n : brokers.values()) {
+            launch(n);
+        }
+        awaitBrokers(brokers.size());
+    }
+
+    private void launch(Node n) throws IOException {
+        Path props = writeProperties(n);
+        n.process = new ProcessBuilder(java(n, "kafka.Kafka", props.toString())).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(n.log().toFile())).start();
+    }
+
+    void awaitBrokers(int count) throws Exception {
+        try (Admin admin = admin()) {
+            await(Duration.ofSeconds(120), "brokers registered: " + count, () -> {
+                try {
+                    return admin.describeCluster().nodes().get(10, TimeUnit.SECONDS).size() == count;
+                } catch (Exception e) {
+                    return false;
+                }
+            });
+        }
+    }
+
+    /** kill -9. */
+    void kill(int id) throws InterruptedException {
+        Node n = brokers.get(id);
+        n.process.destroyForcibly();
+        n.process.waitFor(30, TimeUnit.SECONDS);
+    }
+
+    void restart(int id) throws IOException {
+        launch(brokers.get(id));
+    }
+
+    String log(int id) throws IOException {
+        Node n = id == 0 ? controller : brokers.get(id);
+        return Files.exists(n.log()) ? Files.readString(n.log(), StandardCharsets.UTF_8) : "";
+    }
+
+    /** Every attribute of {@code kafka.server:type=rdma-replication,*} in broker {@code id}'s JVM, by bean. */
+    Map<String, Map<String, Double>> rdmaMetrics(int id) throws Exception {
+        Map<String, Map<String, Double>> out = new LinkedHashMap<>();
+        JMXServiceURL url = new JMXServiceURL("service:jmx:rmi:///jndi/rmi://127.0.0.1:" + brokers.get(id).jmxPort
+                + "/jmxrmi");
+        try (JMXConnector c = JMXConnectorFactory.connect(url)) {
+            MBeanServerConnection mbs = c.getMBeanServerConnection();
+            for (ObjectName name : mbs.queryNames(new ObjectName("kafka.server:type=rdma-replication,*"), null)) {
+                Map<String, Double> attrs = new LinkedHashMap<>();
+                for (var info : mbs.getMBeanInfo(name).getAttributes()) {
+                    Object v = mbs.getAttribute(name, info.getName());
+                    if (v instanceof Number) {
+                        attrs.put(info.getName(), ((Number) v).doubleValue());
+                    }
+                }
+                String peer = name.getKeyProperty("peer");
+                out.put(peer == null ? "all" : peer, attrs);
+            }
+        }
+        return out;
+    }
+
+    static void await(Duration timeout, String what, BooleanSupplier condition) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out after " + timeout.toSeconds() + " s waiting for " + what);
+            }
+            Thread.sleep(250);
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        List<Node> all = new ArrayList<>(brokers.values());
+        all.add(controller);
+        // No graceful shutdown: the data is thrown away, and a controlled shutdown costs seconds per broker.
+        for (Node n : all) {
+            if (n.process != null) {
+                n.process.destroyForcibly();
+            }
+        }
+        for (Node n : all) {
+            if (n.process != null) {
+                n.process.waitFor(30, TimeUnit.SECONDS);
+            }
+        }
+    }
+}

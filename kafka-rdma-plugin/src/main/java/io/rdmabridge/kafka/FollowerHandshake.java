@@ -1,0 +1,121 @@
+package io.rdmabridge.kafka;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.InetSocketAddress;
+import java.net.SocketTimeoutException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The follower's side of the upgrade: a blocking {@link Preamble} exchange on a freshly connected replication socket,
+ * run in Kafka's replica fetcher thread (which waits for its connection anyway) before Kafka writes anything.
+ * Every failure is bounded by one deadline and maps to an {@link Outcome} that loses no Kafka byte: nothing of
+ * Kafka's has been written yet. Not thread-safe; one call per connection.
+ */
+final class FollowerHandshake {
+
+    enum Kind {
+        /** Kafka's bytes go over the RDMA stream. */
+        RDMA,
+        /** The leader knows the connection stays on TCP: Kafka continues on this socket. */
+        TCP,
+        /** The socket cannot carry Kafka's bytes (the leader closed it, or may still be negotiating): redial. */
+        REDIAL
+    }
+
+    record Outcome(Kind kind, RdmaStream stream, int leaderBrokerId, String reason) {
+    }
+
+    private FollowerHandshake() {
+    }
+
+    /**
+     * @param tcp a connected socket channel in blocking mode; left in blocking mode
+     */
+    static Outcome negotiate(SocketChannel tcp, int localBrokerId, RdmaStreamTransport transport,
+                             InetSocketAddress leader, long timeoutMs) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        ByteBuffer reply = ByteBuffer.allocate(Preamble.REPLY_LENGTH);
+        try {
+            ByteBuffer hello = Preamble.hello(localBrokerId);
+            while (hello.hasRemaining()) {
+                tcp.write(hello);
+            }
+            InputStream in = tcp.socket().getInputStream();
+            while (reply.hasRemaining()) {
+                int left = (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
+                tcp.socket().setSoTimeout(left);
+                int n = in.read(reply.array(), reply.position(), reply.remaining());
+                if (n < 0) {
+                    throw new EOFException();
+                }
+                reply.position(reply.position() + n);
+            }
+        } catch (SocketTimeoutException e) {
+            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " did not answer the RDMA preamble within "
+                    + timeoutMs + " ms (rdma.handshake.timeout.ms)");
+        } catch (EOFException e) {
+            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " closed the connection on the RDMA "
+                    + "preamble after " + reply.position() + " reply bytes: it runs without the RDMA plugin, or with "
+                    + "rdma.replication.enable=false");
+        } catch (IOException e) {
+            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " dropped the connection on the RDMA "
+                    + "preamble (" + e + "): it runs without the RDMA plugin, or with rdma.replication.enable=false");
+        }
+        reply.flip();
+        String invalid = Preamble.validateReply(reply);
+        if (invalid != null) {
+            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " sent an invalid RDMA reply: " + invalid);
+        }
+        int leaderId = reply.getInt(Preamble.REPLY_BROKER_ID_OFFSET);
+        byte status = reply.get(Preamble.REPLY_STATUS_OFFSET);
+        if (status != Preamble.STATUS_ACCEPT) {
+            return new Outcome(Kind.TCP, null, leaderId, "leader " + leaderId + " " + Preamble.statusName(status));
+        }
+        int port = reply.getInt(Preamble.REPLY_PORT_OFFSET);
+        long token = reply.getLong(Preamble.REPLY_TOKEN_OFFSET);
+        RdmaStream stream = null;
+        String cause;
+        var future = transport.connect(new InetSocketAddress(leader.getAddress(), port), token);
+        try {
+            stream = future.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            cause = null;
+        } catch (TimeoutException e) {
+            future.cancel(false);
+            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within " + timeoutMs
+                    + " ms (rdma.handshake.timeout.ms)";
+        } catch (ExecutionException e) {
+            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " failed: " + e.getCause();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            future.cancel(false);
+            cause = "interrupted while connecting RDMA to " + leader.getAddress() + ":" + port;
+        }
+        try {
+            ByteBuffer decision = ByteBuffer.wrap(new byte[] {stream != null ? Preamble.DECISION_RDMA
+                    : Preamble.DECISION_TCP});
+            while (decision.hasRemaining()) {
+                tcp.write(decision);
+            }
+        } catch (IOException e) {
+            if (stream != null) {
+                try {
+                    stream.close();
+                } catch (IOException ignored) {
+                    // Redialling anyway.
+                }
+            }
+            return new Outcome(Kind.REDIAL, null, leaderId, "leader " + leaderId + " dropped the connection during "
+                    + "the RDMA handshake: " + e);
+        }
+        if (stream == null) {
+            return new Outcome(Kind.TCP, null, leaderId, cause);
+        }
+        return new Outcome(Kind.RDMA, stream, leaderId, null);
+    }
+}

@@ -1,0 +1,233 @@
+package io.rdmabridge.kafka;
+
+import io.rdmabridge.verbs.ProviderSelection;
+import io.rdmabridge.verbs.RdmaProviders;
+import java.net.InetSocketAddress;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Process-wide state of RDMA replication, shared by the agent (which installs the NIO provider at JVM start) and the
+ * {@link RdmaReplicationPlugin} (which Kafka configures with the broker's properties a little later).
+ *
+ * <p>Active means: the agent installed its provider, {@code rdma.replication.enable=true}, and the inter-broker
+ * listener was found. An active broker with no usable RDMA provider still answers and sends the preamble honestly
+ * (declining, or not offering), so every replication connection stays on TCP with the cause logged once.
+ * Thread-safe.
+ */
+final class RdmaReplication {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaReplication.class);
+    private static final RdmaReplication INSTANCE = new RdmaReplication();
+    /** How long a leader that answered without RDMA is left alone before the next attempt. */
+    static final long PLAIN_PEER_RETRY_MS = TimeUnit.MINUTES.toMillis(5);
+
+    private volatile boolean agentInstalled;
+    private volatile String agentProblem;
+    private volatile boolean configured;
+    private volatile boolean active;
+    private volatile String status;
+    private volatile RdmaReplicationConfig config;
+    private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
+    private volatile ReplicationMetrics metrics;
+    private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
+    private volatile ScheduledExecutorService scheduler;
+    private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
+    private final AtomicLong lastRateLimitedWarn = new AtomicLong();
+    private final AtomicLong suppressedWarns = new AtomicLong();
+    private int plugins;
+
+    static RdmaReplication get() {
+        return INSTANCE;
+    }
+
+    // ---- agent ---------------------------------------------------------------------------------------------------
+
+    void agentInstalled() {
+        agentInstalled = true;
+        agentProblem = null;
+    }
+
+    void agentFailed(String why) {
+        agentInstalled = false;
+        agentProblem = why;
+    }
+
+    boolean isAgentInstalled() {
+        return agentInstalled;
+    }
+
+    // ---- plugin --------------------------------------------------------------------------------------------------
+
+    /**
+     * Applies the broker's configuration once (Kafka may build the reporter more than once; later calls only count)
+     * and returns the one status line it logged.
+     */
+    String configure(Map<String, ?> props) {
+        return configure(props, null);
+    }
+
+    /** As {@link #configure(Map)}; a non-null {@code transport} replaces the one the configuration would open. */
+    synchronized String configure(Map<String, ?> props, RdmaStreamTransport transport) {
+        plugins++;
+        if (configured) {
+            return status;
+        }
+        RdmaReplicationConfig c = RdmaReplicationConfig.parse(props);
+        config = c;
+        configured = true;
+        if (!c.enabled()) {
+            status = "RDMA replication inactive: " + RdmaReplicationConfig.ENABLE + " is not true; the broker behaves "
+                    + "as stock Kafka";
+        } else if (!agentInstalled) {
+            status = "RDMA replication inactive: " + (agentProblem != null
+                    ? "the agent could not install its NIO provider: " + agentProblem
+                    : "the JVM was started without the agent; add -javaagent:<path to kafka-rdma-plugin.jar> to "
+                    + "KAFKA_OPTS");
+        } else if (c.interBrokerPort() <= 0) {
+            status = "RDMA replication inactive: inter-broker listener " + c.interBrokerListener() + " has no fixed "
+                    + "port in listeners (expected: " + c.interBrokerListener() + "://host:port with port > 0)";
+        } else {
+            metrics = new ReplicationMetrics();
+            admission = new Semaphore(c.maxHandshakes());
+            ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> {
+                Thread t = Executors.defaultThreadFactory().newThread(r);
+                t.setName("rdma-replication-timer");
+                t.setDaemon(true);
+                return t;
+            });
+            timer.setRemoveOnCancelPolicy(true);
+            scheduler = timer;
+            this.transport = transport != null ? transport : openTransport(c);
+            active = true;
+            RdmaStreamTransport t = this.transport;
+            if (t.isAvailable()) {
+                status = "RDMA replication active on inter-broker listener " + c.interBrokerListener() + " ("
+                        + c.interBrokerHost() + ":" + c.interBrokerPort() + "), broker " + c.brokerId() + ", provider "
+                        + t.providerName() + ", RDMA port " + t.listenPort();
+            } else {
+                status = "RDMA replication enabled but RDMA is unavailable, so replication stays on TCP: "
+                        + t.unavailabilityCause();
+            }
+        }
+        if (active && !this.transport.isAvailable()) {
+            LOG.warn(status);
+        } else {
+            LOG.info(status);
+        }
+        return status;
+    }
+
+    private static RdmaStreamTransport openTransport(RdmaReplicationConfig c) {
+        ProviderSelection selection = RdmaProviders.select(c.provider());
+        if (!selection.isAvailable()) {
+            return RdmaStreamTransport.unavailable("RDMA provider (" + RdmaReplicationConfig.PROVIDER + "="
+                    + c.provider() + "): " + selection.reason());
+        }
+        return RdmaStreamTransport.unavailable("provider " + selection.provider().name() + " is available, but this "
+                + "build of kafka-rdma-plugin carries no RDMA connection core yet");
+    }
+
+    /** Called by each plugin instance's close(); the last one releases everything. */
+    synchronized void pluginClosed() {
+        if (--plugins > 0) {
+            return;
+        }
+        active = false;
+        transport.close();
+        transport = RdmaStreamTransport.unavailable("closed");
+        if (metrics != null) {
+            metrics.close();
+            metrics = null;
+        }
+        if (scheduler != null) {
+            scheduler.shutdownNow();
+            scheduler = null;
+        }
+        configured = false;
+    }
+
+    boolean isActive() {
+        return active;
+    }
+
+    /** True when no replication connection can be upgraded in this JVM: server sockets need no wrapping. */
+    boolean isKnownInactive() {
+        return !agentInstalled || (configured && !active);
+    }
+
+    String status() {
+        return status;
+    }
+
+    RdmaReplicationConfig config() {
+        return config;
+    }
+
+    RdmaStreamTransport transport() {
+        return transport;
+    }
+
+    ReplicationMetrics metrics() {
+        return metrics;
+    }
+
+    Semaphore handshakeAdmission() {
+        return admission;
+    }
+
+    ScheduledExecutorService scheduler() {
+        return scheduler;
+    }
+
+    int brokerId() {
+        return config.brokerId();
+    }
+
+    int interBrokerPort() {
+        return config == null ? -1 : config.interBrokerPort();
+    }
+
+    /** Why a follower connection to {@code leader} should not even try the upgrade, or {@code null}. */
+    String followerSkipReason(InetSocketAddress leader) {
+        RdmaStreamTransport t = transport;
+        if (!t.isAvailable()) {
+            return t.unavailabilityCause();
+        }
+        Long until = plainPeers.get(leader);
+        if (until != null) {
+            if (System.currentTimeMillis() < until) {
+                return "leader " + leader + " answered the last attempt without RDMA";
+            }
+            plainPeers.remove(leader, until);
+        }
+        return null;
+    }
+
+    void rememberPlainPeer(InetSocketAddress leader, String reason) {
+        Long previous = plainPeers.put(leader, System.currentTimeMillis() + PLAIN_PEER_RETRY_MS);
+        if (previous == null) {
+            LOG.warn("Replication connections to {} stay on TCP (next RDMA attempt in {} s): {}", leader,
+                    PLAIN_PEER_RETRY_MS / 1000, reason);
+        }
+    }
+
+    /** At most one such line per second, so that a peer flooding bad handshakes cannot flood the log. */
+    void warnRateLimited(Logger log, String format, String arg) {
+        long now = System.nanoTime();
+        long last = lastRateLimitedWarn.get();
+        if (now - last >= TimeUnit.SECONDS.toNanos(1) && lastRateLimitedWarn.compareAndSet(last, now)) {
+            long suppressed = suppressedWarns.getAndSet(0);
+            log.warn(format + (suppressed > 0 ? " (" + suppressed + " similar lines suppressed)" : ""), arg);
+        } else {
+            suppressedWarns.incrementAndGet();
+        }
+    }
+}

@@ -1,0 +1,75 @@
+package io.rdmabridge.kafka;
+
+import java.io.Closeable;
+import java.net.InetSocketAddress;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * Opens {@link RdmaStream}s between brokers: the leader listens on an RDMA address of its own and expects the
+ * follower that was told a one-time token over TCP; the follower connects there presenting that token.
+ * Thread-safe.
+ */
+interface RdmaStreamTransport extends Closeable {
+
+    /** Whether streams can be opened; when false {@link #unavailabilityCause()} says why and how to fix it. */
+    boolean isAvailable();
+
+    String unavailabilityCause();
+
+    /** The port followers connect their RDMA stream to (on the leader's inter-broker host). */
+    int listenPort();
+
+    /**
+     * Leader side: completes with the stream of the follower presenting {@code token}. Cancelling the future
+     * forgets the token; a stream arriving after that is closed.
+     */
+    CompletableFuture<RdmaStream> expect(long token);
+
+    /** Follower side: connects to the leader's RDMA listener and presents {@code token}. */
+    CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token);
+
+    /** Provider name, for logs and metrics. */
+    String providerName();
+
+    @Override
+    void close();
+
+    /** A transport that opens nothing and names its cause. */
+    static RdmaStreamTransport unavailable(String cause) {
+        return new RdmaStreamTransport() {
+            @Override
+            public boolean isAvailable() {
+                return false;
+            }
+
+            @Override
+            public String unavailabilityCause() {
+                return cause;
+            }
+
+            @Override
+            public int listenPort() {
+                return 0;
+            }
+
+            @Override
+            public CompletableFuture<RdmaStream> expect(long token) {
+                return CompletableFuture.failedFuture(new java.io.IOException(cause));
+            }
+
+            @Override
+            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+                return CompletableFuture.failedFuture(new java.io.IOException(cause));
+            }
+
+            @Override
+            public String providerName() {
+                return "none";
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+    }
+}

@@ -1,0 +1,139 @@
+package io.rdmabridge.kafka;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.LongAdder;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.metrics.JmxReporter;
+import org.apache.kafka.common.metrics.KafkaMetricsContext;
+import org.apache.kafka.common.metrics.Measurable;
+import org.apache.kafka.common.metrics.MetricConfig;
+import org.apache.kafka.common.metrics.Metrics;
+import org.apache.kafka.common.utils.Time;
+
+/**
+ * The plugin's counters, published through Kafka's metrics library and its JMX reporter as
+ * {@code kafka.server:type=rdma-replication} (upgrade counters) and
+ * {@code kafka.server:type=rdma-replication,peer=<broker id>} (bytes per peer broker).
+ *
+ * <p>Counting is lock-free ({@link LongAdder}); Kafka reads the adders when JMX asks. Thread-safe.
+ */
+final class ReplicationMetrics implements AutoCloseable {
+    static final String GROUP = "rdma-replication";
+
+    private final Metrics metrics;
+    private final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
+    private final LongAdder attempted = new LongAdder();
+    private final LongAdder succeeded = new LongAdder();
+    private final LongAdder fellBack = new LongAdder();
+    private final LongAdder rejected = new LongAdder();
+
+    ReplicationMetrics() {
+        metrics = new Metrics(new MetricConfig(), List.of(new JmxReporter()), Time.SYSTEM,
+                new KafkaMetricsContext("kafka.server"));
+        gauge("upgrades-attempted-total", "Replication connections that tried the RDMA upgrade", Map.of(), attempted);
+        gauge("upgrades-succeeded-total", "Replication connections now carried over RDMA", Map.of(), succeeded);
+        gauge("upgrades-fallen-back-total", "Upgrade attempts that left the connection on TCP", Map.of(), fellBack);
+        gauge("handshakes-rejected-total", "Connections cut off for a broken, hostile or slow RDMA handshake",
+                Map.of(), rejected);
+    }
+
+    private void gauge(String name, String doc, Map<String, String> tags, LongAdder adder) {
+        MetricName mn = metrics.metricName(name, GROUP, doc, new LinkedHashMap<>(tags));
+        metrics.addMetric(mn, (Measurable) (config, now) -> adder.sum());
+    }
+
+    Peer peer(String id) {
+        return peers.computeIfAbsent(id, Peer::new);
+    }
+
+    void upgradeAttempted() {
+        attempted.increment();
+    }
+
+    void upgradeSucceeded() {
+        succeeded.increment();
+    }
+
+    void upgradeFellBack() {
+        fellBack.increment();
+    }
+
+    void handshakeRejected() {
+        rejected.increment();
+    }
+
+    long attempted() {
+        return attempted.sum();
+    }
+
+    long succeeded() {
+        return succeeded.sum();
+    }
+
+    long fellBack() {
+        return fellBack.sum();
+    }
+
+    long rejected() {
+        return rejected.sum();
+    }
+
+    @Override
+    public void close() {
+        metrics.close();
+    }
+
+    /** Byte counters of the replication connections with one peer broker ("unknown" before it is identified). */
+    final class Peer {
+        private final String id;
+        final LongAdder rdmaSent = new LongAdder();
+        final LongAdder rdmaReceived = new LongAdder();
+        final LongAdder tcpSent = new LongAdder();
+        final LongAdder tcpReceived = new LongAdder();
+        final LongAdder copiedSent = new LongAdder();
+        final LongAdder copiedReceived = new LongAdder();
+
+        Peer(String id) {
+            this.id = id;
+            Map<String, String> tags = Map.of("peer", id);
+            gauge("rdma-bytes-sent-total", "Bytes sent to this peer over RDMA", tags, rdmaSent);
+            gauge("rdma-bytes-received-total", "Bytes received from this peer over RDMA", tags, rdmaReceived);
+            gauge("tcp-bytes-sent-total", "Bytes written to this peer over TCP by write() (sendfile transfers are "
+                    + "not seen)", tags, tcpSent);
+            gauge("tcp-bytes-received-total", "Bytes received from this peer over TCP", tags, tcpReceived);
+            gauge("rdma-copied-bytes-sent-total", "Bytes the CPU copied into registered memory to send over RDMA",
+                    tags, copiedSent);
+            gauge("rdma-copied-bytes-received-total", "Bytes the CPU copied out of registered memory on receipt",
+                    tags, copiedReceived);
+        }
+
+        String id() {
+            return id;
+        }
+
+        void rdmaSent(long n, long copied) {
+            rdmaSent.add(n);
+            copiedSent.add(copied);
+        }
+
+        void rdmaReceived(long n, long copied) {
+            rdmaReceived.add(n);
+            copiedReceived.add(copied);
+        }
+
+        void tcpSent(long n) {
+            if (n > 0) {
+                tcpSent.add(n);
+            }
+        }
+
+        void tcpReceived(long n) {
+            if (n > 0) {
+                tcpReceived.add(n);
+            }
+        }
+    }
+}

@@ -1,0 +1,591 @@
+package io.rdmabridge.kafka;
+
+import java.io.FileDescriptor;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketAddress;
+import java.net.SocketOption;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.IllegalBlockingModeException;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.SocketChannel;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import sun.nio.ch.SelChImpl;
+import sun.nio.ch.SelectionKeyImpl;
+
+/**
+ * A replication connection as Kafka sees it: a {@link SocketChannel} that starts on the JDK's own TCP channel and,
+ * when both brokers agree, carries Kafka's bytes over an {@link RdmaStream} instead. Everything Kafka does with a
+ * socket channel keeps working: non-blocking reads and writes, registration with the JDK's
+ * {@link java.nio.channels.Selector} (this class implements the JDK's internal {@code SelChImpl} and shows the
+ * selector a {@link PollSet}), socket options through {@link #socket()}, and {@code FileChannel.transferTo}, which
+ * stays {@code sendfile} on TCP and maps the file for one copy into registered memory on RDMA.
+ *
+ * <p>Follower connections ({@link #forFollower}) negotiate in {@link #connect}, blocking the replica fetcher thread
+ * for at most the handshake timeout. Leader connections ({@link #forLeader}) negotiate without blocking, driven by
+ * Kafka's reads ({@link LeaderHandshake}).
+ *
+ * <p>Threading: as for the JDK's channels, one thread at a time reads and one writes (Kafka's network thread does
+ * both); {@link PollSet#signal()} is the only entry from other threads (RDMA stream events, handshake timer).
+ */
+final class ReplicationSocketChannel extends SocketChannel implements SelChImpl {
+    private static final Logger LOG = LoggerFactory.getLogger(ReplicationSocketChannel.class);
+    private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
+
+    private enum Mode { UNCONNECTED, HANDSHAKE, TCP, RDMA, FAILED }
+
+    private final RdmaSelectorProvider provider;
+    private final RdmaReplication replication;
+    private final PollSet pollSet;
+    private final LeaderHandshake handshake;
+    private volatile SocketChannel tcp;
+    private volatile Mode mode;
+    private volatile int interest;
+    private volatile String failure;
+    private RdmaStream stream;
+    private ByteBuffer replay = EMPTY;
+    private ReplicationMetrics.Peer peer;
+    private ScheduledFuture<?> deadline;
+    private boolean attemptCounted;
+
+    private ReplicationSocketChannel(RdmaSelectorProvider provider, RdmaReplication replication, SocketChannel tcp,
+                                     boolean leader) throws IOException {
+        super(provider);
+        this.provider = provider;
+        this.replication = replication;
+        this.tcp = tcp;
+        this.pollSet = new PollSet();
+        if (leader) {
+            mode = Mode.HANDSHAKE;
+            handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
+                    replication.handshakeAdmission(), pollSet::signal);
+            peer = replication.metrics().peer("unknown");
+        } else {
+            mode = Mode.UNCONNECTED;
+            handshake = null;
+        }
+    }
+
+    /** A connection the replica fetcher thread of {@code leaderId} is about to open. */
+    static ReplicationSocketChannel forFollower(RdmaSelectorProvider provider, RdmaReplication replication,
+                                                SocketChannel tcp, String leaderId) throws IOException {
+        ReplicationSocketChannel ch = new ReplicationSocketChannel(provider, replication, tcp, false);
+        ch.peer = replication.metrics().peer(leaderId);
+        return ch;
+    }
+
+    /** A connection just accepted on the inter-broker listener. */
+    static ReplicationSocketChannel forLeader(RdmaSelectorProvider provider, RdmaReplication replication,
+                                              SocketChannel accepted) throws IOException {
+        return new ReplicationSocketChannel(provider, replication, accepted, true);
+    }
+
+    boolean isRdma() {
+        return mode == Mode.RDMA;
+    }
+
+    // ---- connection set-up -------------------------------------------------------------------------------------
+
+    @Override
+    public boolean connect(SocketAddress remote) throws IOException {
+        ensureOpen();
+        if (mode != Mode.UNCONNECTED) {
+            return tcp.connect(remote);
+        }
+        InetSocketAddress leader = (InetSocketAddress) remote;
+        String skip = replication.followerSkipReason(leader);
+        if (skip != null) {
+            LOG.debug("Replication connection to {} stays on TCP: {}", leader, skip);
+            mode = Mode.TCP;
+            return tcp.connect(remote);
+        }
+        synchronized (blockingLock()) {
+            int timeoutMs = replication.config().handshakeTimeoutMs();
+            tcp.configureBlocking(true);
+            tcp.socket().connect(leader, timeoutMs);
+            replication.metrics().upgradeAttempted();
+            FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
+                    replication.transport(), leader, timeoutMs);
+            switch (o.kind()) {
+                case RDMA:
+                    stream = o.stream();
+                    stream.readinessListener(pollSet::signal);
+                    mode = Mode.RDMA;
+                    replication.metrics().upgradeSucceeded();
+                    LOG.info("Replication connection to leader {} at {} upgraded to RDMA ({})", peer.id(), leader,
+                            stream.describe());
+                    break;
+                case TCP:
+                    mode = Mode.TCP;
+                    replication.metrics().upgradeFellBack();
+                    LOG.warn("Replication connection to leader {} at {} stays on TCP: {}", peer.id(), leader,
+                            o.reason());
+                    break;
+                default:
+                    replication.metrics().upgradeFellBack();
+                    replication.rememberPlainPeer(leader, o.reason());
+                    redial(leader, timeoutMs);
+                    mode = Mode.TCP;
+                    break;
+            }
+            tcp.configureBlocking(isBlocking());
+        }
+        updateWatch();
+        return true;
+    }
+
+    /** Replaces a socket the handshake left unusable by a fresh plain one with the same options. */
+    private void redial(InetSocketAddress leader, int timeoutMs) throws IOException {
+        SocketChannel old = tcp;
+        SocketChannel fresh = provider.jdk().openSocketChannel();
+        try {
+            for (SocketOption<?> option : List.of(StandardSocketOptions.SO_KEEPALIVE, StandardSocketOptions.SO_SNDBUF,
+                    StandardSocketOptions.SO_RCVBUF, StandardSocketOptions.TCP_NODELAY)) {
+                copyOption(old, fresh, option);
+            }
+            fresh.configureBlocking(true);
+            fresh.socket().connect(leader, timeoutMs);
+        } catch (IOException e) {
+            fresh.close();
+            throw e;
+        } finally {
+            old.close();
+        }
+        tcp = fresh;
+    }
+
+    private static <T> void copyOption(SocketChannel from, SocketChannel to, SocketOption<T> option)
+            throws IOException {
+        to.setOption(option, from.getOption(option));
+    }
+
+    @Override
+    public boolean finishConnect() throws IOException {
+        ensureOpen();
+        if (mode == Mode.TCP && tcp.isConnectionPending()) {
+            return tcp.finishConnect();
+        }
+        return tcp.isConnected();
+    }
+
+    @Override
+    public boolean isConnected() {
+        return tcp.isConnected();
+    }
+
+    @Override
+    public boolean isConnectionPending() {
+        return tcp.isConnectionPending();
+    }
+
+    // ---- data ------------------------------------------------------------------------------------------------
+
+    @Override
+    public int read(ByteBuffer dst) throws IOException {
+        ensureOpen();
+        if (mode == Mode.HANDSHAKE) {
+            advanceHandshake();
+        }
+        switch (mode) {
+            case TCP: {
+                int n = 0;
+                if (replay.hasRemaining()) {
+                    n = Math.min(replay.remaining(), dst.remaining());
+                    ByteBuffer slice = replay.slice();
+                    slice.limit(n);
+                    dst.put(slice);
+                    replay.position(replay.position() + n);
+                    if (!dst.hasRemaining()) {
+                        peer.tcpReceived(n);
+                        return n;
+                    }
+                }
+                int m = tcp.read(dst);
+                if (m < 0) {
+                    return n > 0 ? n : -1;
+                }
+                peer.tcpReceived(n + m);
+                return n + m;
+            }
+            case RDMA: {
+                checkBlocking();
+                long copied = stream.copiedBytesReceived();
+                int n = stream.read(dst);
+                if (n > 0) {
+                    peer.rdmaReceived(n, stream.copiedBytesReceived() - copied);
+                }
+                rearm();
+                return n;
+            }
+            case FAILED:
+                throw new IOException(failure);
+            default:
+                return 0;
+        }
+    }
+
+    @Override
+    public long read(ByteBuffer[] dsts, int offset, int length) throws IOException {
+        long total = 0;
+        for (int i = offset; i < offset + length; i++) {
+            if (!dsts[i].hasRemaining()) {
+                continue;
+            }
+            int n = read(dsts[i]);
+            if (n < 0) {
+                return total > 0 ? total : -1;
+            }
+            total += n;
+            if (dsts[i].hasRemaining()) {
+                break;
+            }
+        }
+        return total;
+    }
+
+    @Override
+    public int write(ByteBuffer src) throws IOException {
+        ensureOpen();
+        switch (mode) {
+            case TCP: {
+                int n = tcp.write(src);
+                peer.tcpSent(n);
+                return n;
+            }
+            case RDMA: {
+                checkBlocking();
+                long copied = stream.copiedBytesSent();
+                int n = stream.write(src);
+                if (n > 0) {
+                    peer.rdmaSent(n, stream.copiedBytesSent() - copied);
+                }
+                rearm();
+                return n;
+            }
+            case FAILED:
+                throw new IOException(failure);
+            default:
+                // Kafka writes only after connecting (follower) or after reading a request (leader).
+                return 0;
+        }
+    }
+
+    @Override
+    public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
+        if (mode == Mode.TCP) {
+            long n = tcp.write(srcs, offset, length);
+            peer.tcpSent(n);
+            return n;
+        }
+        long total = 0;
+        for (int i = offset; i < offset + length; i++) {
+            if (!srcs[i].hasRemaining()) {
+                continue;
+            }
+            total += write(srcs[i]);
+            if (srcs[i].hasRemaining()) {
+                break;
+            }
+        }
+        return total;
+    }
+
+    private void checkBlocking() {
+        if (isBlocking()) {
+            throw new IllegalBlockingModeException();
+        }
+    }
+
+    private void advanceHandshake() throws IOException {
+        LeaderHandshake.State s = handshake.advance();
+        if (!attemptCounted && handshake.attempted()) {
+            attemptCounted = true;
+            replication.metrics().upgradeAttempted();
+            int timeoutMs = replication.config().handshakeTimeoutMs();
+            deadline = replication.scheduler().schedule(() -> handshake.expire("RDMA handshake did not complete "
+                    + "within " + timeoutMs + " ms (rdma.handshake.timeout.ms)"), timeoutMs, TimeUnit.MILLISECONDS);
+        }
+        switch (s) {
+            case TCP:
+                cancelDeadline();
+                replay = handshake.replay();
+                if (handshake.peerBrokerId() >= 0) {
+                    peer = replication.metrics().peer(Integer.toString(handshake.peerBrokerId()));
+                }
+                if (handshake.fallbackReason() != null) {
+                    replication.metrics().upgradeFellBack();
+                    LOG.warn("Replication connection from broker {} at {} stays on TCP: {}",
+                            handshake.peerBrokerId(), remote(), handshake.fallbackReason());
+                }
+                mode = Mode.TCP;
+                updateWatch();
+                break;
+            case RDMA:
+                cancelDeadline();
+                stream = handshake.stream();
+                stream.readinessListener(pollSet::signal);
+                peer = replication.metrics().peer(Integer.toString(handshake.peerBrokerId()));
+                replication.metrics().upgradeSucceeded();
+                LOG.info("Replication connection from broker {} at {} upgraded to RDMA ({})",
+                        handshake.peerBrokerId(), remote(), stream.describe());
+                mode = Mode.RDMA;
+                updateWatch();
+                break;
+            case FAILED:
+                cancelDeadline();
+                failure = "RDMA handshake from " + remote() + " rejected: " + handshake.failure();
+                replication.metrics().handshakeRejected();
+                replication.warnRateLimited(LOG, "Closing connection: {}", failure);
+                mode = Mode.FAILED;
+                pollSet.signal();
+                break;
+            default:
+                updateWatch();
+                break;
+        }
+    }
+
+    private void cancelDeadline() {
+        if (deadline != null) {
+            deadline.cancel(false);
+            deadline = null;
+        }
+    }
+
+    private String remote() {
+        try {
+            return String.valueOf(tcp.getRemoteAddress());
+        } catch (IOException e) {
+            return "(closed socket)";
+        }
+    }
+
+    // ---- readiness (called by the JDK selector) ----------------------------------------------------------------
+
+    @Override
+    public FileDescriptor getFD() {
+        // FileChannel.transferTo uses this for sendfile: only the TCP socket may receive it; null makes the JDK map
+        // the file and call write() instead.
+        return mode == Mode.TCP ? ((SelChImpl) tcp).getFD() : null;
+    }
+
+    @Override
+    public int getFDVal() {
+        return pollSet.fd();
+    }
+
+    @Override
+    public int translateInterestOps(int ops) {
+        interest = ops;
+        try {
+            updateWatch();
+        } catch (IOException e) {
+            failure = "cannot watch the socket: " + e;
+            mode = Mode.FAILED;
+            pollSet.signal();
+        }
+        return ops == 0 ? 0 : PollSet.POLLIN;
+    }
+
+    private void updateWatch() throws IOException {
+        int ops = interest;
+        int fd = ((SelChImpl) tcp).getFDVal();
+        switch (mode) {
+            case UNCONNECTED:
+            case TCP: {
+                int events = 0;
+                if ((ops & SelectionKey.OP_READ) != 0) {
+                    events |= PollSet.POLLIN;
+                }
+                if ((ops & (SelectionKey.OP_WRITE | SelectionKey.OP_CONNECT)) != 0) {
+                    events |= PollSet.POLLOUT;
+                }
+                pollSet.watchSocket(fd, events);
+                if ((ops & SelectionKey.OP_READ) != 0 && replay.hasRemaining()) {
+                    pollSet.signal();
+                }
+                break;
+            }
+            case HANDSHAKE:
+                pollSet.watchSocket(fd, handshake.state() == LeaderHandshake.State.REPLY ? PollSet.POLLOUT
+                        : handshake.state() == LeaderHandshake.State.AWAIT_STREAM ? 0 : PollSet.POLLIN);
+                break;
+            case RDMA:
+                pollSet.watchSocket(fd, 0);
+                rearm();
+                break;
+            default:
+                pollSet.signal();
+                break;
+        }
+    }
+
+    /** Keeps the selector waking while the stream has something the key is interested in (level-triggered). */
+    private void rearm() {
+        int ops = interest;
+        RdmaStream s = stream;
+        if (s != null && (((ops & SelectionKey.OP_READ) != 0 && s.isReadable())
+                || ((ops & SelectionKey.OP_WRITE) != 0 && s.isWritable()))) {
+            pollSet.signal();
+        }
+    }
+
+    @Override
+    public boolean translateAndUpdateReadyOps(int ops, SelectionKeyImpl ski) {
+        return translateReadyOps(ski.nioReadyOps(), ski);
+    }
+
+    @Override
+    public boolean translateAndSetReadyOps(int ops, SelectionKeyImpl ski) {
+        return translateReadyOps(0, ski);
+    }
+
+    private boolean translateReadyOps(int initialOps, SelectionKeyImpl ski) {
+        int ops = ski.nioInterestOps();
+        int polled;
+        try {
+            polled = pollSet.poll();
+        } catch (IOException e) {
+            failure = "cannot poll the socket: " + e;
+            mode = Mode.FAILED;
+            polled = 0;
+        }
+        int ready = 0;
+        switch (mode) {
+            case UNCONNECTED:
+            case TCP: {
+                boolean error = (polled & (PollSet.POLLERR | PollSet.POLLHUP)) != 0;
+                if ((polled & PollSet.POLLIN) != 0 || error || replay.hasRemaining()) {
+                    ready |= SelectionKey.OP_READ;
+                }
+                if ((polled & PollSet.POLLOUT) != 0 || error) {
+                    ready |= tcp.isConnectionPending() ? SelectionKey.OP_CONNECT : SelectionKey.OP_WRITE;
+                }
+                break;
+            }
+            case HANDSHAKE:
+                // Kafka's read drives the handshake; a spurious wake-up reads 0 bytes.
+                ready = SelectionKey.OP_READ;
+                break;
+            case RDMA: {
+                RdmaStream s = stream;
+                if (s.isReadable()) {
+                    ready |= SelectionKey.OP_READ;
+                }
+                if (s.isWritable()) {
+                    ready |= SelectionKey.OP_WRITE;
+                }
+                break;
+            }
+            default:
+                ready = SelectionKey.OP_READ | SelectionKey.OP_WRITE | SelectionKey.OP_CONNECT;
+                break;
+        }
+        ready &= ops;
+        int newOps = initialOps | ready;
+        ski.nioReadyOps(newOps);
+        return (newOps & ~initialOps) != 0;
+    }
+
+    @Override
+    public void kill() {
+        pollSet.close();
+    }
+
+    // ---- the rest of SocketChannel: delegated to the TCP socket -------------------------------------------------
+
+    @Override
+    public SocketChannel bind(SocketAddress local) throws IOException {
+        tcp.bind(local);
+        return this;
+    }
+
+    @Override
+    public <T> SocketChannel setOption(SocketOption<T> name, T value) throws IOException {
+        tcp.setOption(name, value);
+        return this;
+    }
+
+    @Override
+    public <T> T getOption(SocketOption<T> name) throws IOException {
+        return tcp.getOption(name);
+    }
+
+    @Override
+    public Set<SocketOption<?>> supportedOptions() {
+        return tcp.supportedOptions();
+    }
+
+    @Override
+    public SocketChannel shutdownInput() throws IOException {
+        tcp.shutdownInput();
+        return this;
+    }
+
+    @Override
+    public SocketChannel shutdownOutput() throws IOException {
+        if (mode == Mode.RDMA) {
+            stream.shutdownOutput();
+        } else {
+            tcp.shutdownOutput();
+        }
+        return this;
+    }
+
+    @Override
+    public Socket socket() {
+        return tcp.socket();
+    }
+
+    @Override
+    public SocketAddress getRemoteAddress() throws IOException {
+        return tcp.getRemoteAddress();
+    }
+
+    @Override
+    public SocketAddress getLocalAddress() throws IOException {
+        return tcp.getLocalAddress();
+    }
+
+    @Override
+    protected void implConfigureBlocking(boolean block) throws IOException {
+        tcp.configureBlocking(block);
+    }
+
+    @Override
+    protected void implCloseSelectableChannel() throws IOException {
+        cancelDeadline();
+        if (handshake != null) {
+            handshake.expire("channel closed during the RDMA handshake");
+        }
+        try {
+            if (stream != null) {
+                stream.close();
+            }
+        } finally {
+            tcp.close();
+            if (!isRegistered()) {
+                pollSet.close();
+            }
+        }
+    }
+
+    private void ensureOpen() throws ClosedChannelException {
+        if (!isOpen()) {
+            throw new ClosedChannelException();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "ReplicationSocketChannel[" + mode + ", peer=" + (peer == null ? "?" : peer.id()) + ", " + tcp + "]";
+    }
+}

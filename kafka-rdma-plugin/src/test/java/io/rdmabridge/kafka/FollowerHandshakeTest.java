@@ -1,0 +1,149 @@
+package io.rdmabridge.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** The follower's blocking exchange against scripted leaders on a real loopback socket. */
+class FollowerHandshakeTest {
+    private ServerSocketChannel server;
+    private SocketChannel follower;
+    private InetSocketAddress address;
+
+    @BeforeEach
+    void listen() throws IOException {
+        server = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        address = (InetSocketAddress) server.getLocalAddress();
+        follower = SocketChannel.open(address);
+    }
+
+    @AfterEach
+    void close() throws IOException {
+        follower.close();
+        server.close();
+    }
+
+    private static ByteBuffer readFully(SocketChannel ch, int n) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(n);
+        while (b.hasRemaining()) {
+            if (ch.read(b) < 0) {
+                throw new IOException("end of stream after " + b.position());
+            }
+        }
+        return b.flip();
+    }
+
+    private CompletableFuture<SocketChannel> leader(ThrowingConsumer script) {
+        return CompletableFuture.supplyAsync(() -> {
+            try {
+                SocketChannel ch = server.accept();
+                script.accept(ch);
+                return ch;
+            } catch (IOException e) {
+                throw new RuntimeException(e);
+            }
+        });
+    }
+
+    interface ThrowingConsumer {
+        void accept(SocketChannel ch) throws IOException;
+    }
+
+    @Test
+    void shouldRedialWhenAStockLeaderClosesOnThePreamble() throws Exception {
+        // What stock Kafka does: reads a 4-byte size of 0x52444d41, rejects it, closes.
+        leader(ch -> {
+            readFully(ch, 4);
+            ch.close();
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, 5000);
+        assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
+        assertTrue(o.reason().contains("runs without the RDMA plugin"), o.reason());
+    }
+
+    @Test
+    void shouldRedialWhenTheLeaderIsSilent() throws Exception {
+        leader(ch -> readFully(ch, Preamble.HELLO_LENGTH));
+        long start = System.nanoTime();
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, 300);
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
+        assertTrue(o.reason().endsWith("did not answer the RDMA preamble within 300 ms (rdma.handshake.timeout.ms)"),
+                o.reason());
+        assertTrue(ms >= 250 && ms < 5000, "bounded by the timeout: " + ms + " ms");
+    }
+
+    @Test
+    void shouldRedialOnAnInvalidReply() throws Exception {
+        leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ByteBuffer reply = Preamble.reply(Preamble.STATUS_ACCEPT, 70000, 1, 5);
+            ch.write(reply);
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, 5000);
+        assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
+        assertTrue(o.reason().endsWith("sent an invalid RDMA reply: port=70000 (expected: 1..65535)"), o.reason());
+    }
+
+    @Test
+    void shouldContinueOnTheSameSocketWhenTheLeaderDeclines() throws Exception {
+        byte[] kafka = {0, 0, 0, 3, 1, 2, 3};
+        CompletableFuture<SocketChannel> leader = leader(ch -> {
+            ByteBuffer hello = readFully(ch, Preamble.HELLO_LENGTH);
+            assertEquals(2, hello.getInt(Preamble.HELLO_BROKER_ID_OFFSET));
+            ch.write(Preamble.reply(Preamble.STATUS_DECLINE_UNAVAILABLE, 0, 1, 0));
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, 5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertEquals(1, o.leaderBrokerId());
+        assertTrue(o.reason().contains("the leader's RDMA provider is unavailable"), o.reason());
+        follower.write(ByteBuffer.wrap(kafka));
+        assertArrayEquals(kafka, readFully(leader.get(5, TimeUnit.SECONDS), kafka.length).array(),
+                "Kafka's first bytes follow the preamble intact");
+    }
+
+    @Test
+    void shouldSendTcpDecisionWhenItsStreamCannotConnect() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.connectFailure = new IOException("test: no route to RDMA port");
+        CompletableFuture<SocketChannel> leader = leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertTrue(o.reason().contains("test: no route to RDMA port"), o.reason());
+        assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+    }
+
+    @Test
+    void shouldSwitchToTheStreamOnAccept() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
+        CompletableFuture<SocketChannel> leader = leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        assertEquals(FollowerHandshake.Kind.RDMA, o.kind());
+        assertNotNull(o.stream());
+        assertTrue(leaderStream.isDone());
+        assertEquals(Preamble.DECISION_RDMA, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+    }
+}

@@ -1,0 +1,186 @@
+package io.rdmabridge.kafka;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A test double of the RDMA connection core: streams are pairs of bounded in-memory queues, so the channel's switch
+ * from TCP to "the RDMA byte stream" can be proven without an RDMA provider. It is never used outside tests.
+ */
+final class InMemoryStreamTransport implements RdmaStreamTransport {
+    static final int CAPACITY = 64 * 1024;
+
+    private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
+    volatile IOException connectFailure;
+
+    @Override
+    public boolean isAvailable() {
+        return true;
+    }
+
+    @Override
+    public String unavailabilityCause() {
+        return null;
+    }
+
+    @Override
+    public int listenPort() {
+        return 4791;
+    }
+
+    @Override
+    public CompletableFuture<RdmaStream> expect(long token) {
+        CompletableFuture<RdmaStream> f = new CompletableFuture<>();
+        expected.put(token, f);
+        f.whenComplete((s, e) -> expected.remove(token, f));
+        return f;
+    }
+
+    @Override
+    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+        if (connectFailure != null) {
+            return CompletableFuture.failedFuture(connectFailure);
+        }
+        CompletableFuture<RdmaStream> leaderSide = expected.get(token);
+        if (leaderSide == null) {
+            return CompletableFuture.failedFuture(new IOException("token " + token + " not expected"));
+        }
+        Pipe a = new Pipe();
+        Pipe b = new Pipe();
+        Stream follower = new Stream(a, b);
+        Stream leaderStream = new Stream(b, a);
+        leaderSide.complete(leaderStream);
+        return CompletableFuture.completedFuture(follower);
+    }
+
+    @Override
+    public String providerName() {
+        return "in-memory";
+    }
+
+    @Override
+    public void close() {
+    }
+
+    /** One direction: a bounded byte queue. */
+    static final class Pipe {
+        private final ByteBuffer buf = ByteBuffer.allocate(CAPACITY);
+        private boolean shut;
+        volatile Runnable readerListener = () -> { };
+        volatile Runnable writerListener = () -> { };
+
+        synchronized int put(ByteBuffer src) {
+            int n = Math.min(src.remaining(), buf.remaining());
+            ByteBuffer s = src.slice();
+            s.limit(n);
+            buf.put(s);
+            src.position(src.position() + n);
+            return n;
+        }
+
+        synchronized int take(ByteBuffer dst) {
+            buf.flip();
+            int n = Math.min(dst.remaining(), buf.remaining());
+            if (n == 0 && shut) {
+                buf.compact();
+                return -1;
+            }
+            ByteBuffer s = buf.slice();
+            s.limit(n);
+            dst.put(s);
+            buf.position(buf.position() + n);
+            buf.compact();
+            return n;
+        }
+
+        synchronized boolean readable() {
+            return buf.position() > 0 || shut;
+        }
+
+        synchronized boolean writable() {
+            return buf.hasRemaining();
+        }
+
+        synchronized void shut() {
+            shut = true;
+        }
+    }
+
+    static final class Stream implements RdmaStream {
+        private final Pipe out;
+        private final Pipe in;
+        private long copiedIn;
+        private long copiedOut;
+
+        Stream(Pipe out, Pipe in) {
+            this.out = out;
+            this.in = in;
+        }
+
+        @Override
+        public int read(ByteBuffer dst) {
+            int n = in.take(dst);
+            if (n > 0) {
+                copiedIn += n;
+                in.writerListener.run();
+            }
+            return n;
+        }
+
+        @Override
+        public int write(ByteBuffer src) {
+            int n = out.put(src);
+            if (n > 0) {
+                copiedOut += n;
+                out.readerListener.run();
+            }
+            return n;
+        }
+
+        @Override
+        public boolean isReadable() {
+            return in.readable();
+        }
+
+        @Override
+        public boolean isWritable() {
+            return out.writable();
+        }
+
+        @Override
+        public void readinessListener(Runnable listener) {
+            in.readerListener = listener;
+            out.writerListener = listener;
+        }
+
+        @Override
+        public long copiedBytesReceived() {
+            return copiedIn;
+        }
+
+        @Override
+        public long copiedBytesSent() {
+            return copiedOut;
+        }
+
+        @Override
+        public void shutdownOutput() {
+            out.shut();
+            out.readerListener.run();
+        }
+
+        @Override
+        public String describe() {
+            return "in-memory test stream";
+        }
+
+        @Override
+        public void close() {
+            shutdownOutput();
+        }
+    }
+}

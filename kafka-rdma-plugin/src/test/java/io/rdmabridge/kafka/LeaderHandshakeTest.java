@@ -1,0 +1,185 @@
+package io.rdmabridge.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.kafka.LeaderHandshake.State;
+import java.nio.ByteBuffer;
+import java.util.Arrays;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+
+class LeaderHandshakeTest {
+    /** A Kafka request as it starts on the wire: size 10, then ApiVersions' api key and version. */
+    private static final byte[] KAFKA_BYTES = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
+
+    private final Semaphore admission = new Semaphore(2);
+    private final AtomicInteger wakeups = new AtomicInteger();
+
+    private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
+        return new LeaderHandshake(tcp, transport, 7, admission, wakeups::incrementAndGet);
+    }
+
+    private static byte[] concat(byte[] a, byte[] b) {
+        byte[] r = Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, r, a.length, b.length);
+        return r;
+    }
+
+    private static byte[] bytes(ByteBuffer b) {
+        byte[] a = new byte[b.remaining()];
+        b.duplicate().get(a);
+        return a;
+    }
+
+    @Test
+    void shouldHandKafkasFirstByteBackAndLeaveTheRestUnread() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive(KAFKA_BYTES);
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.TCP, hs.advance());
+        assertArrayEquals(KAFKA_BYTES, concat(bytes(hs.replay()), tcp.unread()), "no byte lost");
+        assertEquals(0, tcp.written().length, "nothing written to a plain peer");
+        assertEquals(2, admission.availablePermits());
+    }
+
+    @Test
+    void shouldWaitWithoutConsumingWhenNoByteArrived() throws Exception {
+        FakeTcp tcp = new FakeTcp();
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.SNIFF, hs.advance());
+        tcp.arrive(KAFKA_BYTES);
+        assertEquals(State.TCP, hs.advance());
+        assertArrayEquals(KAFKA_BYTES, concat(bytes(hs.replay()), tcp.unread()));
+    }
+
+    @Test
+    void shouldDeclineWhenRdmaIsUnavailableAndKeepKafkasBytes() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("provider disni: libdisni not found"));
+        assertEquals(State.TCP, hs.advance());
+        ByteBuffer reply = ByteBuffer.wrap(tcp.written());
+        assertEquals(Preamble.REPLY_LENGTH, reply.remaining());
+        assertEquals(Preamble.STATUS_DECLINE_UNAVAILABLE, reply.get(Preamble.REPLY_STATUS_OFFSET));
+        assertEquals(7, reply.getInt(Preamble.REPLY_BROKER_ID_OFFSET));
+        assertEquals("provider disni: libdisni not found", hs.fallbackReason());
+        assertEquals(3, hs.peerBrokerId());
+        tcp.arrive(KAFKA_BYTES);
+        assertEquals(0, hs.replay().remaining());
+        assertArrayEquals(KAFKA_BYTES, tcp.unread(), "Kafka's bytes after the preamble are untouched");
+    }
+
+    @Test
+    void shouldAssembleAPreambleArrivingByteByByte() throws Exception {
+        FakeTcp tcp = new FakeTcp();
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        byte[] hello = bytes(Preamble.hello(3));
+        for (int i = 0; i < hello.length - 1; i++) {
+            tcp.arrive(hello[i]);
+            State s = hs.advance();
+            assertEquals(State.HELLO, s, "after byte " + i);
+        }
+        tcp.arrive(hello[hello.length - 1]);
+        assertEquals(State.TCP, hs.advance());
+    }
+
+    @Test
+    void shouldCutOffGarbageThatStartsLikeThePreamble() throws Exception {
+        byte[] garbage = new byte[Preamble.HELLO_LENGTH];
+        garbage[0] = Preamble.MAGIC_FIRST_BYTE;
+        FakeTcp tcp = new FakeTcp().arrive(garbage);
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.FAILED, hs.advance());
+        assertEquals("invalid RDMA preamble: magic=0x52000000 (expected: 0x52444d41)", hs.failure());
+        assertEquals(2, admission.availablePermits(), "permit returned");
+    }
+
+    @Test
+    void shouldCutOffNonZeroReservedFields() throws Exception {
+        ByteBuffer hello = Preamble.hello(3);
+        hello.putInt(Preamble.HELLO_RESERVED2_OFFSET, 0xdead);
+        LeaderHandshake hs = handshake(new FakeTcp().arrive(hello), RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.FAILED, hs.advance());
+        assertEquals("invalid RDMA preamble: flags/reserved=0x0/0x0/0xdead (expected: 0)", hs.failure());
+    }
+
+    @Test
+    void shouldCutOffATruncatedPreamble() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D', (byte) 'M').eof();
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.FAILED, hs.advance());
+        assertEquals("connection closed after 3 of 16 preamble bytes", hs.failure());
+        assertEquals(2, admission.availablePermits());
+    }
+
+    @Test
+    void shouldExpireASlowPreambleAndReleaseItsPermit() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D');
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.HELLO, hs.advance());
+        assertEquals(1, admission.availablePermits(), "a handshake in progress holds a permit");
+        hs.expire("RDMA handshake did not complete within 50 ms");
+        assertEquals(State.FAILED, hs.state());
+        assertEquals("RDMA handshake did not complete within 50 ms", hs.failure());
+        assertEquals(2, admission.availablePermits());
+        assertEquals(1, wakeups.get(), "the channel is woken so that Kafka reads the failure");
+        tcp.arrive(KAFKA_BYTES);
+        assertEquals(State.FAILED, hs.advance(), "nothing revives an expired handshake");
+    }
+
+    @Test
+    void shouldDeclineWhenTooManyHandshakesAreInProgress() throws Exception {
+        admission.drainPermits();
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
+        assertEquals(0, admission.availablePermits(), "no permit invented");
+    }
+
+    @Test
+    void shouldSwitchToTheRdmaStreamAfterTheFollowersDecision() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, transport);
+        assertEquals(State.DECISION, hs.advance());
+        ByteBuffer reply = ByteBuffer.wrap(tcp.written());
+        assertEquals(Preamble.STATUS_ACCEPT, reply.get(Preamble.REPLY_STATUS_OFFSET));
+        assertEquals(4791, reply.getInt(Preamble.REPLY_PORT_OFFSET));
+        RdmaStream follower = transport.connect(null, reply.getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        tcp.arrive(Preamble.DECISION_RDMA);
+        assertEquals(State.RDMA, hs.advance());
+        assertNotNull(hs.stream());
+        assertTrue(wakeups.get() >= 1);
+        assertEquals(2, admission.availablePermits());
+        follower.write(ByteBuffer.wrap(KAFKA_BYTES));
+        ByteBuffer got = ByteBuffer.allocate(KAFKA_BYTES.length);
+        assertEquals(KAFKA_BYTES.length, hs.stream().read(got));
+        assertArrayEquals(KAFKA_BYTES, got.array());
+    }
+
+    @Test
+    void shouldStayOnTcpWhenTheFollowerCouldNotOpenItsStream() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
+        assertEquals(State.DECISION, hs.advance());
+        tcp.arrive(Preamble.DECISION_TCP).arrive(KAFKA_BYTES);
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(0, hs.replay().remaining());
+        assertArrayEquals(KAFKA_BYTES, tcp.unread(), "Kafka's bytes after the decision are untouched");
+        assertEquals(2, admission.availablePermits());
+    }
+
+    @Test
+    void shouldCutOffAnInvalidDecision() throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
+        assertEquals(State.DECISION, hs.advance());
+        tcp.arrive((byte) 0x7f);
+        assertEquals(State.FAILED, hs.advance());
+        assertEquals("invalid RDMA decision byte 0x7f (expected: 'D' or 'T')", hs.failure());
+        assertEquals(2, admission.availablePermits());
+    }
+}

@@ -1,0 +1,235 @@
+package io.rdmabridge.kafka;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.channels.spi.SelectorProvider;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Map;
+import java.util.Random;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The channel under a JDK {@link Selector}, as Kafka drives it: a leader that echoes every byte back (and answers the
+ * byte {@code 'F'} with a file sent by {@code FileChannel.transferTo}), a follower opened on a thread named like
+ * Kafka's replica fetcher. Proves that readiness reaches the selector through the channel's private epoll set on TCP
+ * and on the stream, and that no byte is lost or reordered by the switch.
+ */
+class ReplicationSocketChannelTest {
+    private static final int PAYLOAD = 3 * 1024 * 1024 + 17;
+
+    @TempDir
+    Path dir;
+
+    @AfterEach
+    void reset() {
+        RdmaReplication.get().pluginClosed();
+    }
+
+    private RdmaSelectorProvider configure(int port, RdmaStreamTransport transport) {
+        RdmaReplication r = RdmaReplication.get();
+        r.agentInstalled();
+        r.configure(Map.of("rdma.replication.enable", "true", "node.id", "1", "listeners",
+                "REPLICATION://127.0.0.1:" + port, "inter.broker.listener.name", "REPLICATION",
+                "rdma.handshake.timeout.ms", "2000"), transport);
+        return new RdmaSelectorProvider(SelectorProvider.provider());
+    }
+
+    @Test
+    void shouldCarryKafkasBytesOverTheStreamAfterTheUpgrade() throws Exception {
+        ReplicationMetrics.Peer peer = exchange(new InMemoryStreamTransport(), true);
+        assertEquals(PAYLOAD + fileBytes().length, peer.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
+        assertEquals(0, peer.tcpReceived.sum());
+        assertEquals(1, RdmaReplication.get().metrics().succeeded() / 2, "both sides count one upgrade");
+    }
+
+    @Test
+    void shouldStayOnTcpWithNoByteLostWhenRdmaIsUnavailable() throws Exception {
+        ReplicationMetrics.Peer peer = exchange(RdmaStreamTransport.unavailable("test: provider forced off"), false);
+        assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum(), "follower-side bytes counted as TCP");
+        assertEquals(0, peer.rdmaReceived.sum());
+        assertEquals(0, RdmaReplication.get().metrics().succeeded());
+    }
+
+    @Test
+    void shouldStayOnTcpWhenTheFollowersStreamCannotConnect() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.connectFailure = new IOException("test: RDMA connect refused");
+        ReplicationMetrics.Peer peer = exchange(transport, false);
+        assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum());
+        assertEquals(2, RdmaReplication.get().metrics().fellBack(), "follower and leader count the fallback");
+    }
+
+    private byte[] fileBytes() {
+        byte[] b = new byte[700_001];
+        new Random(7).nextBytes(b);
+        return b;
+    }
+
+    private ReplicationMetrics.Peer exchange(RdmaStreamTransport transport, boolean expectRdma) throws Exception {
+        Path file = dir.resolve("segment");
+        Files.write(file, fileBytes());
+        ServerSocketChannel probe = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        int port = ((InetSocketAddress) probe.getLocalAddress()).getPort();
+        probe.close();
+        RdmaSelectorProvider provider = configure(port, transport);
+        ServerSocketChannel server = provider.openServerSocketChannel();
+        assertInstanceOf(ReplicationServerSocketChannel.class, server);
+        server.bind(new InetSocketAddress("127.0.0.1", port));
+        AtomicReference<Throwable> leaderError = new AtomicReference<>();
+        AtomicReference<SocketChannel> accepted = new AtomicReference<>();
+        Thread leader = new Thread(() -> {
+            try {
+                echo(provider, server, file, accepted);
+            } catch (Throwable t) {
+                leaderError.set(t);
+            }
+        }, "leader");
+        leader.start();
+
+        Thread self = Thread.currentThread();
+        String name = self.getName();
+        SocketChannel follower;
+        self.setName("ReplicaFetcherThread-0-2");
+        try {
+            follower = provider.openSocketChannel();
+            follower.configureBlocking(false);
+            // Negotiated connections return connected; one that skips the upgrade connects as the JDK's does.
+            boolean connected = follower.connect(new InetSocketAddress("127.0.0.1", port));
+            assertTrue(connected || !expectRdma, "an upgraded connection is connected once negotiated");
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (!follower.finishConnect()) {
+                assertTrue(System.nanoTime() < deadline, "connect did not finish");
+                Thread.sleep(1);
+            }
+        } finally {
+            self.setName(name);
+        }
+        assertInstanceOf(ReplicationSocketChannel.class, follower);
+        assertEquals(expectRdma, ((ReplicationSocketChannel) follower).isRdma());
+
+        byte[] payload = new byte[PAYLOAD];
+        new Random(42).nextBytes(payload);
+        byte[] echoed = new byte[PAYLOAD + fileBytes().length];
+        try (Selector sel = provider.openSelector()) {
+            SelectionKey key = follower.register(sel, SelectionKey.OP_READ | SelectionKey.OP_WRITE);
+            ByteBuffer out = ByteBuffer.wrap(payload);
+            ByteBuffer in = ByteBuffer.wrap(echoed);
+            ByteBuffer fileRequest = ByteBuffer.wrap(new byte[] {'F'});
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            int idleSelects = 0;
+            while (in.hasRemaining()) {
+                assertTrue(System.nanoTime() < deadline, "echo stalled at " + in.position() + " bytes; leader error: "
+                        + leaderError.get());
+                long before = System.nanoTime();
+                if (sel.select(1000) == 0 && System.nanoTime() - before >= 900_000_000L) {
+                    idleSelects++;
+                }
+                sel.selectedKeys().clear();
+                if (key.isValid() && key.isWritable()) {
+                    if (out.hasRemaining()) {
+                        follower.write(out);
+                    } else if (fileRequest.hasRemaining()) {
+                        follower.write(fileRequest);
+                    } else {
+                        key.interestOps(SelectionKey.OP_READ);
+                    }
+                }
+                if (key.isValid() && key.isReadable()) {
+                    assertTrue(follower.read(in) >= 0, "end of stream after " + in.position() + " bytes");
+                }
+            }
+            // Something is always in flight here, so a select that times out means a lost wake-up (each costs 1 s);
+            // two are tolerated for a loaded machine.
+            assertTrue(idleSelects <= 2, "selects that timed out with bytes in flight: " + idleSelects);
+        }
+        byte[] expected = new byte[echoed.length];
+        System.arraycopy(payload, 0, expected, 0, PAYLOAD);
+        System.arraycopy(fileBytes(), 0, expected, PAYLOAD, fileBytes().length);
+        assertArrayEquals(expected, echoed, "every byte back, in order");
+        follower.close();
+        leader.join(10_000);
+        assertFalse(leader.isAlive());
+        if (leaderError.get() != null) {
+            throw new AssertionError("leader failed", leaderError.get());
+        }
+        assertEquals(expectRdma, ((ReplicationSocketChannel) accepted.get()).isRdma());
+        server.close();
+        return RdmaReplication.get().metrics().peer("2");
+    }
+
+    /** The leader: echoes bytes; on 'F' (after the payload) sends the file with transferTo; ends at end of stream. */
+    private static void echo(RdmaSelectorProvider provider, ServerSocketChannel server, Path file,
+                             AtomicReference<SocketChannel> accepted) throws IOException {
+        try (Selector sel = provider.openSelector(); FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
+            server.configureBlocking(false);
+            server.register(sel, SelectionKey.OP_ACCEPT);
+            ByteBuffer buf = ByteBuffer.allocate(100_000);
+            long received = 0;
+            long filePosition = -1;
+            SocketChannel ch = null;
+            SelectionKey key = null;
+            while (true) {
+                sel.select(1000);
+                for (SelectionKey k : sel.selectedKeys()) {
+                    if (k.isAcceptable()) {
+                        ch = server.accept();
+                        if (ch == null) {
+                            continue;
+                        }
+                        accepted.set(ch);
+                        ch.configureBlocking(false);
+                        key = ch.register(sel, SelectionKey.OP_READ);
+                    }
+                }
+                sel.selectedKeys().clear();
+                if (ch == null) {
+                    continue;
+                }
+                if (key.isValid() && key.isReadable() && buf.hasRemaining()) {
+                    int n = ch.read(buf);
+                    if (n < 0) {
+                        ch.close();
+                        return;
+                    }
+                    received += n;
+                }
+                if (received > PAYLOAD && filePosition < 0) {
+                    // The 'F' request arrived with (or after) the last payload bytes: it is not echoed.
+                    buf.limit(buf.position() - 1);
+                    buf.position(buf.limit());
+                    buf.limit(buf.capacity());
+                    filePosition = 0;
+                    received--;
+                }
+                buf.flip();
+                if (buf.hasRemaining()) {
+                    ch.write(buf);
+                }
+                buf.compact();
+                if (buf.position() == 0 && filePosition >= 0 && filePosition < fc.size()) {
+                    filePosition += fc.transferTo(filePosition, fc.size() - filePosition, ch);
+                }
+                boolean pending = buf.position() > 0 || (filePosition >= 0 && filePosition < fc.size());
+                key.interestOps((buf.hasRemaining() ? SelectionKey.OP_READ : 0)
+                        | (pending ? SelectionKey.OP_WRITE : 0));
+            }
+        }
+    }
+}

@@ -1,0 +1,423 @@
+package io.rdmabridge.verbs.disni;
+
+import com.ibm.disni.verbs.IbvContext;
+import com.ibm.disni.verbs.IbvQP;
+import com.ibm.disni.verbs.IbvQPInitAttr;
+import com.ibm.disni.verbs.RdmaConnParam;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RdmaException;
+import java.io.IOException;
+import java.net.Inet4Address;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.ByteBuffer;
+
+/**
+ * A connection-manager id over DiSNI's {@code RdmaCmId}. Every operation returns at once; outcomes arrive as events
+ * on the channel. See {@link DisniProvider} for what DiSNI 2.1 cannot do here (private data on accept and in events,
+ * reject with private data, IPv6).
+ *
+ * <p>Threading: owned by the thread that owns its event channel.
+ */
+final class DisniCmId implements RdmaCmId {
+    private final DisniEventChannel channel;
+    private final com.ibm.disni.verbs.RdmaCmId id;
+    private final long handle;
+    private DisniQueuePair queuePair;
+    private DisniDevice device;
+    private ByteBuffer connectData;
+    private InetSocketAddress remote;
+    private int resolveTimeoutMillis;
+    private Object attachment;
+    private boolean disconnected;
+    private boolean nativeDestroyed;
+    private boolean closed;
+
+    DisniCmId(DisniEventChannel channel, com.ibm.disni.verbs.RdmaCmId id, long handle) {
+        this.channel = channel;
+        this.id = id;
+        this.handle = handle;
+    }
+
+    long handle() {
+        return handle;
+    }
+
+    @Override
+    public RdmaEventChannel eventChannel() {
+        return channel;
+    }
+
+    @Override
+    public InetSocketAddress listen(InetSocketAddress address, int backlog) throws RdmaException {
+        checkOpen("listen");
+        checkIpv4("listen", address);
+        if (backlog <= 0) {
+            throw new IllegalArgumentException("backlog: " + backlog + " (expected: > 0)");
+        }
+        try {
+            id.bindAddr(address);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_bind_addr(" + address + ") failed: " + DisniErrors.clean(e)
+                    + " (expected: a free port on a local IPv4 address served by an RDMA device, or 0.0.0.0)", e);
+        }
+        try {
+            id.listen(backlog);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_listen(" + address + ") failed: " + DisniErrors.clean(e), e);
+        }
+        InetSocketAddress bound = localAddress();
+        return bound != null ? bound : address;
+    }
+
+    @Override
+    public void resolve(InetSocketAddress remote, int timeoutMillis) throws RdmaException {
+        checkOpen("resolve");
+        checkIpv4("resolve", remote);
+        if (timeoutMillis <= 0) {
+            throw new IllegalArgumentException("timeoutMillis: " + timeoutMillis + " (expected: > 0)");
+        }
+        this.remote = remote;
+        this.resolveTimeoutMillis = timeoutMillis;
+        try {
+            id.resolveAddr(null, remote, timeoutMillis);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_resolve_addr(" + remote + ") failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    /** Second half of {@link #resolve}: called on the owner thread when the address is resolved. */
+    void resolveRoute() throws RdmaException {
+        try {
+            id.resolveRoute(resolveTimeoutMillis);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_resolve_route(" + remote + ") failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    /** {@code null} before resolution and for a listener bound to the wildcard address (no device chosen yet). */
+    @Override
+    public RdmaDevice device() {
+        if (device == null && !closed && !nativeDestroyed) {
+            try {
+                IbvContext context = id.getVerbs();
+                if (context != null) {
+                    InetSocketAddress local = localAddress();
+                    device = channel.disniProvider().deviceFor(context, local == null ? null : local.getAddress());
+                }
+            } catch (IOException e) {
+                return null;
+            }
+        }
+        return device;
+    }
+
+    @Override
+    public QueuePair createQueuePair(ProtectionDomain pd, CompletionQueue sendCq, CompletionQueue recvCq,
+                                     QpCapabilities capabilities) throws RdmaException {
+        checkOpen("createQueuePair");
+        if (queuePair != null) {
+            throw new RdmaException("createQueuePair: this id already has queue pair " + queuePair.qpNumber());
+        }
+        RdmaDevice dev = device();
+        if (dev == null) {
+            throw new RdmaException("createQueuePair: the id has no device yet (expected: after ADDR_RESOLVED, or on"
+                    + " the id of a CONNECT_REQUEST)");
+        }
+        DisniProtectionDomain disniPd = own(pd, DisniProtectionDomain.class, "pd", dev);
+        DisniCompletionQueue disniSendCq = own(sendCq, DisniCompletionQueue.class, "sendCq", dev);
+        DisniCompletionQueue disniRecvCq = own(recvCq, DisniCompletionQueue.class, "recvCq", dev);
+        capabilities.checkAgainst(dev.attributes());
+        IbvQPInitAttr attr = new IbvQPInitAttr();
+        attr.setQp_type(IbvQP.IBV_QPT_RC);
+        attr.setSend_cq(disniSendCq.cq());
+        attr.setRecv_cq(disniRecvCq.cq());
+        attr.cap().setMax_send_wr(capabilities.maxSendWr());
+        attr.cap().setMax_recv_wr(capabilities.maxRecvWr());
+        attr.cap().setMax_send_sge(capabilities.maxSendSge());
+        attr.cap().setMax_recv_sge(capabilities.maxRecvSge());
+        attr.cap().setMax_inline_data(capabilities.maxInlineData());
+        IbvQP qp;
+        try {
+            qp = id.createQP(disniPd.pd(), attr);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_create_qp(" + capabilities + ") on " + dev.name() + " failed: "
+                    + DisniErrors.clean(e), e);
+        }
+        if (qp == null) {
+            throw new RdmaException("rdma_create_qp(" + capabilities + ") on " + dev.name() + " failed");
+        }
+        DisniQueuePair created;
+        try {
+            created = new DisniQueuePair(this, qp, disniPd, disniSendCq, disniRecvCq, capabilities);
+        } catch (RdmaException e) {
+            destroyNativeQueuePair();
+            throw e;
+        } catch (IOException e) {
+            destroyNativeQueuePair();
+            throw new RdmaException("cannot prepare queue pair: " + DisniErrors.clean(e), e);
+        }
+        queuePair = created;
+        disniSendCq.attach(created);
+        if (disniRecvCq != disniSendCq) {
+            disniRecvCq.attach(created);
+        }
+        disniPd.queuePairCreated();
+        channel.disniProvider().usage().queuePairs(1);
+        return created;
+    }
+
+    private static <T> T own(Object resource, Class<T> type, String name, RdmaDevice device) {
+        if (!type.isInstance(resource)) {
+            throw new IllegalArgumentException(name + ": " + resource + " (expected: a " + type.getSimpleName()
+                    + " of the disni provider)");
+        }
+        RdmaDevice of = resource instanceof DisniProtectionDomain ? ((DisniProtectionDomain) resource).device()
+                : ((DisniCompletionQueue) resource).device();
+        if (of != device) {
+            throw new IllegalArgumentException(name + ": belongs to device " + of.name() + " (expected: device "
+                    + device.name() + " of this id)");
+        }
+        return type.cast(resource);
+    }
+
+    /** Called by the queue pair's close. */
+    void destroyQueuePair() {
+        queuePair = null;
+        destroyNativeQueuePair();
+    }
+
+    private void destroyNativeQueuePair() {
+        if (nativeDestroyed || id.getQp() == null || !id.getQp().isOpen()) {
+            return;
+        }
+        try {
+            id.destroyQP();
+        } catch (IOException e) {
+            throw new IllegalStateException("rdma_destroy_qp failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    @Override
+    public QueuePair queuePair() {
+        return queuePair;
+    }
+
+    /**
+     * Connects. {@code responderResources} and {@code initiatorDepth} are not passed on: DiSNI 2.1 sets both to the
+     * device's maximum.
+     */
+    @Override
+    public void connect(ConnectionParameters parameters) throws RdmaException {
+        checkOpen("connect");
+        checkQueuePair("connect");
+        byte[] data = parameters.privateData();
+        if (data.length > ConnectionParameters.MAX_CONNECT_PRIVATE_DATA) {
+            throw new RdmaException("privateData: " + data.length + " bytes (expected: <= "
+                    + ConnectionParameters.MAX_CONNECT_PRIVATE_DATA + " on connect)");
+        }
+        RdmaConnParam param = connParam(parameters);
+        if (data.length > 0) {
+            if (connectData == null) {
+                connectData = ByteBuffer.allocateDirect(ConnectionParameters.MAX_CONNECT_PRIVATE_DATA);
+            }
+            connectData.clear();
+            connectData.put(data);
+            try {
+                param.setPrivate_data(DirectMemory.address(connectData));
+            } catch (IOException e) {
+                throw new RdmaException("connect: " + DisniErrors.clean(e), e);
+            }
+            param.setPrivate_data_len((byte) data.length);
+        }
+        try {
+            id.connect(param);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_connect(" + remote + ") failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    /**
+     * Accepts.
+     *
+     * @throws RdmaException also when {@code parameters} carry private data: DiSNI 2.1's accept sends none
+     */
+    @Override
+    public void accept(ConnectionParameters parameters) throws RdmaException {
+        checkOpen("accept");
+        checkQueuePair("accept");
+        int length = parameters.privateData().length;
+        if (length != 0) {
+            throw new RdmaException("privateData: " + length + " bytes on accept (expected: 0 with the disni provider:"
+                    + " DiSNI 2.1's rdma_accept sends no private data; exchange it in the first message instead)");
+        }
+        try {
+            id.accept(connParam(parameters));
+        } catch (IOException e) {
+            throw new RdmaException("rdma_accept failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    private static RdmaConnParam connParam(ConnectionParameters parameters) throws RdmaException {
+        RdmaConnParam param = new RdmaConnParam();
+        try {
+            param.setRetry_count((byte) parameters.retryCount());
+        } catch (IOException e) {
+            throw new RdmaException("retryCount: " + DisniErrors.clean(e), e);
+        }
+        param.setRnr_retry_count((byte) parameters.rnrRetryCount());
+        return param;
+    }
+
+    /**
+     * Rejects by destroying the id: DiSNI 2.1 has no {@code rdma_reject}, and destroying an id that holds an
+     * unanswered request makes the kernel reject it, so the peer sees {@code REJECTED}, without private data. A
+     * queue pair created on this id is destroyed with it.
+     */
+    @Override
+    public void reject(byte[] privateData) throws RdmaException {
+        checkOpen("reject");
+        if (queuePair != null) {
+            queuePair.close();
+        }
+        destroyNative();
+    }
+
+    @Override
+    public void disconnect() {
+        if (disconnected || closed || nativeDestroyed) {
+            return;
+        }
+        disconnected = true;
+        try {
+            id.disconnect();
+        } catch (IOException e) {
+            // Not connected (yet or any more): nothing to tear down.
+        }
+    }
+
+    /** Always {@code null}: DiSNI 2.1 does not pass the peer's connection parameters on. */
+    @Override
+    public ConnectionParameters peerParameters() {
+        return null;
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        return address(true);
+    }
+
+    @Override
+    public InetSocketAddress remoteAddress() {
+        InetSocketAddress peer = address(false);
+        return peer != null ? peer : remote;
+    }
+
+    private InetSocketAddress address(boolean local) {
+        if (closed || nativeDestroyed) {
+            return null;
+        }
+        try {
+            SocketAddress a = local ? id.getSource() : id.getDestination();
+            return a instanceof InetSocketAddress ? (InetSocketAddress) a : null;
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    @Override
+    public void attach(Object attachment) {
+        this.attachment = attachment;
+    }
+
+    @Override
+    public Object attachment() {
+        return attachment;
+    }
+
+    /** The connection is up; called on the owner thread. */
+    void established() {
+        if (queuePair != null) {
+            queuePair.established();
+        }
+    }
+
+    /** rdma_cm moved the queue pair to the error state; called on the owner thread. */
+    void failed() {
+        if (queuePair != null) {
+            queuePair.failed();
+        }
+    }
+
+    /** The peer or we disconnected; called on the owner thread. */
+    void disconnected() {
+        disconnected = true;
+        failed();
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        if (queuePair != null) {
+            queuePair.close();
+        }
+        closed = true;
+        try {
+            destroyNative();
+        } finally {
+            channel.idClosed(this);
+        }
+    }
+
+    private void destroyNative() {
+        if (nativeDestroyed) {
+            return;
+        }
+        nativeDestroyed = true;
+        channel.forget(this);
+        try {
+            id.destroyId();
+        } catch (IOException e) {
+            throw new IllegalStateException("rdma_destroy_id failed: " + DisniErrors.clean(e), e);
+        }
+    }
+
+    private void checkOpen(String operation) throws RdmaException {
+        if (closed || nativeDestroyed) {
+            throw new RdmaException(operation + ": the id is " + (closed ? "closed" : "rejected")
+                    + " (expected: an open id)");
+        }
+    }
+
+    private void checkQueuePair(String operation) throws RdmaException {
+        if (queuePair == null) {
+            throw new RdmaException(operation + ": the id has no queue pair (expected: createQueuePair first)");
+        }
+    }
+
+    private static void checkIpv4(String operation, InetSocketAddress address) throws RdmaException {
+        if (address == null || address.isUnresolved()) {
+            throw new RdmaException(operation + ": " + address + " (expected: a resolved IPv4 address)");
+        }
+        if (!(address.getAddress() instanceof Inet4Address)) {
+            throw new RdmaException(operation + ": " + address + " (expected: an IPv4 address; DiSNI 2.1 supports"
+                    + " IPv4 only)");
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "DisniCmId{0x" + Long.toHexString(handle) + (remote != null ? ", remote=" + remote : "")
+                + (queuePair != null ? ", qp=" + queuePair.qpNumber() : "") + '}';
+    }
+}

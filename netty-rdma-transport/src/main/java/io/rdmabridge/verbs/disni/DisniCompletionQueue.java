@@ -1,0 +1,225 @@
+package io.rdmabridge.verbs.disni;
+
+import com.ibm.disni.verbs.IbvCQ;
+import com.ibm.disni.verbs.IbvCompChannel;
+import com.ibm.disni.verbs.IbvWC;
+import com.ibm.disni.verbs.SVCReqNotify;
+import com.ibm.disni.verbs.impl.NatIbvCQ;
+import com.ibm.disni.verbs.impl.NativeDispatcher;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WorkCompletions;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A completion queue over DiSNI's {@link IbvCQ} with a completion channel of its own.
+ *
+ * <p>Polling calls {@code ibv_poll_cq} through DiSNI's native dispatcher into a native array of {@code struct ibv_wc}
+ * owned by this queue, and reads every entry itself. DiSNI's own {@code SVCPollCq} is not used because it copies
+ * only {@code wr_id}, {@code status} and {@code opcode} of an error completion and leaves {@code qp_num} and
+ * {@code vendor_err} stale, so a flush could be routed to the wrong queue pair.
+ *
+ * <p>Waking: {@link #requestNotify()} arms with a reused {@link SVCReqNotify}; a daemon thread per queue waits on
+ * the completion channel ({@code ibv_get_cq_event}, with a timeout so that it notices {@link #close()}),
+ * acknowledges each event and signals the notifier. Without a notifier no thread is started.
+ *
+ * <p>Threading: {@link #poll} and {@link #requestNotify()} belong to the owning thread, which also owns the queue
+ * pairs attached here (the table that routes completions to them is not thread-safe).
+ */
+final class DisniCompletionQueue implements CompletionQueue {
+    private static final Logger logger = LoggerFactory.getLogger(DisniCompletionQueue.class);
+    /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks at {@code running} again. */
+    static final int EVENT_WAIT_MILLIS = 100;
+    /** Completions fetched per {@code ibv_poll_cq} call at most. */
+    static final int POLL_BATCH = 128;
+
+    // struct ibv_wc (libibverbs, LP64): the offsets of the fields the SPI reports.
+    private static final int WC_WR_ID = 0;
+    private static final int WC_STATUS = 8;
+    private static final int WC_OPCODE = 12;
+    private static final int WC_VENDOR_ERR = 16;
+    private static final int WC_BYTE_LEN = 20;
+    private static final int WC_IMM_DATA = 24;
+    private static final int WC_QP_NUM = 28;
+    private static final int WC_FLAGS = 36;
+
+    private final DisniDevice device;
+    private final IbvCompChannel channel;
+    private final IbvCQ cq;
+    private final long cqHandle;
+    private final int capacity;
+    private final EventNotifier notifier;
+    private final NativeDispatcher dispatcher;
+    private final SVCReqNotify arm;
+    private final ByteBuffer wc;
+    private final ByteBuffer wcBigEndian;
+    private final long wcAddress;
+    private final int wcSize;
+    private final QueuePairTable queuePairs = new QueuePairTable();
+    private final Thread eventThread;
+    private volatile boolean running = true;
+    private int users;
+    private boolean closed;
+
+    DisniCompletionQueue(DisniDevice device, IbvCompChannel channel, IbvCQ cq, int capacity, EventNotifier notifier)
+            throws IOException {
+        this.device = device;
+        this.channel = channel;
+        this.cq = cq;
+        this.cqHandle = ((NatIbvCQ) cq).getObjId();
+        this.capacity = capacity;
+        this.notifier = notifier;
+        this.dispatcher = device.disniProvider().dispatcher();
+        this.arm = cq.reqNotification(false);
+        // IbvWC.CSIZE was corrected to the native sizeof(struct ibv_wc) when libdisni was loaded.
+        this.wcSize = IbvWC.CSIZE;
+        this.wc = ByteBuffer.allocateDirect(wcSize * POLL_BATCH).order(ByteOrder.nativeOrder());
+        this.wcBigEndian = wc.duplicate().order(ByteOrder.BIG_ENDIAN); // imm_data is __be32
+        this.wcAddress = DirectMemory.address(wc);
+        if (notifier != null) {
+            eventThread = new Thread(this::waitForEvents, "disni-cq-events-" + device.name());
+            eventThread.setDaemon(true);
+            eventThread.start();
+        } else {
+            eventThread = null;
+        }
+    }
+
+    IbvCQ cq() {
+        return cq;
+    }
+
+    @Override
+    public RdmaDevice device() {
+        return device;
+    }
+
+    @Override
+    public int capacity() {
+        return capacity;
+    }
+
+    void attach(DisniQueuePair qp) {
+        queuePairs.put(qp.qpNumber(), qp);
+        users++;
+    }
+
+    void detach(DisniQueuePair qp) {
+        queuePairs.remove(qp.qpNumber());
+        users--;
+    }
+
+    @Override
+    public int poll(WorkCompletions out) {
+        if (closed) {
+            throw new IllegalStateException("poll: completion queue is closed");
+        }
+        int n = Math.min(out.capacity(), POLL_BATCH);
+        int polled;
+        try {
+            polled = dispatcher._pollCQ(cqHandle, n, wcAddress);
+        } catch (IOException e) {
+            throw new IllegalStateException("ibv_poll_cq on " + device.name() + " failed: " + DisniErrors.clean(e),
+                    e);
+        }
+        if (polled < 0) {
+            throw new IllegalStateException("ibv_poll_cq on " + device.name() + " returned " + polled
+                    + " (the completion queue overflowed or the device failed: size it for every outstanding"
+                    + " work request)");
+        }
+        for (int i = 0; i < polled; i++) {
+            int base = i * wcSize;
+            int status = wc.getInt(base + WC_STATUS);
+            int opcode = wc.getInt(base + WC_OPCODE);
+            int qpNumber = wc.getInt(base + WC_QP_NUM);
+            int flags = wc.getInt(base + WC_FLAGS) & WorkCompletions.WITH_IMM;
+            int imm = flags != 0 ? wcBigEndian.getInt(base + WC_IMM_DATA) : 0;
+            out.set(i, wc.getLong(base + WC_WR_ID), status, opcode, wc.getInt(base + WC_BYTE_LEN), qpNumber, flags,
+                    imm, status == WcStatus.SUCCESS ? 0 : wc.getInt(base + WC_VENDOR_ERR));
+            DisniQueuePair qp = queuePairs.get(qpNumber);
+            if (qp != null) {
+                qp.completed(status, opcode);
+            }
+        }
+        return polled;
+    }
+
+    @Override
+    public void requestNotify() {
+        if (notifier == null || closed) {
+            return; // nobody waits: arming could only produce events nobody reads
+        }
+        try {
+            arm.execute();
+        } catch (IOException e) {
+            throw new IllegalStateException("ibv_req_notify_cq on " + device.name() + " failed: "
+                    + DisniErrors.clean(e), e);
+        }
+    }
+
+    private void waitForEvents() {
+        while (running) {
+            try {
+                if (channel.getCqEvent(cq, EVENT_WAIT_MILLIS)) {
+                    // Every event must be acknowledged, or ibv_destroy_cq blocks forever.
+                    cq.ackEvents(1);
+                    notifier.signal();
+                }
+            } catch (IOException | RuntimeException e) {
+                if (running) {
+                    logger.warn("Completion events of {} stopped: {}", device.name(), DisniErrors.clean(e));
+                    notifier.signal(); // let the owner poll and notice what failed
+                }
+                return;
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        if (users != 0) {
+            throw new IllegalStateException("completion queue still used by " + users + " queue pairs (expected:"
+                    + " close them first)");
+        }
+        closed = true;
+        running = false;
+        if (eventThread != null) {
+            joinUninterruptibly(eventThread);
+        }
+        arm.free();
+        try {
+            cq.destroyCQ();
+            channel.destroyCompChannel();
+        } catch (IOException e) {
+            throw new IllegalStateException("ibv_destroy_cq on " + device.name() + " failed: "
+                    + DisniErrors.clean(e), e);
+        } finally {
+            device.disniProvider().usage().completionQueues(-1);
+        }
+    }
+
+    static void joinUninterruptibly(Thread thread) {
+        boolean interrupted = false;
+        while (true) {
+            try {
+                thread.join();
+                break;
+            } catch (InterruptedException e) {
+                interrupted = true;
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

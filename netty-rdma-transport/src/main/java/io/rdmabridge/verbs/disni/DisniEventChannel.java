@@ -1,0 +1,300 @@
+package io.rdmabridge.verbs.disni;
+
+import com.ibm.disni.verbs.RdmaCm;
+import com.ibm.disni.verbs.impl.NatCmaIdPrivate;
+import com.ibm.disni.verbs.impl.NatRdmaEventChannel;
+import com.ibm.disni.verbs.impl.NativeDispatcher;
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RdmaException;
+import io.rdmabridge.verbs.RdmaProvider;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A connection-manager event channel over DiSNI's {@code RdmaEventChannel}.
+ *
+ * <p>A daemon thread per channel waits for events ({@code rdma_get_cm_event} behind a {@code poll} with a short
+ * timeout, so that it notices {@link #close()}), queues each as a raw triple (type, id, listening id) on a lock-free
+ * queue and signals the notifier. {@link #poll(CmEvent)} converts them on the owning thread: ids of connect requests
+ * are created there, route resolution follows address resolution there, and queue-pair states change there.
+ *
+ * <p>The thread calls DiSNI's native dispatcher directly rather than {@code RdmaEventChannel.getCmEvent}: that
+ * method allocates per call and reads and writes a plain {@code HashMap} of ids that {@code createId} writes from
+ * the owning thread at the same time.
+ *
+ * <p>What DiSNI loses: its native code acknowledges every event before returning it and copies neither status nor
+ * private data, so events carry status 0 and no private data; failure events name the rdma_cm event in
+ * {@link CmEvent#detail()}.
+ *
+ * <p>Threading: owned by one thread; the event thread only reads the native channel and appends to the queue.
+ */
+final class DisniEventChannel implements RdmaEventChannel {
+    private static final Logger logger = LoggerFactory.getLogger(DisniEventChannel.class);
+    /** How long the event thread blocks in {@code poll} before it looks at {@code running} again. */
+    static final int EVENT_WAIT_MILLIS = 100;
+    private static final byte[] NO_DATA = new byte[0];
+
+    // enum rdma_cm_event_type
+    private static final int ADDR_RESOLVED = 0;
+    private static final int ADDR_ERROR = 1;
+    private static final int ROUTE_RESOLVED = 2;
+    private static final int ROUTE_ERROR = 3;
+    private static final int CONNECT_REQUEST = 4;
+    private static final int CONNECT_RESPONSE = 5;
+    private static final int CONNECT_ERROR = 6;
+    private static final int UNREACHABLE = 7;
+    private static final int REJECTED = 8;
+    private static final int ESTABLISHED = 9;
+    private static final int DISCONNECTED = 10;
+    private static final int DEVICE_REMOVAL = 11;
+
+    private record RawEvent(int type, long id, long listenId) {
+    }
+
+    private final DisniProvider provider;
+    private final NativeDispatcher dispatcher;
+    private final com.ibm.disni.verbs.RdmaEventChannel channel;
+    private final long channelHandle;
+    private final EventNotifier notifier;
+    private final ConcurrentLinkedQueue<RawEvent> events = new ConcurrentLinkedQueue<>();
+    /** Ids whose native object exists, by native handle: where events are routed. */
+    private final ConcurrentHashMap<Long, DisniCmId> ids = new ConcurrentHashMap<>();
+    /** Ids not yet closed (a rejected id has no native object but still counts until closed). */
+    private final Set<DisniCmId> open = ConcurrentHashMap.newKeySet();
+    private final Thread eventThread;
+    private volatile boolean running = true;
+    private boolean closed;
+
+    DisniEventChannel(DisniProvider provider, EventNotifier notifier) throws RdmaException {
+        this.provider = provider;
+        this.dispatcher = provider.dispatcher();
+        this.notifier = notifier;
+        try {
+            channel = com.ibm.disni.verbs.RdmaEventChannel.createEventChannel();
+        } catch (IOException e) {
+            throw new RdmaException("rdma_create_event_channel failed: " + DisniErrors.clean(e), e);
+        }
+        channelHandle = ((NatRdmaEventChannel) channel).getObjId();
+        eventThread = new Thread(this::waitForEvents, "disni-cm-events");
+        eventThread.setDaemon(true);
+        eventThread.start();
+        provider.usage().eventChannels(1);
+    }
+
+    DisniProvider disniProvider() {
+        return provider;
+    }
+
+    @Override
+    public RdmaProvider provider() {
+        return provider;
+    }
+
+    @Override
+    public RdmaCmId createId() throws RdmaException {
+        if (closed) {
+            throw new RdmaException("createId: event channel is closed");
+        }
+        com.ibm.disni.verbs.RdmaCmId nat;
+        try {
+            nat = channel.createId(RdmaCm.RDMA_PS_TCP);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_create_id failed: " + DisniErrors.clean(e), e);
+        }
+        return register(nat, ((NatCmaIdPrivate) nat).getObjId());
+    }
+
+    private DisniCmId register(com.ibm.disni.verbs.RdmaCmId nat, long handle) {
+        DisniCmId id = new DisniCmId(this, nat, handle);
+        ids.put(handle, id);
+        open.add(id);
+        provider.usage().cmIds(1);
+        return id;
+    }
+
+    private void waitForEvents() {
+        ByteBuffer out = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
+        long address = DirectMemory.address(out);
+        while (running) {
+            int type;
+            try {
+                // Writes the listening id at address and the event's id at address + 8; -1 when none came in time.
+                type = dispatcher._getCmEvent(channelHandle, address, address + 8, EVENT_WAIT_MILLIS);
+            } catch (RuntimeException e) {
+                logger.warn("Connection-manager events stopped: {}", DisniErrors.clean(e));
+                return;
+            }
+            if (type < 0) {
+                continue;
+            }
+            events.add(new RawEvent(type, out.getLong(8), out.getLong(0)));
+            if (notifier != null) {
+                notifier.signal();
+            }
+        }
+    }
+
+    @Override
+    public boolean poll(CmEvent event) {
+        RawEvent raw;
+        while ((raw = events.poll()) != null) {
+            if (convert(raw, event)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private boolean convert(RawEvent raw, CmEvent out) {
+        if (raw.type() == CONNECT_REQUEST) {
+            return connectRequest(raw, out);
+        }
+        DisniCmId id = ids.get(raw.id());
+        if (id == null) {
+            return false; // the id was closed after the event was queued
+        }
+        switch (raw.type()) {
+            case ADDR_RESOLVED:
+                try {
+                    id.resolveRoute();
+                    return false; // ROUTE_RESOLVED completes the SPI's ADDR_RESOLVED
+                } catch (RdmaException e) {
+                    out.set(CmEventType.ADDR_ERROR, id, null, NO_DATA, 0, e.getMessage());
+                    return true;
+                }
+            case ROUTE_RESOLVED:
+                out.set(CmEventType.ADDR_RESOLVED, id, null, NO_DATA, 0, null);
+                return true;
+            case ADDR_ERROR:
+                return failure(CmEventType.ADDR_ERROR, id, out, "address resolution failed (RDMA_CM_EVENT_ADDR_ERROR):"
+                        + " no RDMA device reaches " + id.remoteAddress() + ", or it did not answer in time");
+            case ROUTE_ERROR:
+                return failure(CmEventType.ADDR_ERROR, id, out, "route resolution failed (RDMA_CM_EVENT_ROUTE_ERROR)"
+                        + " to " + id.remoteAddress());
+            case CONNECT_RESPONSE:
+            case CONNECT_ERROR:
+                return failure(CmEventType.CONNECT_ERROR, id, out, "connection handshake failed ("
+                        + (raw.type() == CONNECT_ERROR ? "RDMA_CM_EVENT_CONNECT_ERROR" : "RDMA_CM_EVENT_CONNECT_RESPONSE")
+                        + "; DiSNI 2.1 does not pass the status on)");
+            case UNREACHABLE:
+                return failure(CmEventType.UNREACHABLE, id, out, "peer " + id.remoteAddress() + " did not answer"
+                        + " (RDMA_CM_EVENT_UNREACHABLE)");
+            case REJECTED:
+                return failure(CmEventType.REJECTED, id, out, "peer " + id.remoteAddress() + " rejected the connection"
+                        + " or nothing listens there (RDMA_CM_EVENT_REJECTED; DiSNI 2.1 does not pass the reason or"
+                        + " private data on)");
+            case ESTABLISHED:
+                id.established();
+                out.set(CmEventType.ESTABLISHED, id, null, NO_DATA, 0, null);
+                return true;
+            case DISCONNECTED:
+                id.disconnected();
+                out.set(CmEventType.DISCONNECTED, id, null, NO_DATA, 0, null);
+                return true;
+            case DEVICE_REMOVAL:
+                id.failed();
+                out.set(CmEventType.DEVICE_REMOVAL, id, null, NO_DATA, 0, "the RDMA device was removed"
+                        + " (RDMA_CM_EVENT_DEVICE_REMOVAL)");
+                return true;
+            default:
+                return false; // multicast, address change, timewait exit: nothing a connected endpoint acts on
+        }
+    }
+
+    private static boolean failure(CmEventType type, DisniCmId id, CmEvent out, String detail) {
+        id.failed();
+        out.set(type, id, null, NO_DATA, 0, detail);
+        return true;
+    }
+
+    private boolean connectRequest(RawEvent raw, CmEvent out) {
+        DisniCmId listener = ids.get(raw.listenId());
+        NatCmaIdPrivate nat;
+        try {
+            nat = new NatCmaIdPrivate(raw.id(), channel, dispatcher);
+        } catch (IOException e) {
+            logger.warn("Dropping a connect request: cannot wrap its id: {}", DisniErrors.clean(e));
+            return false;
+        }
+        if (listener == null || closed) {
+            // The listener is gone: destroying the request's id makes the kernel reject it.
+            try {
+                nat.destroyId();
+            } catch (IOException e) {
+                logger.warn("Cannot reject a connect request for a closed listener: {}", DisniErrors.clean(e));
+            }
+            return false;
+        }
+        DisniCmId id = register(nat, raw.id());
+        out.set(CmEventType.CONNECT_REQUEST, id, listener, NO_DATA, 0, null);
+        return true;
+    }
+
+    /** The id's native object is gone: drop it and any event still queued for it (its address may be reused). */
+    void forget(DisniCmId id) {
+        ids.remove(id.handle(), id);
+        long handle = id.handle();
+        events.removeIf(e -> e.id() == handle && e.type() != CONNECT_REQUEST);
+    }
+
+    /** The id was closed: it no longer counts. */
+    void idClosed(DisniCmId id) {
+        if (open.remove(id)) {
+            provider.usage().cmIds(-1);
+        }
+    }
+
+    /** Stops the event thread, closes every id still alive (and its queue pair), then destroys the channel. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        running = false;
+        DisniCompletionQueue.joinUninterruptibly(eventThread);
+        List<DisniCmId> alive = new ArrayList<>(open);
+        RuntimeException failure = null;
+        for (DisniCmId id : alive) {
+            try {
+                id.close();
+            } catch (RuntimeException e) {
+                failure = e;
+            }
+        }
+        // Connect requests queued but never polled: their ids exist natively and must go too.
+        for (RawEvent raw : events) {
+            if (raw.type() == CONNECT_REQUEST) {
+                try {
+                    new NatCmaIdPrivate(raw.id(), channel, dispatcher).destroyId();
+                } catch (IOException e) {
+                    logger.warn("Cannot reject a pending connect request: {}", DisniErrors.clean(e));
+                }
+            }
+        }
+        events.clear();
+        try {
+            channel.destroyEventChannel();
+        } catch (IOException e) {
+            failure = new IllegalStateException("rdma_destroy_event_channel failed: " + DisniErrors.clean(e), e);
+        } finally {
+            provider.usage().eventChannels(-1);
+        }
+        if (failure != null) {
+            throw failure;
+        }
+    }
+}

@@ -1,0 +1,110 @@
+package io.rdmabridge.verbs.disni;
+
+import com.ibm.disni.verbs.IbvMr;
+import com.ibm.disni.verbs.IbvPd;
+import com.ibm.disni.verbs.SVCRegMr;
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaException;
+import java.io.IOException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * A protection domain over DiSNI's {@link IbvPd}. Registration goes through {@link SVCRegMr} with a raw address.
+ * Thread-safe.
+ */
+final class DisniProtectionDomain implements ProtectionDomain {
+    private final DisniDevice device;
+    private final IbvPd pd;
+    private final AtomicInteger memoryRegions = new AtomicInteger();
+    private final AtomicInteger queuePairs = new AtomicInteger();
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    DisniProtectionDomain(DisniDevice device, IbvPd pd) {
+        this.device = device;
+        this.pd = pd;
+    }
+
+    IbvPd pd() {
+        return pd;
+    }
+
+    @Override
+    public RdmaDevice device() {
+        return device;
+    }
+
+    /**
+     * Registers with {@code ibv_reg_mr}.
+     *
+     * @throws IllegalArgumentException also when {@code length} exceeds 2^31-1: DiSNI 2.1 passes the length of a
+     *                                  region as a Java int
+     */
+    @Override
+    public MemoryRegion register(long address, long length, int access) throws RdmaException {
+        Access.validate(access);
+        if (length <= 0 || length > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("length: " + length + " (expected: 1.." + Integer.MAX_VALUE
+                    + "; DiSNI 2.1 cannot register more than 2^31-1 bytes in one memory region: register larger"
+                    + " memory as several regions)");
+        }
+        if (address == 0) {
+            throw new IllegalArgumentException("address: 0 (expected: the address of allocated memory)");
+        }
+        if (closed.get()) {
+            throw new RdmaException("register: protection domain is closed (expected: an open protection domain)");
+        }
+        IbvMr mr;
+        try {
+            SVCRegMr call = pd.regMr(address, (int) length, access);
+            try {
+                mr = call.execute().getMr();
+            } finally {
+                call.free();
+            }
+        } catch (IOException e) {
+            throw new RdmaException("ibv_reg_mr(0x" + Long.toHexString(address) + ", " + length + " bytes, "
+                    + Access.toString(access) + ") on " + device.name() + " failed: " + DisniErrors.registration(e),
+                    e);
+        }
+        memoryRegions.incrementAndGet();
+        device.disniProvider().usage().memoryRegistered(length);
+        return new DisniMemoryRegion(this, mr, address, length, access);
+    }
+
+    void memoryRegionClosed() {
+        memoryRegions.decrementAndGet();
+    }
+
+    void queuePairCreated() {
+        queuePairs.incrementAndGet();
+    }
+
+    void queuePairClosed() {
+        queuePairs.decrementAndGet();
+    }
+
+    @Override
+    public void close() {
+        int regions = memoryRegions.get();
+        int qps = queuePairs.get();
+        if (regions != 0 || qps != 0) {
+            throw new IllegalStateException("protection domain still in use: " + regions + " memory regions, " + qps
+                    + " queue pairs (expected: close them first)");
+        }
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
+        try {
+            pd.deallocPd();
+        } catch (Exception e) {
+            throw new IllegalStateException("ibv_dealloc_pd on " + device.name() + " failed: "
+                    + DisniErrors.clean(e), e);
+        } finally {
+            device.disniProvider().usage().protectionDomains(-1);
+        }
+    }
+}

@@ -1,0 +1,39 @@
+package io.rdmabridge.connection;
+
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+class HandshakeTest {
+
+    @Test
+    void shouldRoundTrip() throws Exception {
+        Handshake h = new Handshake(16384, 32, 8, 1 << 30);
+        byte[] wire = h.encode();
+        assertEquals(Handshake.LENGTH, wire.length);
+        assertEquals(h, Handshake.decode(wire));
+    }
+
+    @Test
+    void shouldRejectForeignOrBadHandshakes() {
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(new byte[3]))
+                .getMessage().startsWith("handshake too short: 3 bytes"));
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(new byte[20]))
+                .getMessage().startsWith("handshake magic: 0x0"));
+        byte[] wire = new Handshake(16384, 32, 8, 100).encode();
+        wire[4] = 2;
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(wire))
+                .getMessage().startsWith("protocol version: 2 (expected: 1"));
+        byte[] small = new Handshake(16384, 32, 8, 100).encode();
+        small[8] = 1;
+        small[9] = 0;
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(small))
+                .getMessage().contains("receiveBufferSize: 1 (expected: 28..16777216)"));
+        byte[] control = new Handshake(16384, 32, 8, 100).encode();
+        control[14] = 1;
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(control))
+                .getMessage().contains("controlCredits: 1 (expected: 2..255)"));
+    }
+}

@@ -1,0 +1,263 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.WriteBufferWaterMark;
+import io.rdmabridge.verbs.RdmaProviders;
+import io.rdmabridge.verbs.soft.SoftProvider;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Zero-copy accounting, end-to-end back-pressure and peer death on the soft provider; every verbs resource (registered
+ * bytes included) is back to zero once the event loop group has shut down.
+ */
+class RdmaChannelBehaviourTest {
+    private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
+    private EventLoopGroup group;
+    private final List<Channel> channels = new ArrayList<>();
+
+    @BeforeEach
+    void setUp() {
+        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        for (Channel ch : channels) {
+            ch.close().sync();
+        }
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    private Channel server(ChannelInboundHandlerAdapter child, boolean autoRead) throws InterruptedException {
+        Channel ch = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(ChannelOption.AUTO_READ, autoRead)
+                .childHandler(child).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        channels.add(ch);
+        return ch;
+    }
+
+    private RdmaSocketChannel client(Channel server, ChannelInboundHandlerAdapter handler) throws InterruptedException {
+        RdmaSocketChannel ch = (RdmaSocketChannel) new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.WRITE_BUFFER_WATER_MARK, new WriteBufferWaterMark(32 * 1024, 64 * 1024))
+                .handler(handler).connect(server.localAddress()).sync().channel();
+        channels.add(0, ch);
+        return ch;
+    }
+
+    /** Counts and drops what arrives. */
+    private static final class Sink extends ChannelInboundHandlerAdapter {
+        final AtomicLong bytes = new AtomicLong();
+        final AtomicReference<Channel> channel = new AtomicReference<>();
+        final CountDownLatch inactive = new CountDownLatch(1);
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            channel.set(ctx.channel());
+            ctx.fireChannelActive();
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            bytes.addAndGet(((ByteBuf) msg).readableBytes());
+            ((ByteBuf) msg).release();
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            inactive.countDown();
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            // Peer death is expected in some tests; the channel closes itself.
+        }
+    }
+
+    private static void awaitBytes(AtomicLong counter, long expected) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (counter.get() < expected && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        assertEquals(expected, counter.get());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldSendAllocatorBuffersWithoutCopy() throws Exception {
+        Sink sink = new Sink();
+        Channel server = server(sink, true);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        ByteBuf eager = client.alloc().directBuffer(4096).writeZero(4096);
+        ByteBuf large = client.alloc().directBuffer(256 * 1024).writeZero(256 * 1024);
+        client.write(eager);
+        client.writeAndFlush(large).sync();
+        awaitBytes(sink.bytes, 4096 + 256 * 1024);
+
+        RdmaChannelMetrics m = client.metrics();
+        assertEquals(0, m.copiedBytes(), m.toString());
+        assertEquals(4096, m.eagerBytes(), m.toString());
+        assertEquals(256 * 1024, m.rendezvousBytes(), m.toString());
+        assertTrue(client.eventLoopMetrics().rendezvousBytes() >= 256 * 1024);
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCountExactlyTheCopiedBytesOfHeapBuffers() throws Exception {
+        Sink sink = new Sink();
+        Channel server = server(sink, true);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        int[] sizes = {10, 300, 5000, 20_000, 300_000};
+        long total = 0;
+        for (int size : sizes) {
+            client.write(Unpooled.wrappedBuffer(new byte[size]));
+            total += size;
+        }
+        client.flush();
+        awaitBytes(sink.bytes, total);
+        assertEquals(total, client.metrics().copiedBytes(), client.metrics().toString());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldStallTheSenderWhenTheReceiverDoesNotRead() throws Exception {
+        Sink sink = new Sink();
+        Channel server = server(sink, false);
+        RdmaSocketChannel client = client(server, new Sink());
+        Channel child = awaitChild(sink);
+
+        // Write far more than the receiver's credits cover: 32 receive buffers of 16 KiB.
+        int chunk = 8 * 1024;
+        int count = 512;
+        AtomicLong completed = new AtomicLong();
+        List<ChannelFuture> futures = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            ByteBuf buf = client.alloc().directBuffer(chunk).writeZero(chunk);
+            ChannelFuture f = client.writeAndFlush(buf);
+            f.addListener(x -> completed.addAndGet(chunk));
+            futures.add(f);
+        }
+        Thread.sleep(500);
+        assertFalse(client.isWritable(), "sender still writable while its peer reads nothing");
+        long stalledAt = completed.get();
+        long creditWindow = 32L * 16 * 1024;
+        assertTrue(stalledAt <= creditWindow, "completed " + stalledAt + " bytes, more than the credit window");
+        assertEquals(0, sink.bytes.get());
+        assertTrue(client.metrics().creditStalls() > 0);
+        Thread.sleep(300);
+        assertEquals(stalledAt, completed.get(), "bytes kept completing although nobody reads");
+
+        child.config().setAutoRead(true);
+        awaitBytes(sink.bytes, (long) chunk * count);
+        for (ChannelFuture f : futures) {
+            assertTrue(f.await(10, TimeUnit.SECONDS) && f.isSuccess());
+        }
+        assertTrue(client.isWritable());
+    }
+
+    private static Channel awaitChild(Sink sink) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (sink.channel.get() == null && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        return sink.channel.get();
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldNoticeADroppedPeerPromptly() throws Exception {
+        Sink serverSink = new Sink();
+        Channel server = server(serverSink, true);
+        Sink clientSink = new Sink();
+        RdmaSocketChannel client = client(server, clientSink);
+        RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
+        child.writeAndFlush(child.alloc().directBuffer(100).writeZero(100)).sync();
+        awaitBytes(clientSink.bytes, 100);
+
+        long start = System.nanoTime();
+        provider.faults().dropConnection(child.queuePair());
+        assertTrue(clientSink.inactive.await(5, TimeUnit.SECONDS), "client did not notice the dead peer");
+        assertTrue(serverSink.inactive.await(5, TimeUnit.SECONDS), "server child did not notice the dead peer");
+        assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(2));
+        assertFalse(client.isActive());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldSeeChannelInactiveWhenThePeerCloses() throws Exception {
+        Sink serverSink = new Sink();
+        Channel server = server(serverSink, true);
+        Sink clientSink = new Sink();
+        client(server, clientSink);
+        Channel child = awaitChild(serverSink);
+        child.close().sync();
+        assertTrue(clientSink.inactive.await(5, TimeUnit.SECONDS));
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldRefuseConnectionsToAClosedPort() throws Exception {
+        Channel server = server(new Sink(), true);
+        InetSocketAddress address = (InetSocketAddress) server.localAddress();
+        server.close().sync();
+        channels.remove(server);
+        ChannelFuture f = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(new Sink())
+                .connect(address).await();
+        assertTrue(f.cause() instanceof java.net.ConnectException, String.valueOf(f.cause()));
+        assertTrue(f.cause().getMessage().contains("connection refused"), f.cause().getMessage());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldReleaseReceivedBuffersHandedToAnotherThread() throws Exception {
+        LinkedBlockingQueue<ByteBuf> handedOff = new LinkedBlockingQueue<>();
+        Channel server = server(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                handedOff.add((ByteBuf) msg);
+            }
+        }, true);
+        RdmaSocketChannel client = client(server, new Sink());
+        long total = 0;
+        for (int i = 0; i < 200; i++) {
+            client.writeAndFlush(client.alloc().directBuffer(1000).writeZero(1000));
+            total += 1000;
+        }
+        long received = 0;
+        while (received < total) {
+            ByteBuf b = handedOff.poll(10, TimeUnit.SECONDS);
+            assertTrue(b != null, "stalled after " + received + " bytes");
+            received += b.readableBytes();
+            b.release();
+        }
+        assertEquals(total, received);
+    }
+}

@@ -1,0 +1,15 @@
+package io.rdmabridge.netty.testsuite;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.testsuite.transport.TestsuitePermutation.BootstrapComboFactory;
+import io.netty.testsuite.transport.socket.SocketCloseForciblyTest;
+
+import java.util.List;
+
+public class RdmaSocketCloseForciblyTest extends SocketCloseForciblyTest {
+    @Override
+    protected List<BootstrapComboFactory<ServerBootstrap, Bootstrap>> newFactories() {
+        return RdmaSocketTestPermutation.INSTANCE.socket();
+    }
+}

@@ -1,0 +1,362 @@
+package io.rdmabridge.verbs.soft;
+
+import static io.rdmabridge.verbs.soft.SoftPair.awaitEvent;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WorkCompletions;
+import java.io.DataInputStream;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketException;
+import java.nio.ByteBuffer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A hostile or broken peer speaking raw bytes to a soft listener: the connection is closed (or the request refused
+ * with a NAK), the process keeps running, and nothing outside a registered region is ever written.
+ */
+class SoftWireTest {
+    private static final int GUARD = 1024;
+    private static final int REGION = 4096;
+
+    private final SoftProvider provider = new SoftProvider();
+    private final EventNotifier notifier = new EventNotifier();
+    private RdmaEventChannel channel;
+    private RdmaCmId listenId;
+    private InetSocketAddress bound;
+    private RdmaDevice device;
+    private ProtectionDomain pd;
+    private CompletionQueue cq;
+    private ByteBuffer memory;
+    private MemoryRegion region;
+    private RdmaCmId serverId;
+    private QueuePair serverQp;
+
+    @BeforeEach
+    void listen() throws Exception {
+        device = provider.devices().get(0);
+        channel = provider.createEventChannel(notifier);
+        listenId = channel.createId();
+        bound = listenId.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+        pd = device.allocProtectionDomain();
+        cq = device.createCompletionQueue(64, notifier);
+        memory = ByteBuffer.allocateDirect(GUARD + REGION + GUARD);
+        for (int i = 0; i < memory.capacity(); i++) {
+            memory.put(i, (byte) 0xA5);
+        }
+        region = pd.register(DirectMemory.address(memory) + GUARD, REGION, Access.ALL);
+    }
+
+    @AfterEach
+    void close() {
+        if (serverId != null) {
+            serverId.disconnect();
+        }
+        if (serverQp != null) {
+            serverQp.close();
+        }
+        if (serverId != null) {
+            serverId.close();
+        }
+        region.close();
+        cq.close();
+        pd.close();
+        listenId.close();
+        channel.close();
+        System.clearProperty("rdmabridge.soft.handshakeTimeoutMillis");
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    private void assertGuardsIntact() {
+        for (int i = 0; i < GUARD; i++) {
+            assertEquals((byte) 0xA5, memory.get(i), "guard byte " + i + " before the region was written");
+            assertEquals((byte) 0xA5, memory.get(GUARD + REGION + i), "guard byte " + i
+                    + " after the region was written");
+        }
+    }
+
+    private Socket open() throws IOException {
+        Socket s = new Socket(bound.getAddress(), bound.getPort());
+        s.setSoTimeout(5000);
+        return s;
+    }
+
+    private static void assertClosedByPeer(Socket s) throws IOException {
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        try {
+            while (true) {
+                if (in.read() < 0) {
+                    return;
+                }
+            }
+        } catch (SocketException e) {
+            // A reset is a close too.
+        }
+    }
+
+    /** Completes a real handshake from a raw socket and lets the server accept it. */
+    private Socket connected(int rnrRetryCount) throws Exception {
+        Socket s = open();
+        ConnectionParameters params = ConnectionParameters.DEFAULT.withRnrRetryCount(rnrRetryCount);
+        s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, params, new byte[] {4, 2}, 0));
+        CmEvent request = awaitEvent(channel, CmEventType.CONNECT_REQUEST);
+        assertEquals(2, request.privateData().length);
+        serverId = request.id();
+        serverQp = serverId.createQueuePair(pd, cq, cq, new QpCapabilities(16, 16, 2, 2, 0));
+        serverId.accept(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {7}));
+        awaitEvent(channel, CmEventType.ESTABLISHED);
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        byte[] reply = new byte[SoftHandshake.HEADER_LENGTH + 1];
+        in.readFully(reply);
+        SoftHandshake h = new SoftHandshake().wrap(ByteBuffer.wrap(reply), 0);
+        assertEquals(null, h.validate(1 << SoftHandshake.ACCEPT));
+        assertEquals(serverQp.qpNumber(), h.qpNumber());
+        return s;
+    }
+
+    private static byte[] frame(int op, int flags, int psn, int payload, int length, long address, int rkey,
+                                int imm, int bytesFollowing) {
+        ByteBuffer b = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH + bytesFollowing);
+        new SoftFrame().wrap(b, 0).header(op, flags, psn, payload, length, address, rkey, imm);
+        for (int i = SoftFrame.HEADER_LENGTH; i < b.capacity(); i++) {
+            b.put(i, (byte) 0x3C);
+        }
+        return b.array();
+    }
+
+    private static ByteBuffer readFrame(Socket s) throws IOException {
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+        in.readFully(header);
+        ByteBuffer b = ByteBuffer.wrap(header);
+        int payload = b.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET);
+        in.skipNBytes(payload);
+        return b;
+    }
+
+    private void awaitServerDisconnected() {
+        awaitEvent(channel, CmEventType.DISCONNECTED);
+        assertEquals(QpState.ERROR, serverQp.state());
+    }
+
+    @Test
+    void shouldCloseOnBadMagicWithoutConnectRequest() throws Exception {
+        try (Socket s = open()) {
+            byte[] junk = new byte[64];
+            java.util.Arrays.fill(junk, (byte) 'G');
+            s.getOutputStream().write(junk);
+            assertClosedByPeer(s);
+        }
+        assertFalse(channel.poll(new CmEvent()), "no CONNECT_REQUEST for garbage");
+    }
+
+    @Test
+    void shouldCloseOnWrongVersionAndOversizedPrivateData() throws Exception {
+        byte[] hs = SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT, new byte[0], 0);
+        hs[SoftHandshake.VERSION_OFFSET + 1] = 9;
+        try (Socket s = open()) {
+            s.getOutputStream().write(hs);
+            assertClosedByPeer(s);
+        }
+        hs = SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT, new byte[0], 0);
+        ByteBuffer.wrap(hs).putShort(SoftHandshake.PRIVATE_DATA_LENGTH_OFFSET, (short) 60000);
+        try (Socket s = open()) {
+            s.getOutputStream().write(hs);
+            assertClosedByPeer(s);
+        }
+        assertFalse(channel.poll(new CmEvent()));
+    }
+
+    @Test
+    void shouldDropHalfOpenHandshakeAfterTimeout() throws Exception {
+        System.setProperty("rdmabridge.soft.handshakeTimeoutMillis", "300");
+        try (Socket s = open()) {
+            long start = System.nanoTime();
+            s.getOutputStream().write(new byte[] {0x52, 0x42, 0x53});
+            assertClosedByPeer(s);
+            long millis = (System.nanoTime() - start) / 1_000_000;
+            assertTrue(millis >= 250 && millis < 4000, "half-open handshake dropped after " + millis + " ms");
+        }
+    }
+
+    @Test
+    void shouldCloseOnHugePayloadLength() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(SoftFrame.SEND, 3, 0, Integer.MAX_VALUE, Integer.MAX_VALUE, 0, 0, 0, 0));
+            assertClosedByPeer(s);
+        }
+        awaitServerDisconnected();
+    }
+
+    @Test
+    void shouldCloseOnUnknownOpcodeAndReservedBits() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(99, 3, 0, 0, 0, 0, 0, 0, 0));
+            assertClosedByPeer(s);
+        }
+        awaitServerDisconnected();
+    }
+
+    @Test
+    void shouldCloseOnPsnOutOfSequence() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 5, 8, 8, region.address(), region.rkey(), 0, 8));
+            assertClosedByPeer(s);
+        }
+        awaitServerDisconnected();
+        assertEquals((byte) 0xA5, memory.get(GUARD), "a refused frame wrote nothing");
+    }
+
+    @Test
+    void shouldExecuteValidWriteAndAcknowledgeIt() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 0, 16, 16, region.address() + 100, region.rkey(), 0,
+                    16));
+            ByteBuffer ack = readFrame(s);
+            assertEquals(SoftFrame.ACK, ack.get(SoftFrame.OPCODE_OFFSET));
+            assertEquals(0, ack.getInt(SoftFrame.PSN_OFFSET));
+            for (int i = 0; i < 16; i++) {
+                assertEquals((byte) 0x3C, memory.get(GUARD + 100 + i));
+            }
+        }
+        awaitServerDisconnected();
+        assertGuardsIntact();
+    }
+
+    @Test
+    void shouldNakBadRkeyAndOutOfBoundsWrites() throws Exception {
+        long[][] cases = {
+            {region.address(), region.rkey() ^ 1, 64},        // bad rkey
+            {region.address() + REGION - 32, region.rkey(), 64}, // runs past the end
+            {region.address() - 8, region.rkey(), 64},         // starts before the region
+            {region.address() + 64, region.rkey(), -1},        // length field negative
+        };
+        for (long[] c : cases) {
+            try (Socket s = connected(6)) {
+                int length = (int) c[2];
+                int payload = Math.max(length, 0);
+                s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 0, payload, length, c[0], (int) c[1], 0,
+                        payload));
+                if (length >= 0) {
+                    ByteBuffer nak = readFrame(s);
+                    assertEquals(SoftFrame.NAK, nak.get(SoftFrame.OPCODE_OFFSET));
+                    assertEquals(WcStatus.REM_ACCESS_ERR, nak.getInt(SoftFrame.IMM_OFFSET));
+                }
+                assertClosedByPeer(s);
+            }
+            awaitServerDisconnected();
+            assertGuardsIntact();
+            serverQp.close();
+            serverQp = null;
+            serverId.close();
+            serverId = null;
+        }
+        for (int i = 0; i < REGION; i++) {
+            assertEquals((byte) 0xA5, memory.get(GUARD + i), "refused writes wrote nothing");
+        }
+    }
+
+    @Test
+    void shouldCloseWhenAContinuationFrameJumpsOutOfTheRegion() throws Exception {
+        try (Socket s = connected(6)) {
+            OutputStream out = s.getOutputStream();
+            // A 128-byte write, in bounds as announced; its second frame then names an address past the region.
+            out.write(frame(SoftFrame.WRITE, SoftFrame.FIRST, 0, 64, 128, region.address() + REGION - 128,
+                    region.rkey(), 0, 64));
+            out.write(frame(SoftFrame.WRITE, SoftFrame.LAST, 0, 64, 128, region.address() + REGION, region.rkey(), 0,
+                    64));
+            assertClosedByPeer(s);
+        }
+        awaitServerDisconnected();
+        assertGuardsIntact();
+    }
+
+    @Test
+    void shouldCloseOnUnsolicitedResponsesAndTruncatedFrames() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(SoftFrame.READ_RESPONSE, 3, 0, 8, 8, 0, 0, 0, 8));
+            assertClosedByPeer(s);
+        }
+        awaitServerDisconnected();
+        serverQp.close();
+        serverQp = null;
+        serverId.close();
+        serverId = null;
+        try (Socket s = connected(6)) {
+            byte[] f = frame(SoftFrame.WRITE, 3, 0, 1000, 1000, region.address(), region.rkey(), 0, 1000);
+            s.getOutputStream().write(f, 0, 500);
+        }
+        awaitServerDisconnected();
+        assertGuardsIntact();
+    }
+
+    @Test
+    void shouldSendReceiverNotReadyThenNakWhenNoReceiveIsPosted() throws Exception {
+        try (Socket s = connected(6)) {
+            s.getOutputStream().write(frame(SoftFrame.SEND, 3, 0, 8, 8, 0, 0, 0, 8));
+            ByteBuffer rnr = readFrame(s);
+            assertEquals(SoftFrame.RNR_NAK, rnr.get(SoftFrame.OPCODE_OFFSET));
+            assertEquals(0, rnr.getInt(SoftFrame.PSN_OFFSET));
+            // Frames that follow the refused one are dropped until it is sent again; now a receive exists.
+            s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 1, 8, 8, region.address(), region.rkey(), 0, 8));
+            RecvWorkRequest rwr = new RecvWorkRequest(1).addSge(region.address() + 512, 8, region.lkey()).wrId(5);
+            serverQp.postRecv(rwr);
+            s.getOutputStream().write(frame(SoftFrame.SEND, 3, 0, 8, 8, 0, 0, 0, 8));
+            ByteBuffer ack = readFrame(s);
+            assertEquals(SoftFrame.ACK, ack.get(SoftFrame.OPCODE_OFFSET));
+            assertEquals(0, ack.getInt(SoftFrame.PSN_OFFSET));
+            WorkCompletions wc = SoftPair.pollOne(cq, null);
+            assertEquals(WcStatus.SUCCESS, wc.status(0), wc.toString(0));
+            assertEquals(5, wc.wrId(0));
+            assertEquals((byte) 0xA5, memory.get(GUARD), "the dropped WRITE was not executed");
+            assertEquals((byte) 0x3C, memory.get(GUARD + 512));
+        }
+        awaitServerDisconnected();
+    }
+
+    @Test
+    void shouldSurviveAPeerThatVanishesMidHandshake() throws Exception {
+        Socket s = open();
+        s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT,
+                new byte[0], 0), 0, 10);
+        s.close();
+        try (Socket t = connected(6)) {
+            assertTrue(t.isConnected());
+        }
+        awaitServerDisconnected();
+    }
+
+    /** Reads until EOF, ignoring what arrives. */
+    static void drain(Socket s) throws IOException {
+        try {
+            new DataInputStream(s.getInputStream()).readFully(new byte[1 << 20]);
+        } catch (EOFException expected) {
+            // Closed.
+        }
+    }
+}
