@@ -231,7 +231,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             if (failure == null) {
                 failure = cause;
-                LOG.warn("Closing connection to shuffle block server {}: {}", server, cause.getMessage());
+                LOG.warn("Closing connection to shuffle block server {}", server, cause);
             }
             ctx.close();
         }

@@ -119,6 +119,9 @@ final class ShuffleBlockServer implements AutoCloseable {
                 if (f.isSuccess()) {
                     metrics.blocksServed.inc();
                     metrics.bytesServed.inc(response.length);
+                } else {
+                    LOG.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
+                            ch.remoteAddress(), f.cause());
                 }
                 drain();
             });
@@ -160,7 +163,7 @@ final class ShuffleBlockServer implements AutoCloseable {
                 if (authenticator.isRequired() && !authenticator.verify(nonce, answer)) {
                     metrics.authFailures.inc();
                     refuse(ctx, "authentication failed: the peer does not hold this application's secret "
-                            + "(spark.authenticate=true)");
+                            + "(spark.authenticate=true)", null);
                     return;
                 }
                 authenticated = true;
@@ -194,9 +197,10 @@ final class ShuffleBlockServer implements AutoCloseable {
             submit(new Response(ctx.channel(), requestId, length, payload));
         }
 
-        private void refuse(ChannelHandlerContext ctx, String reason) {
+        private void refuse(ChannelHandlerContext ctx, String reason, Throwable cause) {
             refused = true;
-            LOG.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(), reason);
+            LOG.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(), reason,
+                    cause);
             ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), BlockFrame.CONNECTION_REQUEST_ID, reason))
                     .addListener(ChannelFutureListener.CLOSE);
         }
@@ -204,7 +208,9 @@ final class ShuffleBlockServer implements AutoCloseable {
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             if (ctx.channel().isActive() && !refused) {
-                refuse(ctx, "protocol error: " + cause.getMessage());
+                refuse(ctx, "protocol error: " + cause.getMessage(), cause);
+            } else {
+                LOG.warn("Shuffle block server: error on the connection from {}", ctx.channel().remoteAddress(), cause);
             }
         }
     }
