@@ -40,7 +40,8 @@ public final class BlockServerProbe {
      */
     public static String fetch(String host, int port, String blockId, String provider, String secret)
             throws BlockTransport.UnavailableException, InterruptedException {
-        BlockTransport transport = BlockTransport.open(provider, 1, "rdma-shuffle-probe");
+        BlockTransport transport = BlockTransport.open(provider, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
+                RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "rdma-shuffle-probe");
         CompletableFuture<String> outcome = new CompletableFuture<>();
         try (ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 10_000,
                 30_000, new RdmaShuffleMetrics())) {

@@ -1,9 +1,10 @@
 package io.rdmabridge.spark;
 
-import io.netty.channel.Channel;
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
-import io.netty.channel.ServerChannel;
+import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
@@ -26,17 +27,23 @@ final class BlockTransport {
 
     private final EventLoopGroup group;
     private final RdmaProvider provider;
+    private final int sendQueueDepth;
+    private final int recvQueueDepth;
 
-    private BlockTransport(EventLoopGroup group, RdmaProvider provider) {
+    private BlockTransport(EventLoopGroup group, RdmaProvider provider, int sendQueueDepth, int recvQueueDepth) {
         this.group = group;
         this.provider = provider;
+        this.sendQueueDepth = sendQueueDepth;
+        this.recvQueueDepth = recvQueueDepth;
     }
 
     /**
      * The RDMA transport for {@code provider} ({@code auto}, {@code disni} or {@code soft}), or an exception whose
-     * message names why RDMA cannot be used here and what to do about it.
+     * message names why RDMA cannot be used here and what to do about it. Every connection, client or server side, gets
+     * {@code sendQueueDepth} send work requests and {@code recvQueueDepth} posted receives.
      */
-    static BlockTransport open(String provider, int ioThreads, String threadPrefix) throws UnavailableException {
+    static BlockTransport open(String provider, int ioThreads, int sendQueueDepth, int recvQueueDepth,
+                               String threadPrefix) throws UnavailableException {
         ProviderSelection selection = RdmaProviders.select(provider);
         if (!selection.isAvailable()) {
             throw new UnavailableException(selection.reason());
@@ -44,19 +51,25 @@ final class BlockTransport {
         RdmaProvider chosen = selection.provider();
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(ioThreads, daemonThreads(threadPrefix),
                 RdmaIoHandler.newFactory(chosen));
-        return new BlockTransport(group, chosen);
+        return new BlockTransport(group, chosen, sendQueueDepth, recvQueueDepth);
     }
 
     EventLoopGroup group() {
         return group;
     }
 
-    Class<? extends ServerChannel> serverChannelClass() {
-        return RdmaServerSocketChannel.class;
+    /** A client bootstrap on this transport's group, channel class and connection options. */
+    Bootstrap newBootstrap() {
+        return new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .option(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
     }
 
-    Class<? extends Channel> channelClass() {
-        return RdmaSocketChannel.class;
+    /** A server bootstrap on this transport's group and channel class; accepted connections get its options. */
+    ServerBootstrap newServerBootstrap() {
+        return new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
     }
 
     RdmaProvider provider() {

@@ -20,6 +20,13 @@ final class RdmaShuffleConf {
     static final String CONNECT_TIMEOUT = PREFIX + "connectTimeout";
     /** A connection with fetches outstanding and nothing received for this long is closed; its fetches fail. */
     static final String FETCH_TIMEOUT = PREFIX + "fetchTimeout";
+    /** Outstanding send work requests per connection: {@code RdmaChannelOption.SEND_QUEUE_DEPTH}. */
+    static final String SEND_QUEUE_DEPTH = PREFIX + "sendQueueDepth";
+    /** Receive buffers posted per connection (the peer's credits): {@code RdmaChannelOption.RECEIVE_QUEUE_DEPTH}. */
+    static final String RECV_QUEUE_DEPTH = PREFIX + "recvQueueDepth";
+    /** The channel's own defaults, written out so that docs/spark.md can name them. */
+    static final int DEFAULT_SEND_QUEUE_DEPTH = 128;
+    static final int DEFAULT_RECV_QUEUE_DEPTH = 32;
 
     final String provider;
     final int port;
@@ -27,6 +34,8 @@ final class RdmaShuffleConf {
     final long pinnedMemoryCap;
     final int connectTimeoutMillis;
     final long fetchTimeoutMillis;
+    final int sendQueueDepth;
+    final int recvQueueDepth;
 
     RdmaShuffleConf(SparkConf conf) {
         provider = conf.get(PROVIDER, "auto").trim().toLowerCase(Locale.ROOT);
@@ -50,6 +59,15 @@ final class RdmaShuffleConf {
         fetchTimeoutMillis = conf.getTimeAsMs(FETCH_TIMEOUT, "120s");
         if (fetchTimeoutMillis < 1) {
             throw new IllegalArgumentException(FETCH_TIMEOUT + ": " + fetchTimeoutMillis + "ms (expected: > 0)");
+        }
+        sendQueueDepth = conf.getInt(SEND_QUEUE_DEPTH, DEFAULT_SEND_QUEUE_DEPTH);
+        if (sendQueueDepth < 8 || sendQueueDepth > 1 << 15 || Integer.bitCount(sendQueueDepth) != 1) {
+            throw new IllegalArgumentException(SEND_QUEUE_DEPTH + ": " + sendQueueDepth
+                    + " (expected: a power of 2, 8-32768)");
+        }
+        recvQueueDepth = conf.getInt(RECV_QUEUE_DEPTH, DEFAULT_RECV_QUEUE_DEPTH);
+        if (recvQueueDepth < 1 || recvQueueDepth > 0xFFFF) {
+            throw new IllegalArgumentException(RECV_QUEUE_DEPTH + ": " + recvQueueDepth + " (expected: 1-65535)");
         }
     }
 }

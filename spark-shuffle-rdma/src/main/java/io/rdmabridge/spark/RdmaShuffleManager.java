@@ -148,7 +148,8 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
             BlockTransport transport = null;
             try {
                 RdmaShuffleConf rdmaConf = new RdmaShuffleConf(conf);
-                transport = BlockTransport.open(rdmaConf.provider, rdmaConf.ioThreads, "rdma-shuffle");
+                transport = BlockTransport.open(rdmaConf.provider, rdmaConf.ioThreads, rdmaConf.sendQueueDepth,
+                        rdmaConf.recvQueueDepth, "rdma-shuffle");
                 PeerAuthenticator authenticator = new PeerAuthenticator(
                         env.securityManager().isAuthenticationEnabled() ? env.securityManager().getSecretKey() : null);
                 String host = env.blockManager().blockManagerId().host();

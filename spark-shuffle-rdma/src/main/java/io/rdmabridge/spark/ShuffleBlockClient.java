@@ -46,9 +46,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         this.authenticator = authenticator;
         this.metrics = metrics;
         this.fetchTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(fetchTimeoutMillis);
-        bootstrap = new Bootstrap()
-                .group(transport.group())
-                .channel(transport.channelClass())
+        bootstrap = transport.newBootstrap()
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
     }
 

@@ -48,9 +48,7 @@ final class ShuffleBlockServer implements AutoCloseable {
         this.authenticator = authenticator;
         this.metrics = metrics;
         this.pinnedMemoryCap = pinnedMemoryCap;
-        ServerBootstrap bootstrap = new ServerBootstrap()
-                .group(transport.group())
-                .channel(transport.serverChannelClass())
+        ServerBootstrap bootstrap = transport.newServerBootstrap()
                 .childHandler(new ChannelInitializer<>() {
                     @Override
                     protected void initChannel(Channel ch) {

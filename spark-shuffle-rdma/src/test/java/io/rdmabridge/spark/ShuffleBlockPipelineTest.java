@@ -4,12 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.netty.bootstrap.Bootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.rdmabridge.netty.RdmaChannelOption;
 import io.netty.util.concurrent.Promise;
 import java.io.File;
 import java.io.InputStream;
@@ -49,7 +49,8 @@ class ShuffleBlockPipelineTest {
         new Random(42).nextBytes(bytes);
         data = new File(dir, "shuffle_0_0_0.data");
         Files.write(data.toPath(), bytes);
-        transport = BlockTransport.open(BlockTransport.SOFT, 1, "test-rdma-shuffle");
+        transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
+                RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-rdma-shuffle");
     }
 
     @AfterEach
@@ -118,6 +119,36 @@ class ShuffleBlockPipelineTest {
     }
 
     @Test
+    void shouldFetchOverConnectionsWithTheConfiguredQueueDepths() throws Exception {
+        transport.close();
+        // The smallest send queue the channel takes and two receive credits: the pipeline must still drain.
+        transport = BlockTransport.open(BlockTransport.SOFT, 1, 8, 2, "test-rdma-shuffle-shallow");
+        int blocks = 24;
+        int size = 200_000;
+        try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
+            Channel probe = transport.newBootstrap().handler(new ChannelInboundHandlerAdapter())
+                    .connect(address(server)).sync().channel();
+            assertEquals(8, probe.config().getOption(RdmaChannelOption.SEND_QUEUE_DEPTH));
+            assertEquals(2, probe.config().getOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH));
+            probe.close().sync();
+
+            String[] ids = new String[blocks];
+            for (int i = 0; i < blocks; i++) {
+                ids[i] = i % 2 == 0 ? "b_" + (i * 9000) + "_" + size : "b_" + i + "_" + (100 + i);
+            }
+            Collector c = new Collector(blocks);
+            client.fetch(address(server), ids, c);
+            c.await();
+            assertEquals(Map.of(), c.failures);
+            for (int i = 0; i < blocks; i++) {
+                int offset = i % 2 == 0 ? i * 9000 : i;
+                assertArrayEquals(slice(offset, i % 2 == 0 ? size : 100 + i), c.received.get(ids[i]), ids[i]);
+            }
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+        }
+    }
+
+    @Test
     void shouldFailOneBlockWithTheServersCauseAndServeTheOthers() throws Exception {
         try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(2);
@@ -180,7 +211,7 @@ class ShuffleBlockPipelineTest {
         try (ShuffleBlockServer server = server(null, 1 << 20)) {
             ByteBuf received = Unpooled.buffer();
             Promise<Void> closed = transport.group().next().newPromise();
-            Channel raw = new Bootstrap().group(transport.group()).channel(transport.channelClass())
+            Channel raw = transport.newBootstrap()
                     .handler(new ChannelInboundHandlerAdapter() {
                         @Override
                         public void channelRead(ChannelHandlerContext ctx, Object msg) {

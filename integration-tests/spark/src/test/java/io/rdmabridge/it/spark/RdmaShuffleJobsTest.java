@@ -141,8 +141,14 @@ class RdmaShuffleJobsTest {
         while (ShuffleCounters.rdmaCounter("bytesFetched") != remote && System.nanoTime() < deadline) {
             Thread.sleep(100);
         }
+        System.out.println("remote shuffle bytes read (Spark task metrics): " + remote + ", fetched over RDMA: "
+                + ShuffleCounters.rdmaCounter("bytesFetched") + " in " + ShuffleCounters.rdmaCounter("blocksFetched")
+                + " blocks; executors: " + ShuffleCounters.rdmaMetrics());
         assertEquals(remote, ShuffleCounters.rdmaCounter("bytesFetched"), "executors: "
                 + ShuffleCounters.rdmaMetrics());
+        // No fetch failed and was retried: every remote block of the five jobs arrived on its first fetch.
+        assertEquals(0, counters.fetchFailures.get(), "fetch failures");
+        assertEquals(0, ShuffleCounters.rdmaCounter("fetchFailures"), "executors: " + ShuffleCounters.rdmaMetrics());
         assertEquals(0, ShuffleCounters.rdmaCounter("blocksFetchedByFallback"));
         assertTrue(ShuffleCounters.rdmaCounter("blocksFetched") > 0);
         // Servers report after their own reduce tasks, which may end before they finish serving a peer: no equality.
