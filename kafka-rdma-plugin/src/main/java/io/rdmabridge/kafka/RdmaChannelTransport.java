@@ -41,6 +41,8 @@ import org.slf4j.LoggerFactory;
  * <p>Thread-safe.
  */
 final class RdmaChannelTransport implements RdmaStreamTransport {
+    /** Largest message either side of a replication connection accepts from the other. */
+    static final int MAX_MESSAGE_SIZE = 1024 * 1024;
     private static final Logger LOG = LoggerFactory.getLogger(RdmaChannelTransport.class);
     static final int TOKEN_LENGTH = 8;
 
@@ -85,6 +87,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 .childOption(ChannelOption.WRITE_BUFFER_WATER_MARK, waterMark())
                 .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendDepth)
                 .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                // Anyone who reaches this port may announce a message before the token is checked: bound what one
+                // announcement can make the broker allocate (the stream writes at most 256 KiB per message anyway).
+                .childOption(RdmaChannelOption.MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE)
                 .childHandler(new ChannelInitializer<Channel>() {
                     @Override
                     protected void initChannel(Channel ch) {
@@ -157,6 +162,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 .option(ChannelOption.WRITE_BUFFER_WATER_MARK, waterMark())
                 .option(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
                 .option(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                .option(RdmaChannelOption.MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE)
                 .handler(new ChannelInitializer<Channel>() {
                     @Override
                     protected void initChannel(Channel ch) {

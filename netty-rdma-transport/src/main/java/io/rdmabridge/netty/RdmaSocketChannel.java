@@ -989,6 +989,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 endFrame();
                 if (region instanceof DefaultFileRegion) {
                     if (offset == 0) {
+                        // A region made from a File opens its FileChannel lazily; validation reads the channel's size.
+                        ((DefaultFileRegion) region).open();
                         validateFileRegion((DefaultFileRegion) region, region.transferred());
                     }
                     return fileWriter().write((DefaultFileRegion) region, offset, this);

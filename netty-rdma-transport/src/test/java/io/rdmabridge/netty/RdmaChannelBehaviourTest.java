@@ -9,6 +9,7 @@ import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
+import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
@@ -18,8 +19,12 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 
+import java.io.ByteArrayOutputStream;
+import java.io.File;
 import java.net.InetSocketAddress;
+import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
@@ -30,6 +35,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.zip.CRC32;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -371,5 +377,41 @@ class RdmaChannelBehaviourTest {
             b.release();
         }
         assertEquals(total, received);
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldSendAFileRegionMadeFromAFileThatIsNotOpenYet(@TempDir File dir) throws Exception {
+        byte[] content = new byte[300_000];
+        new Random(7).nextBytes(content);
+        File file = new File(dir, "data");
+        Files.write(file.toPath(), content);
+        ByteArrayOutputStream received = new ByteArrayOutputStream();
+        AtomicLong receivedBytes = new AtomicLong();
+        ChannelInboundHandlerAdapter collector = new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) throws Exception {
+                ByteBuf buf = (ByteBuf) msg;
+                synchronized (received) {
+                    buf.getBytes(buf.readerIndex(), received, buf.readableBytes());
+                }
+                receivedBytes.addAndGet(buf.readableBytes());
+                buf.release();
+            }
+        };
+        Channel server = server(collector, true);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        // DefaultFileRegion(File, ...) opens its FileChannel only when first transferred (Spark's shuffle files).
+        client.write(new DefaultFileRegion(file, 1000, 100));
+        client.writeAndFlush(new DefaultFileRegion(file, 5000, 200_000)).sync();
+        awaitBytes(receivedBytes, 200_100);
+        byte[] expected = new byte[200_100];
+        System.arraycopy(content, 1000, expected, 0, 100);
+        System.arraycopy(content, 5000, expected, 100, 200_000);
+        synchronized (received) {
+            assertArrayEquals(expected, received.toByteArray());
+        }
+        assertEquals(200_100, client.metrics().fileBytes(), client.metrics().toString());
     }
 }

@@ -1,0 +1,158 @@
+package io.rdmabridge.spark;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.ByteBufAllocator;
+import io.netty.handler.codec.CorruptedFrameException;
+import io.netty.handler.codec.LengthFieldBasedFrameDecoder;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * Wire format of the shuffle block protocol. Every frame is big-endian:
+ *
+ * <pre>
+ *  0                   1                   2                   3
+ *  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+ * +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+ * |                  frame length (bytes after it)                |
+ * +---------------+-----------------------------------------------+
+ * |     type      |  body ...                                     |
+ * +---------------+-----------------------------------------------+
+ *
+ * CHALLENGE  server to client, first frame:  flags (1: auth required), nonce (32 bytes)
+ * RESPONSE   client to server, answer:       HMAC-SHA256(secret, nonce) (32 bytes; zeros without a secret)
+ * FETCH      client to server:               request id (8), block id length (2), block id (UTF-8)
+ * BLOCK      server to client:               request id (8), block bytes (the rest of the frame)
+ * FAILURE    either way:                     request id (8; -1: the connection), message (UTF-8, the rest)
+ * </pre>
+ *
+ * A BLOCK frame's payload is written as its own buffer or file region after the header, so block bytes are never
+ * copied into the frame. Decoding validates every length before reading; a violation is a
+ * {@link CorruptedFrameException} naming the field, and the connection is closed.
+ */
+final class BlockFrame {
+    static final int LENGTH_FIELD_LENGTH = 4;
+    static final int TYPE_LENGTH = 1;
+    static final int REQUEST_ID_LENGTH = 8;
+    static final int NONCE_LENGTH = 32;
+    static final int MAC_LENGTH = 32;
+    /** Longest block id accepted; Spark's shuffle block ids are a few dozen characters. */
+    static final int MAX_BLOCK_ID_LENGTH = 256;
+    /** Largest frame a server accepts: requests are small, a client never sends block bytes. */
+    static final int MAX_REQUEST_FRAME_LENGTH = TYPE_LENGTH + REQUEST_ID_LENGTH + 2 + MAX_BLOCK_ID_LENGTH;
+    /** Largest block a frame can carry (the frame length is a signed 32-bit field). */
+    static final long MAX_BLOCK_LENGTH = Integer.MAX_VALUE - TYPE_LENGTH - REQUEST_ID_LENGTH;
+    static final int BLOCK_HEADER_LENGTH = LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH;
+
+    static final byte CHALLENGE = 1;
+    static final byte RESPONSE = 2;
+    static final byte FETCH = 3;
+    static final byte BLOCK = 4;
+    static final byte FAILURE = 5;
+
+    static final byte FLAG_AUTH_REQUIRED = 1;
+    static final long CONNECTION_REQUEST_ID = -1;
+
+    private BlockFrame() {
+    }
+
+    /** Splits the stream into frames (length field stripped); {@code maxFrameLength} bounds what a peer may claim. */
+    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxFrameLength) {
+        LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(maxFrameLength, 0,
+                LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true);
+        // Compose received buffers instead of merging them: a block stays in the buffers it arrived in.
+        decoder.setCumulator(LengthFieldBasedFrameDecoder.COMPOSITE_CUMULATOR);
+        return decoder;
+    }
+
+    static ByteBuf challenge(ByteBufAllocator alloc, boolean authRequired, byte[] nonce) {
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + 1 + NONCE_LENGTH);
+        buf.writeInt(TYPE_LENGTH + 1 + NONCE_LENGTH).writeByte(CHALLENGE)
+                .writeByte(authRequired ? FLAG_AUTH_REQUIRED : 0).writeBytes(nonce, 0, NONCE_LENGTH);
+        return buf;
+    }
+
+    static ByteBuf response(ByteBufAllocator alloc, byte[] mac) {
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + MAC_LENGTH);
+        buf.writeInt(TYPE_LENGTH + MAC_LENGTH).writeByte(RESPONSE).writeBytes(mac, 0, MAC_LENGTH);
+        return buf;
+    }
+
+    static ByteBuf fetch(ByteBufAllocator alloc, long requestId, String blockId) {
+        byte[] id = blockId.getBytes(StandardCharsets.UTF_8);
+        if (id.length > MAX_BLOCK_ID_LENGTH) {
+            throw new IllegalArgumentException("blockId: " + blockId + " (expected: at most " + MAX_BLOCK_ID_LENGTH
+                    + " UTF-8 bytes)");
+        }
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH + 2 + id.length);
+        buf.writeInt(TYPE_LENGTH + REQUEST_ID_LENGTH + 2 + id.length).writeByte(FETCH).writeLong(requestId)
+                .writeShort(id.length).writeBytes(id);
+        return buf;
+    }
+
+    /** The header of a BLOCK frame whose {@code blockLength} payload bytes follow as a separate message. */
+    static ByteBuf blockHeader(ByteBufAllocator alloc, long requestId, long blockLength) {
+        if (blockLength < 0 || blockLength > MAX_BLOCK_LENGTH) {
+            throw new IllegalArgumentException("blockLength: " + blockLength + " (expected: 0-" + MAX_BLOCK_LENGTH
+                    + ")");
+        }
+        ByteBuf buf = alloc.buffer(BLOCK_HEADER_LENGTH);
+        buf.writeInt((int) (TYPE_LENGTH + REQUEST_ID_LENGTH + blockLength)).writeByte(BLOCK).writeLong(requestId);
+        return buf;
+    }
+
+    static ByteBuf failure(ByteBufAllocator alloc, long requestId, String message) {
+        byte[] text = message.getBytes(StandardCharsets.UTF_8);
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH + text.length);
+        buf.writeInt(TYPE_LENGTH + REQUEST_ID_LENGTH + text.length).writeByte(FAILURE).writeLong(requestId)
+                .writeBytes(text);
+        return buf;
+    }
+
+    /** Reads and checks the type byte of a decoded frame (length field already stripped). */
+    static byte readType(ByteBuf frame) {
+        require(frame, TYPE_LENGTH, "type");
+        byte type = frame.readByte();
+        if (type < CHALLENGE || type > FAILURE) {
+            throw new CorruptedFrameException("type=" + type + " (expected: " + CHALLENGE + "-" + FAILURE + ")");
+        }
+        return type;
+    }
+
+    static long readRequestId(ByteBuf frame) {
+        require(frame, REQUEST_ID_LENGTH, "requestId");
+        return frame.readLong();
+    }
+
+    /** The block id of a FETCH frame after its request id; the frame must end with it. */
+    static String readBlockId(ByteBuf frame) {
+        require(frame, 2, "blockIdLength");
+        int length = frame.readUnsignedShort();
+        if (length == 0 || length > MAX_BLOCK_ID_LENGTH || length != frame.readableBytes()) {
+            throw new CorruptedFrameException("blockIdLength=" + length + " (expected: 1-" + MAX_BLOCK_ID_LENGTH
+                    + " and equal to the " + frame.readableBytes() + " bytes left in the frame)");
+        }
+        return frame.readCharSequence(length, StandardCharsets.UTF_8).toString();
+    }
+
+    /** Copies a fixed-length field (nonce or MAC); the frame must end with it. */
+    static byte[] readExact(ByteBuf frame, int length, String field) {
+        if (frame.readableBytes() != length) {
+            throw new CorruptedFrameException(field + " length=" + frame.readableBytes() + " (expected: " + length
+                    + ")");
+        }
+        byte[] bytes = new byte[length];
+        frame.readBytes(bytes);
+        return bytes;
+    }
+
+    static String readMessage(ByteBuf frame) {
+        return frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8).toString();
+    }
+
+    private static void require(ByteBuf frame, int length, String field) {
+        if (frame.readableBytes() < length) {
+            throw new CorruptedFrameException(field + ": " + frame.readableBytes() + " bytes left (expected: "
+                    + length + ")");
+        }
+    }
+}

@@ -1,0 +1,174 @@
+package io.rdmabridge.spark;
+
+import java.net.InetSocketAddress;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.spark.SparkConf;
+import org.apache.spark.rpc.RpcCallContext;
+import org.apache.spark.rpc.RpcEndpoint;
+import org.apache.spark.rpc.RpcEndpointRef;
+import org.apache.spark.rpc.RpcEnv;
+import org.apache.spark.util.RpcUtils;
+import scala.PartialFunction;
+import scala.reflect.ClassTag$;
+import scala.runtime.AbstractPartialFunction;
+import scala.runtime.BoxedUnit;
+
+/**
+ * How reducers find each executor's block server with no per-node configuration: executors register their server's
+ * address (or the reason they fall back) with an endpoint on the driver, reducers look an executor up once and cache
+ * the answer. The driver also keeps each executor's latest counters, for tests and operators.
+ *
+ * <p>Messages are tab-separated strings, so the driver never needs this jar's classes to deserialize them.
+ * Thread-safe.
+ */
+final class BlockServerDirectory {
+    static final String ENDPOINT_NAME = "RdmaShuffleBlockServerDirectory";
+
+    private static final String REGISTER = "register";
+    private static final String FALLBACK = "fallback";
+    private static final String LOOKUP = "lookup";
+    private static final String METRICS = "metrics";
+
+    private BlockServerDirectory() {
+    }
+
+    /** The driver's side: holds the table. */
+    static final class Driver implements RpcEndpoint {
+        private final RpcEnv rpcEnv;
+        private final Map<String, InetSocketAddress> servers = new ConcurrentHashMap<>();
+        private final Map<String, String> fallbacks = new ConcurrentHashMap<>();
+        private final Map<String, String> metrics = new ConcurrentHashMap<>();
+
+        private Driver(RpcEnv rpcEnv) {
+            this.rpcEnv = rpcEnv;
+        }
+
+        static Driver start(RpcEnv rpcEnv) {
+            Driver driver = new Driver(rpcEnv);
+            rpcEnv.setupEndpoint(ENDPOINT_NAME, driver);
+            return driver;
+        }
+
+        /** Executor id → block server address, for every executor that registered one. */
+        Map<String, InetSocketAddress> servers() {
+            return new TreeMap<>(servers);
+        }
+
+        /** Executor id → why it runs on Spark's transport. */
+        Map<String, String> fallbacks() {
+            return new TreeMap<>(fallbacks);
+        }
+
+        /** Executor id → its latest counters ({@code name=value ...}). */
+        Map<String, String> metrics() {
+            return new TreeMap<>(metrics);
+        }
+
+        @Override
+        public RpcEnv rpcEnv() {
+            return rpcEnv;
+        }
+
+        @Override
+        public PartialFunction<Object, BoxedUnit> receive() {
+            return handler(null);
+        }
+
+        @Override
+        public PartialFunction<Object, BoxedUnit> receiveAndReply(RpcCallContext context) {
+            return handler(context);
+        }
+
+        private PartialFunction<Object, BoxedUnit> handler(RpcCallContext context) {
+            return new AbstractPartialFunction<>() {
+                @Override
+                public boolean isDefinedAt(Object message) {
+                    return message instanceof String s && s.indexOf('\t') > 0;
+                }
+
+                @Override
+                public <A1, B1> B1 applyOrElse(A1 message, scala.Function1<A1, B1> otherwise) {
+                    if (!isDefinedAt(message)) {
+                        return otherwise.apply(message);
+                    }
+                    String reply = handle(((String) message).split("\t", -1));
+                    if (context != null) {
+                        context.reply(reply);
+                    }
+                    @SuppressWarnings("unchecked")
+                    B1 unit = (B1) BoxedUnit.UNIT;
+                    return unit;
+                }
+            };
+        }
+
+        private String handle(String[] f) {
+            switch (f[0]) {
+                case REGISTER -> {
+                    servers.put(f[1], InetSocketAddress.createUnresolved(f[2], Integer.parseInt(f[3])));
+                    fallbacks.remove(f[1]);
+                    return "";
+                }
+                case FALLBACK -> {
+                    fallbacks.put(f[1], f[2]);
+                    return "";
+                }
+                case LOOKUP -> {
+                    InetSocketAddress a = servers.get(f[1]);
+                    return a == null ? "" : a.getHostString() + "\t" + a.getPort();
+                }
+                case METRICS -> {
+                    metrics.put(f[1], f[2]);
+                    return "";
+                }
+                default -> {
+                    return "unknown message " + f[0];
+                }
+            }
+        }
+    }
+
+    /** An executor's side: registers its own server and resolves peers, caching answers. */
+    static final class Executor {
+        private static final InetSocketAddress NONE = InetSocketAddress.createUnresolved("none", 1);
+
+        private final RpcEndpointRef driver;
+        private final String executorId;
+        private final Map<String, InetSocketAddress> cache = new ConcurrentHashMap<>();
+
+        Executor(SparkConf conf, RpcEnv rpcEnv, String executorId) {
+            this.driver = RpcUtils.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
+            this.executorId = executorId;
+        }
+
+        void register(InetSocketAddress server) {
+            ask(REGISTER + "\t" + executorId + "\t" + server.getHostString() + "\t" + server.getPort());
+        }
+
+        void reportFallback(String cause) {
+            driver.send(FALLBACK + "\t" + executorId + "\t" + cause.replace('\t', ' '));
+        }
+
+        void reportMetrics(String snapshot) {
+            driver.send(METRICS + "\t" + executorId + "\t" + snapshot);
+        }
+
+        /**
+         * The block server of {@code peer}, or {@code null} when it has none (it runs on Spark's transport). A peer
+         * that holds map output has registered before its map task finished, so a negative answer is final too.
+         */
+        InetSocketAddress lookup(String peer) {
+            InetSocketAddress a = cache.computeIfAbsent(peer, id -> {
+                String[] f = ask(LOOKUP + "\t" + id).split("\t");
+                return f.length == 2 ? new InetSocketAddress(f[0], Integer.parseInt(f[1])) : NONE;
+            });
+            return a == NONE ? null : a;
+        }
+
+        private String ask(String message) {
+            return (String) driver.askSync(message, ClassTag$.MODULE$.apply(String.class));
+        }
+    }
+}

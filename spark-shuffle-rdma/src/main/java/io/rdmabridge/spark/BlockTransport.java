@@ -1,0 +1,103 @@
+package io.rdmabridge.spark;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.rdmabridge.netty.RdmaChannelOption;
+import io.rdmabridge.netty.RdmaIoHandler;
+import io.rdmabridge.netty.RdmaServerSocketChannel;
+import io.rdmabridge.netty.RdmaSocketChannel;
+import io.rdmabridge.verbs.ProviderSelection;
+import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.RdmaProviders;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The one seam that picks the Netty channel classes and I/O handler under the shuffle block pipeline; everything
+ * above it ({@link ShuffleBlockServer}, {@link ShuffleBlockClient}) is channel-agnostic. It runs the pipeline on
+ * {@link RdmaSocketChannel}/{@link RdmaServerSocketChannel} over the provider that {@code spark.shuffle.rdma.provider}
+ * selects, or reports why none can be used. Thread-safe after construction.
+ */
+final class BlockTransport {
+    /** Provider value that selects the software RDMA provider. */
+    static final String SOFT = "soft";
+
+    private final EventLoopGroup group;
+    private final RdmaProvider provider;
+    private final int sendQueueDepth;
+    private final int recvQueueDepth;
+
+    private BlockTransport(EventLoopGroup group, RdmaProvider provider, int sendQueueDepth, int recvQueueDepth) {
+        this.group = group;
+        this.provider = provider;
+        this.sendQueueDepth = sendQueueDepth;
+        this.recvQueueDepth = recvQueueDepth;
+    }
+
+    /**
+     * The RDMA transport for {@code provider} ({@code auto}, {@code disni} or {@code soft}), or an exception whose
+     * message names why RDMA cannot be used here and what to do about it. Every connection, client or server side, gets
+     * {@code sendQueueDepth} send work requests and {@code recvQueueDepth} posted receives.
+     */
+    static BlockTransport open(String provider, int ioThreads, int sendQueueDepth, int recvQueueDepth,
+                               String threadPrefix) throws UnavailableException {
+        ProviderSelection selection = RdmaProviders.select(provider);
+        if (!selection.isAvailable()) {
+            throw new UnavailableException(selection.reason());
+        }
+        RdmaProvider chosen = selection.provider();
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(ioThreads, daemonThreads(threadPrefix),
+                RdmaIoHandler.newFactory(chosen));
+        return new BlockTransport(group, chosen, sendQueueDepth, recvQueueDepth);
+    }
+
+    EventLoopGroup group() {
+        return group;
+    }
+
+    /** A client bootstrap on this transport's group, channel class and connection options. */
+    Bootstrap newBootstrap() {
+        return new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .option(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
+    }
+
+    /** A server bootstrap on this transport's group and channel class; accepted connections get its options. */
+    ServerBootstrap newServerBootstrap() {
+        return new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
+    }
+
+    RdmaProvider provider() {
+        return provider;
+    }
+
+    /** What moves the bytes, in words, for logs. */
+    String description() {
+        return "RdmaSocketChannel on the " + provider.name() + " RDMA provider";
+    }
+
+    void close() {
+        group.shutdownGracefully(0, 2, TimeUnit.SECONDS).syncUninterruptibly();
+    }
+
+    private static ThreadFactory daemonThreads(String prefix) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
+    }
+
+    /** RDMA cannot be used in this process; the message names the cause and the fix. */
+    static final class UnavailableException extends Exception {
+        UnavailableException(String message) {
+            super(message);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+package io.rdmabridge.spark;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.ByteBufInputStream;
+import java.io.InputStream;
+import java.nio.ByteBuffer;
+import org.apache.spark.network.buffer.ManagedBuffer;
+
+/**
+ * A fetched block handed to Spark without a copy: a view of the transport's receive buffers (registered memory on an
+ * RDMA channel). Spark's retain/release drive the buffer's reference count; the last release returns the memory to the
+ * transport. Thread-safe as far as the underlying buffer's reference counting is.
+ */
+final class FetchedBlockBuffer extends ManagedBuffer {
+    private final ByteBuf buf;
+
+    FetchedBlockBuffer(ByteBuf buf) {
+        this.buf = buf;
+    }
+
+    @Override
+    public long size() {
+        return buf.readableBytes();
+    }
+
+    @Override
+    public ByteBuffer nioByteBuffer() {
+        // A view when the block arrived in one buffer; a block that spans receive buffers is gathered once.
+        return buf.nioBuffer();
+    }
+
+    @Override
+    public InputStream createInputStream() {
+        return new ByteBufInputStream(buf.duplicate());
+    }
+
+    @Override
+    public ManagedBuffer retain() {
+        buf.retain();
+        return this;
+    }
+
+    @Override
+    public ManagedBuffer release() {
+        buf.release();
+        return this;
+    }
+
+    /** Fetched blocks are consumed in this executor and never sent on over Spark's own (differently packaged) Netty. */
+    @Override
+    public Object convertToNetty() {
+        throw new UnsupportedOperationException("a block fetched over the RDMA shuffle transport cannot be re-sent "
+                + "over Spark's transport");
+    }
+
+    @Override
+    public Object convertToNettyForSsl() {
+        return convertToNetty();
+    }
+
+    int refCnt() {
+        return buf.refCnt();
+    }
+
+    @Override
+    public String toString() {
+        return "FetchedBlockBuffer(" + buf.readableBytes() + " bytes)";
+    }
+}

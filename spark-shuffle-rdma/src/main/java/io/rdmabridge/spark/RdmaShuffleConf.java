@@ -1,0 +1,73 @@
+package io.rdmabridge.spark;
+
+import java.util.Locale;
+import org.apache.spark.SparkConf;
+
+/**
+ * The {@code spark.shuffle.rdma.*} keys, their defaults, and their validation. docs/spark.md documents each key; keep
+ * the two in step. Immutable, thread-safe.
+ */
+final class RdmaShuffleConf {
+    static final String PREFIX = "spark.shuffle.rdma.";
+    /** {@code auto} (hardware RDMA if usable, otherwise Spark's transport), {@code disni} or {@code soft}. */
+    static final String PROVIDER = PREFIX + "provider";
+    /** Port of each executor's block server; 0 picks a free one (reducers find it through the driver). */
+    static final String PORT = PREFIX + "port";
+    /** I/O threads of the block server and of the fetch client, each. */
+    static final String IO_THREADS = PREFIX + "ioThreads";
+    /** Cap on block bytes the server has handed to the transport and not yet seen completed. */
+    static final String PINNED_MEMORY_CAP = PREFIX + "pinnedMemoryCap";
+    static final String CONNECT_TIMEOUT = PREFIX + "connectTimeout";
+    /** A connection with fetches outstanding and nothing received for this long is closed; its fetches fail. */
+    static final String FETCH_TIMEOUT = PREFIX + "fetchTimeout";
+    /** Outstanding send work requests per connection: {@code RdmaChannelOption.SEND_QUEUE_DEPTH}. */
+    static final String SEND_QUEUE_DEPTH = PREFIX + "sendQueueDepth";
+    /** Receive buffers posted per connection (the peer's credits): {@code RdmaChannelOption.RECEIVE_QUEUE_DEPTH}. */
+    static final String RECV_QUEUE_DEPTH = PREFIX + "recvQueueDepth";
+    /** The channel's own defaults, written out so that docs/spark.md can name them. */
+    static final int DEFAULT_SEND_QUEUE_DEPTH = 128;
+    static final int DEFAULT_RECV_QUEUE_DEPTH = 32;
+
+    final String provider;
+    final int port;
+    final int ioThreads;
+    final long pinnedMemoryCap;
+    final int connectTimeoutMillis;
+    final long fetchTimeoutMillis;
+    final int sendQueueDepth;
+    final int recvQueueDepth;
+
+    RdmaShuffleConf(SparkConf conf) {
+        provider = conf.get(PROVIDER, "auto").trim().toLowerCase(Locale.ROOT);
+        port = (int) conf.getLong(PORT, 0);
+        if (port < 0 || port > 65535) {
+            throw new IllegalArgumentException(PORT + ": " + port + " (expected: 0-65535, 0 picks a free port)");
+        }
+        ioThreads = conf.getInt(IO_THREADS, 1);
+        if (ioThreads < 1) {
+            throw new IllegalArgumentException(IO_THREADS + ": " + ioThreads + " (expected: >= 1)");
+        }
+        pinnedMemoryCap = conf.getSizeAsBytes(PINNED_MEMORY_CAP, "256m");
+        if (pinnedMemoryCap < 1) {
+            throw new IllegalArgumentException(PINNED_MEMORY_CAP + ": " + pinnedMemoryCap + " (expected: > 0)");
+        }
+        long connectTimeout = conf.getTimeAsMs(CONNECT_TIMEOUT, "10s");
+        if (connectTimeout < 1 || connectTimeout > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException(CONNECT_TIMEOUT + ": " + connectTimeout + "ms (expected: 1ms-24d)");
+        }
+        connectTimeoutMillis = (int) connectTimeout;
+        fetchTimeoutMillis = conf.getTimeAsMs(FETCH_TIMEOUT, "120s");
+        if (fetchTimeoutMillis < 1) {
+            throw new IllegalArgumentException(FETCH_TIMEOUT + ": " + fetchTimeoutMillis + "ms (expected: > 0)");
+        }
+        sendQueueDepth = conf.getInt(SEND_QUEUE_DEPTH, DEFAULT_SEND_QUEUE_DEPTH);
+        if (sendQueueDepth < 8 || sendQueueDepth > 1 << 15 || Integer.bitCount(sendQueueDepth) != 1) {
+            throw new IllegalArgumentException(SEND_QUEUE_DEPTH + ": " + sendQueueDepth
+                    + " (expected: a power of 2, 8-32768)");
+        }
+        recvQueueDepth = conf.getInt(RECV_QUEUE_DEPTH, DEFAULT_RECV_QUEUE_DEPTH);
+        if (recvQueueDepth < 1 || recvQueueDepth > 0xFFFF) {
+            throw new IllegalArgumentException(RECV_QUEUE_DEPTH + ": " + recvQueueDepth + " (expected: 1-65535)");
+        }
+    }
+}

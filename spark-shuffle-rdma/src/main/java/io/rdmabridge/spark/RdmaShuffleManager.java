@@ -1,0 +1,195 @@
+package io.rdmabridge.spark;
+
+import java.net.InetSocketAddress;
+import java.util.Map;
+import org.apache.spark.ShuffleDependency;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
+import org.apache.spark.shuffle.BaseShuffleHandle;
+import org.apache.spark.shuffle.ShuffleBlockResolver;
+import org.apache.spark.shuffle.ShuffleHandle;
+import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
+import org.apache.spark.shuffle.ShuffleReader;
+import org.apache.spark.shuffle.ShuffleWriteMetricsReporter;
+import org.apache.spark.shuffle.ShuffleWriter;
+import org.apache.spark.shuffle.sort.SortShuffleManager;
+import org.apache.spark.storage.BlockId;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Spark shuffle over the RDMA block transport. Enable with
+ * {@code spark.shuffle.manager=io.rdmabridge.spark.RdmaShuffleManager} and this jar on the class path; tune with
+ * {@code spark.shuffle.rdma.*} (docs/spark.md).
+ *
+ * <p>Composes Spark's {@link SortShuffleManager}: registration, writers, the block resolver and unregistration stay
+ * Spark's; only the reduce side's block transfer changes. Each executor serves its shuffle files from a block server
+ * and fetches remote blocks through it; Spark's fetch iterator keeps its flow control, retries and failure handling.
+ *
+ * <p>When the transport cannot start on an executor (no RDMA device, no libdisni, a provider error), that executor
+ * logs one WARN line naming the cause and its shuffle runs over Spark's own transport; peers fetch its blocks the same
+ * way. A job never fails because RDMA is unavailable.
+ *
+ * <p>Thread-safe: Spark calls it from many task threads.
+ */
+public final class RdmaShuffleManager implements org.apache.spark.shuffle.ShuffleManager {
+    private static final Logger LOG = LoggerFactory.getLogger(RdmaShuffleManager.class);
+
+    private final SortShuffleManager sort;
+    private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
+    private final BlockServerDirectory.Driver driverDirectory;
+    private final ExecutorTransport executorTransport;
+
+    /** Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor. */
+    public RdmaShuffleManager(SparkConf conf, boolean isDriver) {
+        sort = new SortShuffleManager(conf);
+        if (isDriver) {
+            driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
+            executorTransport = null;
+        } else {
+            driverDirectory = null;
+            executorTransport = ExecutorTransport.start(conf, metrics);
+        }
+    }
+
+    @Override
+    public <K, V, C> ShuffleHandle registerShuffle(int shuffleId, ShuffleDependency<K, V, C> dependency) {
+        return sort.registerShuffle(shuffleId, dependency);
+    }
+
+    @Override
+    public <K, V> ShuffleWriter<K, V> getWriter(ShuffleHandle handle, long mapId, TaskContext context,
+                                                ShuffleWriteMetricsReporter metrics) {
+        return sort.getWriter(handle, mapId, context, metrics);
+    }
+
+    @Override
+    @SuppressWarnings("unchecked")
+    public <K, C> ShuffleReader<K, C> getReader(ShuffleHandle handle, int startMapIndex, int endMapIndex,
+                                                int startPartition, int endPartition, TaskContext context,
+                                                ShuffleReadMetricsReporter readMetrics) {
+        BaseShuffleHandle<K, ?, C> base = (BaseShuffleHandle<K, ?, C>) handle;
+        if (executorTransport == null || base.dependency().isShuffleMergeFinalizedMarked()) {
+            // No block transport here, or push-based shuffle (merged blocks live in the external shuffle service).
+            return sort.getReader(handle, startMapIndex, endMapIndex, startPartition, endPartition, context,
+                    readMetrics);
+        }
+        context.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener)
+                ctx -> executorTransport.directory.reportMetrics(metrics.snapshot()));
+        return new RdmaShuffleReader<>(base,
+                (scala.collection.Iterator) SparkEnv.get().mapOutputTracker().getMapSizesByExecutorId(
+                        handle.shuffleId(), startMapIndex, endMapIndex, startPartition, endPartition),
+                context, readMetrics, executorTransport.routingClient,
+                SortShuffleManager.canUseBatchFetch(startPartition, endPartition, context));
+    }
+
+    @Override
+    public boolean unregisterShuffle(int shuffleId) {
+        return sort.unregisterShuffle(shuffleId);
+    }
+
+    @Override
+    public ShuffleBlockResolver shuffleBlockResolver() {
+        return sort.shuffleBlockResolver();
+    }
+
+    @Override
+    public void stop() {
+        if (executorTransport != null) {
+            executorTransport.close();
+        }
+        sort.stop();
+    }
+
+    /**
+     * On the driver: executor id → block server address of every executor that runs one. Empty on executors.
+     */
+    public Map<String, InetSocketAddress> blockServers() {
+        return driverDirectory == null ? Map.of() : driverDirectory.servers();
+    }
+
+    /** On the driver: executor id → the cause that made it run on Spark's own transport. Empty on executors. */
+    public Map<String, String> fallbacks() {
+        return driverDirectory == null ? Map.of() : driverDirectory.fallbacks();
+    }
+
+    /**
+     * On the driver: executor id → that executor's latest counters as {@code name=value} pairs ({@code bytesFetched},
+     * {@code blocksFetched}, {@code fetchWaitNanos}, {@code blocksFetchedByFallback}, ...), reported after each of its
+     * reduce tasks. Empty on executors; there, the same counters are the metrics source {@code rdmaShuffle}.
+     */
+    public Map<String, String> executorMetrics() {
+        return driverDirectory == null ? Map.of() : driverDirectory.metrics();
+    }
+
+    /** An executor's block server, fetch client and directory, or nothing when the transport cannot start. */
+    private static final class ExecutorTransport {
+        final BlockTransport transport;
+        final ShuffleBlockServer server;
+        final ShuffleBlockClient client;
+        final BlockServerDirectory.Executor directory;
+        final RoutingBlockStoreClient routingClient;
+
+        private ExecutorTransport(BlockTransport transport, ShuffleBlockServer server, ShuffleBlockClient client,
+                                  BlockServerDirectory.Executor directory, RoutingBlockStoreClient routingClient) {
+            this.transport = transport;
+            this.server = server;
+            this.client = client;
+            this.directory = directory;
+            this.routingClient = routingClient;
+        }
+
+        static ExecutorTransport start(SparkConf conf, RdmaShuffleMetrics metrics) {
+            SparkEnv env = SparkEnv.get();
+            BlockServerDirectory.Executor directory = new BlockServerDirectory.Executor(conf, env.rpcEnv(),
+                    env.executorId());
+            env.metricsSystem().registerSource(metrics);
+            BlockTransport transport = null;
+            try {
+                RdmaShuffleConf rdmaConf = new RdmaShuffleConf(conf);
+                transport = BlockTransport.open(rdmaConf.provider, rdmaConf.ioThreads, rdmaConf.sendQueueDepth,
+                        rdmaConf.recvQueueDepth, "rdma-shuffle");
+                PeerAuthenticator authenticator = new PeerAuthenticator(
+                        env.securityManager().isAuthenticationEnabled() ? env.securityManager().getSecretKey() : null);
+                String host = env.blockManager().blockManagerId().host();
+                ShuffleBlockServer server = new ShuffleBlockServer(transport, host, rdmaConf.port,
+                        ExecutorTransport::openShuffleBlock, authenticator, rdmaConf.pinnedMemoryCap, metrics);
+                ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
+                        rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);
+                InetSocketAddress address = new InetSocketAddress(host, server.localAddress().getPort());
+                directory.register(address);
+                LOG.info("RDMA shuffle: executor {} serves shuffle blocks at {} over {}", env.executorId(), address,
+                        transport.description());
+                return new ExecutorTransport(transport, server, client, directory,
+                        new RoutingBlockStoreClient(client, directory, env.blockManager().blockStoreClient(),
+                                metrics));
+            } catch (Exception | LinkageError e) {
+                if (transport != null) {
+                    transport.close();
+                }
+                String cause = e instanceof BlockTransport.UnavailableException ? e.getMessage() : e.toString();
+                metrics.transportFallbacks.inc();
+                LOG.warn("RDMA shuffle unavailable on executor {}, using Spark's own shuffle transport: {}",
+                        env.executorId(), cause);
+                directory.reportFallback(cause);
+                return null;
+            }
+        }
+
+        /** Serves shuffle blocks only: a peer can never read other blocks (broadcasts, cached RDDs) from here. */
+        private static org.apache.spark.network.buffer.ManagedBuffer openShuffleBlock(String blockId) {
+            BlockId id = BlockId.apply(blockId);
+            if (!id.isShuffle()) {
+                throw new IllegalArgumentException("not a shuffle block: " + blockId);
+            }
+            return SparkEnv.get().shuffleManager().shuffleBlockResolver().getBlockData(id, scala.Option.empty());
+        }
+
+        void close() {
+            client.close();
+            server.close();
+            transport.close();
+        }
+    }
+}

@@ -1,0 +1,46 @@
+package io.rdmabridge.spark;
+
+import com.codahale.metrics.Counter;
+import com.codahale.metrics.MetricRegistry;
+import org.apache.spark.metrics.source.Source;
+
+/**
+ * Counters of the RDMA shuffle in one JVM, published as the Spark metrics source {@code rdmaShuffle} (so every
+ * configured sink sees them) and reported to the driver after each reduce task. Thread-safe.
+ */
+final class RdmaShuffleMetrics implements Source {
+    private final MetricRegistry registry = new MetricRegistry();
+
+    /** Bytes of remote shuffle blocks received over the block transport. */
+    final Counter bytesFetched = registry.counter("bytesFetched");
+    final Counter blocksFetched = registry.counter("blocksFetched");
+    /** Sum over fetched blocks of the time from request to arrival. */
+    final Counter fetchWaitNanos = registry.counter("fetchWaitNanos");
+    final Counter fetchFailures = registry.counter("fetchFailures");
+    /** Remote blocks fetched through Spark's own transport because this executor or the peer has no block server. */
+    final Counter blocksFetchedByFallback = registry.counter("blocksFetchedByFallback");
+    /** 1 when this executor could not start its block transport and runs on Spark's transport. */
+    final Counter transportFallbacks = registry.counter("transportFallbacks");
+    final Counter bytesServed = registry.counter("bytesServed");
+    final Counter blocksServed = registry.counter("blocksServed");
+    /** Connections refused because the peer failed the secret challenge. */
+    final Counter authFailures = registry.counter("authFailures");
+
+    @Override
+    public String sourceName() {
+        return "rdmaShuffle";
+    }
+
+    @Override
+    public MetricRegistry metricRegistry() {
+        return registry;
+    }
+
+    /** The counters as {@code name=value} pairs separated by spaces, for the driver's report. */
+    String snapshot() {
+        StringBuilder sb = new StringBuilder();
+        registry.getCounters().forEach((name, c) -> sb.append(sb.length() == 0 ? "" : " ").append(name).append('=')
+                .append(c.getCount()));
+        return sb.toString();
+    }
+}

@@ -1,0 +1,266 @@
+package io.rdmabridge.spark;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.SimpleChannelInboundHandler;
+import io.netty.handler.codec.CorruptedFrameException;
+import io.netty.util.concurrent.Future;
+import io.netty.util.concurrent.Promise;
+import io.netty.util.concurrent.ScheduledFuture;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.network.shuffle.BlockFetchingListener;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Fetches shuffle blocks from other executors' {@link ShuffleBlockServer}s: one connection per server, shared by all
+ * tasks of this executor, requests pipelined on it. Every block asked for gets exactly one callback, success or
+ * failure; a connection that closes, errs or stays silent past the fetch timeout with fetches outstanding fails them
+ * all, which Spark turns into a {@code FetchFailedException} and a stage retry.
+ *
+ * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop.
+ */
+final class ShuffleBlockClient implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockClient.class);
+
+    private final Bootstrap bootstrap;
+    private final PeerAuthenticator authenticator;
+    private final RdmaShuffleMetrics metrics;
+    private final long fetchTimeoutNanos;
+    private final Map<InetSocketAddress, Future<Channel>> connections = new ConcurrentHashMap<>();
+
+    ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
+                       long fetchTimeoutMillis, RdmaShuffleMetrics metrics) {
+        this.authenticator = authenticator;
+        this.metrics = metrics;
+        this.fetchTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(fetchTimeoutMillis);
+        bootstrap = transport.newBootstrap()
+                .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
+    }
+
+    /** Fetches {@code blockIds} from the block server at {@code server}, reporting each to {@code listener}. */
+    void fetch(InetSocketAddress server, String[] blockIds, BlockFetchingListener listener) {
+        connection(server).addListener(f -> {
+            if (f.isSuccess()) {
+                Channel ch = (Channel) f.getNow();
+                ch.eventLoop().execute(() -> {
+                    // A channel that closed meanwhile has already lost its handlers.
+                    ConnectionHandler handler = ch.pipeline().get(ConnectionHandler.class);
+                    if (handler == null) {
+                        failAll(blockIds, listener, new IOException("connection to shuffle block server " + server
+                                + " closed before the fetch was sent"));
+                    } else {
+                        handler.send(blockIds, listener);
+                    }
+                });
+            } else {
+                failAll(blockIds, listener, new IOException("cannot reach shuffle block server " + server + ": "
+                        + f.cause().getMessage(), f.cause()));
+            }
+        });
+    }
+
+    private Future<Channel> connection(InetSocketAddress server) {
+        while (true) {
+            Future<Channel> existing = connections.get(server);
+            if (existing != null && (!existing.isDone() || existing.isSuccess() && existing.getNow().isActive())) {
+                return existing;
+            }
+            Promise<Channel> ready = bootstrap.config().group().next().newPromise();
+            if (existing == null ? connections.putIfAbsent(server, ready) == null
+                    : connections.replace(server, existing, ready)) {
+                connect(server, ready);
+                return ready;
+            }
+        }
+    }
+
+    private void connect(InetSocketAddress server, Promise<Channel> ready) {
+        ChannelFuture connected = bootstrap.clone().handler(new ChannelInitializer<>() {
+            @Override
+            protected void initChannel(Channel ch) {
+                ch.pipeline().addLast(BlockFrame.newFrameDecoder(Integer.MAX_VALUE),
+                        new ConnectionHandler(server, ready));
+            }
+        }).connect(server);
+        connected.addListener(f -> {
+            if (!f.isSuccess()) {
+                ready.tryFailure(f.cause());
+                connections.remove(server, ready);
+            } else {
+                connected.channel().closeFuture().addListener(c -> connections.remove(server, ready));
+            }
+        });
+    }
+
+    private void failAll(String[] blockIds, BlockFetchingListener listener, Throwable cause) {
+        for (String blockId : blockIds) {
+            metrics.fetchFailures.inc();
+            listener.onBlockFetchFailure(blockId, cause);
+        }
+    }
+
+    @Override
+    public void close() {
+        for (Future<Channel> f : connections.values()) {
+            if (f.isSuccess()) {
+                f.getNow().close();
+            }
+        }
+        connections.clear();
+    }
+
+    private record Pending(String blockId, BlockFetchingListener listener, long sentNanos) {
+    }
+
+    /** One connection to a block server; confined to its event loop. */
+    private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
+        private final InetSocketAddress server;
+        private final Promise<Channel> ready;
+        private final Map<Long, Pending> pending = new HashMap<>();
+        private long nextRequestId;
+        private long lastReadNanos = System.nanoTime();
+        private Throwable failure;
+        private ScheduledFuture<?> timeoutCheck;
+
+        ConnectionHandler(InetSocketAddress server, Promise<Channel> ready) {
+            this.server = server;
+            this.ready = ready;
+        }
+
+        void send(String[] blockIds, BlockFetchingListener listener) {
+            Channel ch = ready.getNow();
+            if (!ch.isActive()) {
+                failAll(blockIds, listener, closedCause());
+                return;
+            }
+            long now = System.nanoTime();
+            if (pending.isEmpty()) {
+                lastReadNanos = now;
+            }
+            for (String blockId : blockIds) {
+                long requestId = nextRequestId++;
+                pending.put(requestId, new Pending(blockId, listener, now));
+                ch.write(BlockFrame.fetch(ch.alloc(), requestId, blockId), ch.voidPromise());
+            }
+            ch.flush();
+        }
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            long period = Math.max(TimeUnit.MILLISECONDS.toNanos(100), fetchTimeoutNanos / 4);
+            timeoutCheck = ctx.executor().scheduleAtFixedRate(() -> {
+                if (!pending.isEmpty() && System.nanoTime() - lastReadNanos > fetchTimeoutNanos) {
+                    exceptionCaught(ctx, new IOException("no data from shuffle block server " + server + " for "
+                            + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms with " + pending.size()
+                            + " fetches outstanding (" + RdmaShuffleConf.FETCH_TIMEOUT + ")"));
+                }
+            }, period, period, TimeUnit.NANOSECONDS);
+            ctx.fireChannelActive();
+        }
+
+        @Override
+        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
+            lastReadNanos = System.nanoTime();
+            byte type = BlockFrame.readType(frame);
+            if (type == BlockFrame.CHALLENGE && !ready.isDone()) {
+                if (frame.readableBytes() < 1) {
+                    throw new CorruptedFrameException("CHALLENGE without flags");
+                }
+                boolean authRequired = (frame.readByte() & BlockFrame.FLAG_AUTH_REQUIRED) != 0;
+                byte[] nonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
+                if (authRequired && !authenticator.isRequired()) {
+                    throw new PeerFailure("shuffle block server " + server + " requires authentication but this "
+                            + "executor has no secret (set spark.authenticate=true on every process)");
+                }
+                ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.answer(nonce)));
+                ready.trySuccess(ctx.channel());
+            } else if (type == BlockFrame.BLOCK && ready.isDone()) {
+                long requestId = BlockFrame.readRequestId(frame);
+                Pending p = take(requestId);
+                FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice());
+                metrics.blocksFetched.inc();
+                metrics.bytesFetched.inc(block.size());
+                metrics.fetchWaitNanos.inc(lastReadNanos - p.sentNanos);
+                try {
+                    p.listener.onBlockFetchSuccess(p.blockId, block);
+                } finally {
+                    // Spark retained what it keeps; this releases the transport's own reference.
+                    block.release();
+                }
+            } else if (type == BlockFrame.FAILURE) {
+                long requestId = BlockFrame.readRequestId(frame);
+                String message = BlockFrame.readMessage(frame);
+                if (requestId == BlockFrame.CONNECTION_REQUEST_ID) {
+                    throw new PeerFailure("shuffle block server " + server + " closed the connection: " + message);
+                }
+                Pending p = take(requestId);
+                metrics.fetchFailures.inc();
+                p.listener.onBlockFetchFailure(p.blockId, new IOException("shuffle block server " + server + ": "
+                        + message));
+            } else {
+                throw new CorruptedFrameException("type=" + type + " from " + server + " (expected: CHALLENGE first, "
+                        + "then BLOCK or FAILURE)");
+            }
+        }
+
+        private Pending take(long requestId) {
+            Pending p = pending.remove(requestId);
+            if (p == null) {
+                throw new CorruptedFrameException("requestId=" + requestId + " from " + server
+                        + " (expected: one of the " + pending.size() + " outstanding fetches)");
+            }
+            return p;
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            if (failure == null) {
+                failure = cause;
+                LOG.warn("Closing connection to shuffle block server {}", server, cause);
+            }
+            ctx.close();
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            if (timeoutCheck != null) {
+                timeoutCheck.cancel(false);
+            }
+            IOException cause = closedCause();
+            ready.tryFailure(cause);
+            List<Pending> failed = new ArrayList<>(pending.values());
+            pending.clear();
+            for (Pending p : failed) {
+                metrics.fetchFailures.inc();
+                p.listener.onBlockFetchFailure(p.blockId, cause);
+            }
+            ctx.fireChannelInactive();
+        }
+
+        private IOException closedCause() {
+            return failure == null ? new IOException("connection to shuffle block server " + server + " closed")
+                    : new IOException("connection to shuffle block server " + server + " failed: "
+                    + failure.getMessage(), failure);
+        }
+    }
+
+    /** A failure reported by the peer or the handshake; unchecked so that it reaches exceptionCaught. */
+    private static final class PeerFailure extends RuntimeException {
+        PeerFailure(String message) {
+            super(message);
+        }
+    }
+}
