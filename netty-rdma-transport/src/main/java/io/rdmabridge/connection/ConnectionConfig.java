@@ -1,7 +1,7 @@
 package io.rdmabridge.connection;
 
 /**
- * Tunables of one connection, fixed when it is set up.
+ * Tunables of one connection, fixed when it is set up. Immutable, so any thread may share it.
  *
  * @param receiveBufferSize     bytes of each posted receive, frame header included; bounds one eager frame
  * @param receiveQueueDepth     receives posted for data frames (the data credits granted to the peer)

@@ -25,7 +25,8 @@ import java.nio.ByteOrder;
  *
  * The receive buffer size bounds an eager frame (header included); the credits are the receive buffers posted for
  * data and for control frames; the largest message bounds a rendezvous. Every field is validated on decode; a bad
- * handshake rejects the connection with a message naming the field.
+ * handshake rejects the connection with a message naming the field. Immutable; decoded once per connection, on the
+ * event loop that handles the connection-manager event.
  *
  * @param receiveBufferSize bytes of each posted receive buffer, header included
  * @param dataCredits       receive buffers posted for data frames

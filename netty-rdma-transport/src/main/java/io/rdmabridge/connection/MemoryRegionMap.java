@@ -6,8 +6,9 @@ import java.util.Arrays;
 
 /**
  * Finds the memory region that covers an address range: how a registered buffer's lkey and rkey are found from its
- * address alone. Lookups read an immutable snapshot (lock-free, allocation-free, binary search); adding and removing
- * regions is rare and copies the snapshot under a lock. Thread-safe.
+ * address alone. Lookups, on every write's hot path, read an immutable snapshot (no lock, no allocation, binary
+ * search); adding and removing regions is rare (a slab, a receive slab, a large buffer) and copies the snapshot under
+ * a lock. Thread-safe.
  */
 public final class MemoryRegionMap {
     private static final Snapshot EMPTY = new Snapshot(new long[0], new MemoryRegion[0]);

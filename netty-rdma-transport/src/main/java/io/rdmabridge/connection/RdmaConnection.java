@@ -22,8 +22,8 @@ import java.nio.ByteOrder;
  * posts a SEND without a credit: DATA and RENDEZVOUS frames take a data credit, CREDIT and SHUTDOWN frames a control
  * credit. The receiver returns a data credit when the application is done with the frame (it released the bytes of
  * a DATA frame, or the rendezvous was read or dropped), a control credit at once; so frames waiting to be delivered
- * never outnumber the data credits, whatever the application's pace. Returns ride in the header of every frame; a quiet side sends an explicit CREDIT
- * frame once a quarter of the data credits, half of the control credits, or any rendezvous acknowledgement is due.
+ * never outnumber the data credits, whatever the application's pace. Returns ride in the header of every frame; a
+ * quiet side sends an explicit CREDIT frame once a quarter of the data credits, half of the control credits, or any rendezvous acknowledgement is due.
  * The last control credit may only be spent on a frame that also returns control credits, so two sides that both
  * run out can never wait on each other.
  *
@@ -43,8 +43,9 @@ import java.nio.ByteOrder;
  * {@link Listener} strictly in posting order, so a stream caller can remove exactly that many bytes.
  *
  * <h2>Threading</h2>
- * Owned by one thread (the event loop of its channel): every method must be called from it. The hot paths (posting,
- * polling, receiving) allocate nothing and take no locks; only failures allocate (their exception).
+ * Owned by one thread (the event loop of its channel, which owns the queue pair): every method must be called from
+ * it. The hot paths (posting, polling, receiving, reposting) allocate nothing per message and take no locks; only
+ * failures allocate (their exception).
  */
 public final class RdmaConnection {
     /** {@link #pollInbound()}: nothing to deliver now. */

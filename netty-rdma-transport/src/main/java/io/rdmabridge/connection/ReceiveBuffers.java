@@ -13,7 +13,8 @@ import java.nio.ByteOrder;
  * that carried stream data is handed up to the application (without a copy) and reposted when the application is
  * done with it; this is what returns a credit to the peer.
  *
- * <p>Owned by the connection's event-loop thread. The slab stays registered until the connection is closed and the
+ * <p>Owned by the connection's event-loop thread, which owns the queue pair: posting and reposting reuse one work
+ * request, allocate nothing and take no locks. The slab stays registered until the connection is closed and the
  * application has given back every slot it still holds.
  */
 public final class ReceiveBuffers {

@@ -7,7 +7,7 @@ import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RdmaException;
 
 import java.nio.ByteBuffer;
-import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.Arrays;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -20,7 +20,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>Blocks are handed out and given back lock-free ({@link IndexQueue} per slab) by any thread; a slab is
  * deregistered and freed when the arena is closed and its last block has come back, so memory a peer may still read
  * is never reused under it. Growing the arena (a new slab) takes a lock; that happens a bounded number of times.
- * Thread-safe.
+ * Thread-safe; once its slabs exist, allocating and freeing a block (the allocator's hot path) allocates nothing and
+ * takes no lock.
  */
 public final class RegisteredMemory implements AutoCloseable {
     /** Access of every region: local write (receives, READ targets) and remote read (rendezvous sources). */
@@ -175,7 +176,8 @@ public final class RegisteredMemory implements AutoCloseable {
     private final class SizeClass {
         final int blockSize;
         final int blocksPerSlab;
-        final CopyOnWriteArrayList<Slab> slabs = new CopyOnWriteArrayList<>();
+        // Grown under the lock, read without it; an array, so that a lookup creates no iterator.
+        volatile Slab[] slabs = new Slab[0];
 
         SizeClass(int blockSize) {
             this.blockSize = blockSize;
@@ -201,7 +203,9 @@ public final class RegisteredMemory implements AutoCloseable {
                     if (closed) {
                         throw new RdmaException("registered memory is closed (its event loop group was shut down)");
                     }
-                    slabs.add(new Slab(blockSize, blocksPerSlab));
+                    Slab[] grown = Arrays.copyOf(slabs, slabs.length + 1);
+                    grown[grown.length - 1] = new Slab(blockSize, blocksPerSlab);
+                    slabs = grown;
                 }
             }
         }

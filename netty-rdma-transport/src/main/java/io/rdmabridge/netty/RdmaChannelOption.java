@@ -4,7 +4,7 @@ import io.netty.channel.ChannelOption;
 
 /**
  * Options of RDMA channels, on top of Netty's {@link ChannelOption}s. Set them with {@code Bootstrap.option} or
- * {@code ServerBootstrap.childOption}; they take effect when the connection is set up.
+ * {@code ServerBootstrap.childOption}; they take effect when the connection is set up. Constants; thread-safe.
  *
  * @param <T> the option's value type
  */

@@ -8,6 +8,7 @@ import io.rdmabridge.verbs.RdmaCmId;
 /**
  * A connection-manager event, copied out of the reusable {@link CmEvent} so that it can be handed to the event loop
  * that owns the channel (the child of a listener lives on another loop than the listener's event channel).
+ * Immutable; one per connection-manager event, never per message.
  */
 record RdmaCmIoEvent(CmEventType type, RdmaCmId id, RdmaCmId listenId, byte[] privateData, int status,
                      String detail) implements IoEvent {

@@ -31,7 +31,8 @@ import java.util.Objects;
  * {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier.
  *
  * <p>Threading: everything but {@link #wakeup()} runs on the loop's thread, which owns the queue pairs, completion
- * queues and event channel of its channels. Polling allocates nothing.
+ * queues and event channel of its channels. Polling completions (the hot path) allocates nothing and takes no
+ * locks; a connection-manager event (connection setup and teardown) is copied once for the channel it concerns.
  */
 public final class RdmaIoHandler implements IoHandler {
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaIoHandler.class);

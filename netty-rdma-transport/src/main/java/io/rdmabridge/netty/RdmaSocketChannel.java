@@ -48,6 +48,8 @@ import java.nio.channels.ClosedChannelException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 
 /**
  * A {@link SocketChannel} over an RDMA reliable-connected queue pair.
@@ -76,7 +78,9 @@ import java.util.concurrent.TimeUnit;
  * {@code channelInactive}.
  *
  * <h2>Threading</h2>
- * One event-loop thread owns the queue pair, its completion queue and all state here. For an accepted channel the
+ * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
+ * volatile state flags and addresses, and a released received buffer hops its repost to that thread. The hot paths
+ * (write, completion, receive) allocate nothing per message and take no locks. For an accepted channel the
  * connection-manager id belongs to the listener's loop: operations on it hop there, and its events hop back.
  */
 public final class RdmaSocketChannel extends AbstractChannel implements SocketChannel {
@@ -123,6 +127,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private volatile boolean outputShutdown;
     private boolean inputEndSeen;
     private final Runnable readTask = this::scheduledRead;
+    // Received buffers released on other threads, reposted by one task on the loop.
+    private volatile AtomicIntegerArray releasedElsewhere;
+    private final AtomicBoolean releaseScheduled = new AtomicBoolean();
+    private final Runnable releaseTask = this::releaseMarkedSlots;
 
     // Flow-control counters of the connection already added to the metrics.
     private long reportedStalls;
@@ -460,6 +468,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         opMask = opCapacity - 1;
         ByteBufAllocator alloc = config.getAllocator();
         slotBuffers = new RdmaReceivedByteBuf[recv.count()];
+        releasedElsewhere = new AtomicIntegerArray(recv.count());
         for (int i = 0; i < slotBuffers.length; i++) {
             slotBuffers[i] = new RdmaReceivedByteBuf(alloc, recv.payloadView(i), this, i);
         }
@@ -795,12 +804,32 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             releaseSlot(slot);
             return;
         }
+        // Mark the slot and wake the loop with the one shared task: no object per released buffer.
+        releasedElsewhere.set(slot, 1);
+        if (!releaseScheduled.compareAndSet(false, true)) {
+            return;
+        }
         try {
-            loop.execute(() -> releaseSlot(slot));
+            loop.execute(releaseTask);
         } catch (RejectedExecutionException e) {
             // The loop is gone; nothing else touches the connection now.
-            releaseSlot(slot);
+            releaseMarkedSlots();
         }
+    }
+
+    private void releaseMarkedSlots() {
+        releaseScheduled.set(false);
+        AtomicIntegerArray marked = releasedElsewhere;
+        for (int i = 0; i < marked.length(); i++) {
+            if (marked.get(i) != 0 && marked.getAndSet(i, 0) != 0) {
+                releaseSlot(i);
+            }
+        }
+    }
+
+    /** Receive buffers handed up and not yet released (tests); call on the event loop. */
+    int heldReceiveBuffers() {
+        return recv == null ? 0 : recv.held();
     }
 
     private void releaseSlot(int slot) {
