@@ -57,7 +57,7 @@ import org.junit.jupiter.api.io.TempDir;
  * plugin is inactive.
  *
  * <p>Sizes: {@code -Dit.benchmark.records} (default 2,000), {@code .warmup} (1,000), {@code .latencyRecords} (200),
- * {@code .recordSize} (1024 bytes), {@code .partitions} (3).
+ * {@code .recordSize} (1024 bytes), {@code .partitions} (3); {@code .order} ({@code on,off}: which cluster runs first).
  */
 @EnabledIfSystemProperty(named = "it.benchmark", matches = "true",
         disabledReason = "a benchmark: run it with -Dit.benchmark=true (bin/run-benchmarks --kafka)")
@@ -72,10 +72,13 @@ class ReplicationBenchmarkIT {
     private final int latencyRecords = Integer.getInteger("it.benchmark.latencyRecords", 200);
     private final int recordSize = Integer.getInteger("it.benchmark.recordSize", 1024);
     private final int partitions = Integer.getInteger("it.benchmark.partitions", 3);
+    private final List<String> order = List.of(System.getProperty("it.benchmark.order", "on,off").split(","));
     private final Path out = Path.of(System.getProperty("it.benchmark.out", "target/kafka-benchmark.properties"));
 
     @Test
     void shouldMeasureReplicationWithThePluginOnAndOff(@TempDir Path dir) throws Exception {
+        assertTrue(order.size() == 2 && order.containsAll(List.of("on", "off")), "it.benchmark.order: "
+                + String.join(",", order) + " (expected: on,off or off,on)");
         assertTrue(recordSize >= HEADER + TRAILER, "it.benchmark.recordSize: " + recordSize + " (expected: >= "
                 + (HEADER + TRAILER) + ")");
         Map<String, String> result = new TreeMap<>();
@@ -86,7 +89,8 @@ class ReplicationBenchmarkIT {
         put(result, "partitions", partitions);
         put(result, "cores", Runtime.getRuntime().availableProcessors());
         put(result, "load.average.start", ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
-        for (String mode : List.of("on", "off")) {
+        result.put("order", String.join(",", order));
+        for (String mode : order) {
             long start = System.nanoTime();
             try (KafkaCluster cluster = new KafkaCluster(dir.resolve(mode), 3)) {
                 if (mode.equals("on")) {
