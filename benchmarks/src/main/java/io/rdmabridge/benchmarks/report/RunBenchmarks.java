@@ -25,33 +25,47 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * {@code bin/run-benchmarks [--smoke] [--out DIR]}: runs the JMH suite ({@link BenchmarkSuite}) and the
+ * {@code bin/run-benchmarks [--smoke] [--kafka] [--out DIR]}: runs the JMH suite ({@link BenchmarkSuite}) and the
  * {@code rdma-perf} patterns in loopback, compares the RDMA channel with its baselines measured in the same run,
  * profiles (JFR) the configurations that miss a target, and writes {@code RESULTS.md} with PNG charts into
  * {@code DIR} (default {@code docs/results}; {@code benchmarks/target/results-smoke} in smoke mode).
+ *
+ * <p>The Kafka benchmark runs in Maven before this class starts (the script does it: it rebuilds jars this JVM has
+ * open); its results arrive as {@code --kafka-results FILE} with the command that made them in
+ * {@code --kafka-command}. With {@code --kafka} only that section of an existing {@code RESULTS.md} is replaced.
  */
 public final class RunBenchmarks {
     private static final int[] SIZES = {64, 1024, 65536, 1 << 20, 4 << 20};
 
     private final boolean smoke;
     private final Path out;
+    private final Path kafkaResults;
+    private final String kafkaCommand;
     private final StringBuilder md = new StringBuilder();
     private final List<String> commands = new ArrayList<>();
 
-    private RunBenchmarks(boolean smoke, Path out) {
+    private RunBenchmarks(boolean smoke, Path out, Path kafkaResults, String kafkaCommand) {
         this.smoke = smoke;
         this.out = out;
+        this.kafkaResults = kafkaResults;
+        this.kafkaCommand = kafkaCommand;
     }
 
     public static void main(String[] args) throws Exception {
         boolean smoke = false;
+        boolean kafkaOnly = false;
         Path out = null;
+        Path kafkaResults = null;
+        String kafkaCommand = "bin/run-benchmarks --kafka";
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--smoke" -> smoke = true;
+                case "--kafka" -> kafkaOnly = true;
                 case "--out" -> out = Paths.get(args[++i]);
+                case "--kafka-results" -> kafkaResults = Paths.get(args[++i]);
+                case "--kafka-command" -> kafkaCommand = args[++i];
                 default -> {
-                    System.err.println("usage: run-benchmarks [--smoke] [--out DIR]");
+                    System.err.println("usage: run-benchmarks [--smoke] [--kafka] [--out DIR]");
                     System.exit(2);
                 }
             }
@@ -60,7 +74,12 @@ public final class RunBenchmarks {
             out = Paths.get(smoke ? "benchmarks/target/results-smoke" : "docs/results");
         }
         Files.createDirectories(out);
-        new RunBenchmarks(smoke, out).run();
+        RunBenchmarks run = new RunBenchmarks(smoke, out, kafkaResults, kafkaCommand);
+        if (kafkaOnly) {
+            run.kafkaOnly();
+        } else {
+            run.run();
+        }
         System.exit(0);
     }
 
@@ -140,11 +159,33 @@ public final class RunBenchmarks {
         copiesSection(jmh);
         perfSection(perf);
         profiles(misses);
+        if (kafkaResults != null) {
+            md.append(KafkaReport.read(kafkaResults).section(out, "Measured in this run.", kafkaCommand)).append('\n');
+        }
         md.append("## Commands\n\n```\n").append(String.join("\n", commands)).append("\n```\n\n");
-        md.append("Framework benchmarks (Spark TeraSort-style shuffle, Kafka producer acks=all RF=3) are not part of"
-                + " this run yet: they need the Spark and Kafka adapters' RDMA paths (see docs/benchmarks.md).\n");
+        if (kafkaResults == null) {
+            md.append("The Kafka benchmark (plugin on vs off) is not part of smoke runs: its two 4-JVM clusters cost"
+                    + " about a minute; `bin/run-benchmarks --smoke --kafka` runs it alone at a tiny size.\n");
+        }
+        md.append("The Spark framework benchmark (TeraSort-style shuffle) is not part of this run yet: it needs the"
+                + " Spark adapter (see docs/benchmarks.md).\n");
         Files.writeString(out.resolve("RESULTS.md"), md.toString());
         log("wrote " + out.resolve("RESULTS.md"));
+    }
+
+    /** Replaces (or adds) the Kafka section of {@code out/RESULTS.md}, leaving the rest of the page as it was. */
+    private void kafkaOnly() throws IOException {
+        if (kafkaResults == null) {
+            throw new IllegalArgumentException("--kafka needs --kafka-results FILE (bin/run-benchmarks passes it)");
+        }
+        Path page = out.resolve("RESULTS.md");
+        String existing = Files.exists(page) ? Files.readString(page) : "# rdma-bridge benchmark results\n\n";
+        String origin = "Regenerated alone by `bin/run-benchmarks --kafka" + (smoke ? " --smoke" : "") + "` on "
+                + Instant.now().truncatedTo(ChronoUnit.SECONDS) + "; the other sections of this page come from the"
+                + " run named at its top.";
+        Files.writeString(page, KafkaReport.splice(existing, KafkaReport.read(kafkaResults).section(out, origin,
+                kafkaCommand)));
+        log("wrote the Kafka section of " + page);
     }
 
     private List<Miss> target(String what, int size, double[] ratio, double bound, boolean atLeast,

@@ -222,7 +222,19 @@ final class KafkaCluster implements AutoCloseable {
         for (Node n : brokers.values()) {
             launch(n);
         }
-        awaitBrokers(brokers.size());
+        try {
+            awaitBrokers(brokers.size());
+        } catch (AssertionError e) {
+            // The nodes' directories die with the test's temporary folder: keep what they said in the failure.
+            StringBuilder logs = new StringBuilder(e.getMessage());
+            for (Node n : all) {
+                String log = log(n.id);
+                logs.append("\n--- node ").append(n.id).append(" (alive: ").append(n.process.isAlive())
+                        .append("), last lines of ").append(n.log()).append(":\n")
+                        .append(log.length() > 3000 ? log.substring(log.length() - 3000) : log);
+            }
+            throw new AssertionError(logs.toString(), e);
+        }
     }
 
     private void launch(Node n) throws IOException {

@@ -1,0 +1,159 @@
+package io.rdmabridge.benchmarks.report;
+
+import java.io.IOException;
+import java.io.Reader;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Locale;
+import java.util.Properties;
+
+/**
+ * The "Kafka replication: plugin on vs off" section of RESULTS.md, from the properties file that
+ * {@code integration-tests/kafka}'s {@code ReplicationBenchmarkIT} writes (keys {@code on.*} and {@code off.*}; see
+ * that class for what each phase measures). Draws one PNG chart of the on/off ratios. The section sits between two
+ * HTML comment markers so that {@code bin/run-benchmarks --kafka} can replace it alone in an existing page.
+ * Not thread-safe.
+ */
+final class KafkaReport {
+    static final String BEGIN = "<!-- kafka-benchmark:begin -->";
+    static final String END = "<!-- kafka-benchmark:end -->";
+    static final String CHART = "kafka-ratios.png";
+
+    private final Properties p;
+
+    private KafkaReport(Properties p) {
+        this.p = p;
+    }
+
+    static KafkaReport read(Path file) throws IOException {
+        if (!Files.isRegularFile(file)) {
+            throw new IOException("kafka benchmark results: " + file + " (expected: the properties file written by "
+                    + "ReplicationBenchmarkIT; run bin/run-benchmarks --kafka)");
+        }
+        Properties p = new Properties();
+        try (Reader r = Files.newBufferedReader(file)) {
+            p.load(r);
+        }
+        for (String key : new String[] {"on.throughput.records_per_s", "off.throughput.records_per_s",
+            "on.replication.rdma_bytes", "off.replication.rdma_bytes", "records", "record.size"}) {
+            if (p.getProperty(key) == null) {
+                throw new IOException("kafka benchmark results: " + file + " has no " + key
+                        + " (expected: a complete ReplicationBenchmarkIT run)");
+            }
+        }
+        return new KafkaReport(p);
+    }
+
+    double value(String key) {
+        String v = p.getProperty(key);
+        return v == null ? Double.NaN : Double.parseDouble(v);
+    }
+
+    /** on / off of {@code key} (without the mode prefix); NaN when either is missing or off is zero. */
+    double ratio(String key) {
+        double on = value("on." + key);
+        double off = value("off." + key);
+        return off == 0 ? Double.NaN : on / off;
+    }
+
+    /**
+     * The section's markdown, markers included; writes the chart into {@code out}. {@code origin} says which
+     * command produced it and when.
+     */
+    String section(Path out, String origin, String command) throws IOException {
+        StringBuilder md = new StringBuilder();
+        md.append(BEGIN).append("\n## Kafka replication: plugin on vs off\n\n");
+        md.append(origin).append(String.format(Locale.ROOT, " Load average %.2f at its start, %.2f at its end, %.0f"
+                + " cores; the two clusters ran one after the other, %s first.%n%n", value("load.average.start"),
+                value("load.average.end"), value("cores"), p.getProperty("order", "on,off").split(",")[0]));
+        md.append(String.format(Locale.ROOT, "Setup: `ReplicationBenchmarkIT` starts one controller and three brokers"
+                + " as child JVMs on 127.0.0.1 (`-Xmx384m`, serial GC, C1 only, `num.network.threads=1`,"
+                + " `num.io.threads=2`), twice: **on** = every broker with the agent, `rdma.replication.enable=true`"
+                + " and `rdma.provider=soft`; **off** = plain Kafka (the plugin jar present, flag off, no agent)."
+                + " Topic: %.0f partitions, replication factor 3, `min.insync.replicas=2`. Producer: `acks=all`,"
+                + " idempotent, `linger.ms=5`, `batch.size=65536`; records of %s; a warm-up of %,.0f records, then"
+                + " %,.0f records sent unthrottled (throughput: first send to last acknowledgement), then %,.0f"
+                + " records one at a time (each sent when the consumer received the one before). End-to-end latency:"
+                + " `System.nanoTime()` at `send()`, carried in the record, to the consumer's receipt in the same"
+                + " JVM; a consumer sees a record only after the in-sync followers fetched it, so replication is on"
+                + " that path.%n%n", value("partitions"), LineChart.formatSize(value("record.size")), value("warmup"),
+                value("records"), value("latency.records")));
+        md.append("| metric | plugin on (RDMA, soft) | plugin off (TCP) | on / off |\n|---|---:|---:|---:|\n");
+        row(md, "producer throughput, records/s", "throughput.records_per_s", "%,.0f");
+        row(md, "producer throughput, MB/s", "throughput.mb_per_s", "%.2f");
+        row(md, "end-to-end latency under load, p50 ms", "loaded.p50_ms", "%.1f");
+        row(md, "end-to-end latency under load, p99 ms", "loaded.p99_ms", "%.1f");
+        row(md, "end-to-end latency under load, p99.9 ms", "loaded.p999_ms", "%.1f");
+        row(md, "end-to-end latency one at a time, p50 ms", "serial.p50_ms", "%.2f");
+        row(md, "end-to-end latency one at a time, p99 ms", "serial.p99_ms", "%.2f");
+        row(md, "end-to-end latency one at a time, p99.9 ms", "serial.p999_ms", "%.2f");
+        row(md, "broker CPU seconds per GB produced (3 brokers)", "broker.cpu_s_per_gb", "%.1f");
+        md.append(String.format(Locale.ROOT, "| replication bytes over RDMA (followers' JMX counters) | %,.0f | %,.0f"
+                + " | - |%n", value("on.replication.rdma_bytes"), value("off.replication.rdma_bytes")));
+        md.append(String.format(Locale.ROOT, "| replication bytes over TCP seen by the plugin | %,.0f | - (plugin"
+                + " inactive: %.0f rdma-replication MBeans) | - |%n", value("on.replication.tcp_bytes"),
+                value("off.replication.beans")));
+        md.append(String.format(Locale.ROOT, "| records read back | %,.0f | %,.0f | - |%n",
+                value("on.read.records"), value("off.read.records")));
+        row(md, "cluster start, s", "cluster.start_s", "%.1f");
+        double produced = (value("warmup") + value("records") + value("latency.records")) * value("record.size");
+        md.append(String.format(Locale.ROOT, "%nWith the plugin on, the followers fetched %.2f bytes over RDMA per"
+                + " record byte produced (replication factor 3: two followers per partition, plus Kafka's fetch"
+                + " framing), and none over TCP. Samples: %,.0f under load, %,.0f one at a time (p99.9 of fewer than"
+                + " 1,000 samples is the maximum). Under load the latency is mostly the wait in the producer's"
+                + " 32 MiB `buffer.memory`, which the unthrottled sender keeps full, so it follows throughput; the"
+                + " one-at-a-time figures are the replication round trip. Speed figures are one run each on shared"
+                + " cores: treat on/off ratios within about 1.3x as unresolved. On the soft provider, RDMA between"
+                + " two processes"
+                + " travels over a TCP socket through the provider's engine thread, so **on** measures the plugin's"
+                + " and the channel's overhead on top of TCP, not a fabric.%n%n",
+                value("on.replication.rdma_bytes") / produced, value("on.loaded.samples"),
+                value("on.serial.samples")));
+        BarChart chart = new BarChart("Kafka acks=all, RF 3: plugin on / plugin off (same run)", "ratio on / off")
+                .reference(1.0, "parity");
+        chart.bar("throughput, records/s", ratio("throughput.records_per_s"))
+                .bar("latency under load p50", ratio("loaded.p50_ms"))
+                .bar("latency under load p99", ratio("loaded.p99_ms"))
+                .bar("latency one at a time p50", ratio("serial.p50_ms"))
+                .bar("latency one at a time p99", ratio("serial.p99_ms"))
+                .bar("latency one at a time p99.9", ratio("serial.p999_ms"))
+                .bar("broker CPU per GB", ratio("broker.cpu_s_per_gb"));
+        if (!chart.isEmpty()) {
+            chart.write(out.resolve(CHART));
+            md.append("![").append(CHART).append("](").append(CHART).append(")\n\n");
+        }
+        md.append("Command:\n\n```\n").append(command).append("\n```\n").append(END).append('\n');
+        return md.toString();
+    }
+
+    private void row(StringBuilder md, String label, String key, String format) {
+        md.append("| ").append(label).append(" | ").append(fmt(format, value("on." + key))).append(" | ")
+                .append(fmt(format, value("off." + key))).append(" | ")
+                .append(fmt("%.2fx", ratio(key))).append(" |\n");
+    }
+
+    private static String fmt(String format, double v) {
+        return Double.isNaN(v) ? "-" : String.format(Locale.ROOT, format, v);
+    }
+
+    /**
+     * {@code page} with its Kafka section replaced by {@code section}; without one, the section goes before
+     * "## Commands", or at the end.
+     */
+    static String splice(String page, String section) {
+        int begin = page.indexOf(BEGIN);
+        int end = page.indexOf(END);
+        if (begin >= 0 && end > begin) {
+            int after = end + END.length();
+            if (after < page.length() && page.charAt(after) == '\n') {
+                after++;
+            }
+            return page.substring(0, begin) + section + page.substring(after);
+        }
+        int commands = page.indexOf("## Commands");
+        if (commands >= 0) {
+            return page.substring(0, commands) + section + "\n" + page.substring(commands);
+        }
+        return page + (page.endsWith("\n") ? "\n" : "\n\n") + section;
+    }
+}
