@@ -45,9 +45,13 @@ final class JobProgress extends SparkListener implements AutoCloseable {
         ticker.start();
     }
 
-    /** Changes what the line says is happening ({@code [2/4] job over RDMA: running}). */
+    /** Changes what the line says is happening ({@code [2/4] job over RDMA: warm-up}); stages count from here. */
     void label(String newLabel) {
         label = newLabel;
+        stagesTotal = 0;
+        stagesDone = 0;
+        tasksTotal = 0;
+        tasksDone = 0;
         print();
     }
 
