@@ -2,8 +2,10 @@ package io.rdmabridge.spark;
 
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
+import io.netty.channel.Channel;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.rdmabridge.netty.RdmaChannelMetrics;
 import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaServerSocketChannel;
@@ -11,6 +13,8 @@ import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.ProviderSelection;
 import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.RdmaProviders;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -29,6 +33,8 @@ final class BlockTransport {
     private final RdmaProvider provider;
     private final int sendQueueDepth;
     private final int recvQueueDepth;
+    /** The counters of every event loop that has carried a connection; each covers all channels of its loop. */
+    private final Set<RdmaChannelMetrics> eventLoopMetrics = ConcurrentHashMap.newKeySet();
 
     private BlockTransport(EventLoopGroup group, RdmaProvider provider, int sendQueueDepth, int recvQueueDepth) {
         this.group = group;
@@ -70,6 +76,32 @@ final class BlockTransport {
         return new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                 .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
                 .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
+    }
+
+    /** Called from each connection's initializer (so registered): its event loop's copy counters join the sums. */
+    void track(Channel ch) {
+        RdmaChannelMetrics m = ((RdmaSocketChannel) ch).eventLoopMetrics();
+        if (m != null) {
+            eventLoopMetrics.add(m);
+        }
+    }
+
+    /** Bytes written on this transport's connections that the CPU copied into registered memory first. */
+    long copiedOnSendBytes() {
+        long sum = 0;
+        for (RdmaChannelMetrics m : eventLoopMetrics) {
+            sum += m.copiedBytes();
+        }
+        return sum;
+    }
+
+    /** Bytes received on this transport's connections that the CPU copied out of a receive buffer. */
+    long copiedOnReceiveBytes() {
+        long sum = 0;
+        for (RdmaChannelMetrics m : eventLoopMetrics) {
+            sum += m.receivedCopiedBytes();
+        }
+        return sum;
     }
 
     RdmaProvider provider() {

@@ -157,6 +157,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                         ExecutorTransport::openShuffleBlock, authenticator, rdmaConf.pinnedMemoryCap, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
                         rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);
+                metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
                 InetSocketAddress address = new InetSocketAddress(host, server.localAddress().getPort());
                 directory.register(address);
                 LOG.info("RDMA shuffle: executor {} serves shuffle blocks at {} over {}", env.executorId(), address,

@@ -1,7 +1,9 @@
 package io.rdmabridge.spark;
 
 import com.codahale.metrics.Counter;
+import com.codahale.metrics.Gauge;
 import com.codahale.metrics.MetricRegistry;
+import java.util.function.LongSupplier;
 import org.apache.spark.metrics.source.Source;
 
 /**
@@ -26,6 +28,16 @@ final class RdmaShuffleMetrics implements Source {
     /** Connections refused because the peer failed the secret challenge. */
     final Counter authFailures = registry.counter("authFailures");
 
+    /**
+     * Publishes the transport's copy counters as gauges {@code bytesCopiedOnSend} (bytes this executor wrote that the
+     * CPU first copied into registered memory) and {@code bytesCopiedOnReceive} (bytes it received and copied out of
+     * a receive buffer). Everything else crossed without a CPU copy. Called once, when the transport starts.
+     */
+    void watchCopies(LongSupplier onSend, LongSupplier onReceive) {
+        registry.register("bytesCopiedOnSend", (Gauge<Long>) onSend::getAsLong);
+        registry.register("bytesCopiedOnReceive", (Gauge<Long>) onReceive::getAsLong);
+    }
+
     @Override
     public String sourceName() {
         return "rdmaShuffle";
@@ -41,6 +53,8 @@ final class RdmaShuffleMetrics implements Source {
         StringBuilder sb = new StringBuilder();
         registry.getCounters().forEach((name, c) -> sb.append(sb.length() == 0 ? "" : " ").append(name).append('=')
                 .append(c.getCount()));
+        registry.getGauges().forEach((name, g) -> sb.append(sb.length() == 0 ? "" : " ").append(name).append('=')
+                .append(g.getValue()));
         return sb.toString();
     }
 }

@@ -35,6 +35,7 @@ import org.slf4j.LoggerFactory;
 final class ShuffleBlockClient implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockClient.class);
 
+    private final BlockTransport transport;
     private final Bootstrap bootstrap;
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
@@ -43,6 +44,7 @@ final class ShuffleBlockClient implements AutoCloseable {
 
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
                        long fetchTimeoutMillis, RdmaShuffleMetrics metrics) {
+        this.transport = transport;
         this.authenticator = authenticator;
         this.metrics = metrics;
         this.fetchTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(fetchTimeoutMillis);
@@ -91,6 +93,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         ChannelFuture connected = bootstrap.clone().handler(new ChannelInitializer<>() {
             @Override
             protected void initChannel(Channel ch) {
+                transport.track(ch);
                 ch.pipeline().addLast(BlockFrame.newFrameDecoder(Integer.MAX_VALUE),
                         new ConnectionHandler(server, ready));
             }

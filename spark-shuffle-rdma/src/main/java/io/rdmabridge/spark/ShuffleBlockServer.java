@@ -52,6 +52,7 @@ final class ShuffleBlockServer implements AutoCloseable {
                 .childHandler(new ChannelInitializer<>() {
                     @Override
                     protected void initChannel(Channel ch) {
+                        transport.track(ch);
                         ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH),
                                 new ConnectionHandler());
                     }

@@ -99,6 +99,35 @@ class ShuffleBlockPipelineTest {
     }
 
     @Test
+    void shouldCountCopiesOnlyForBlocksOutsideRegisteredMemory() throws Exception {
+        serverMetrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
+        try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
+            Collector c = new Collector(1);
+            client.fetch(address(server), new String[] {"b_0_300000"}, c);
+            c.await();
+            assertArrayEquals(slice(0, 300000), c.received.get("b_0_300000"));
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+            waitFor(() -> serverMetrics.bytesServed.getCount() == 300000);
+            // A file segment leaves as mapped, registered chunks and lands in registered memory: no CPU copy.
+            assertEquals(0, transport.copiedOnSendBytes());
+            assertEquals(0, transport.copiedOnReceiveBytes());
+            assertTrue(serverMetrics.snapshot().contains("bytesCopiedOnSend=0"), serverMetrics.snapshot());
+        }
+        // A block in a heap buffer has to be copied into registered memory once, and is counted.
+        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "127.0.0.1", 0,
+                id -> new org.apache.spark.network.buffer.NioManagedBuffer(java.nio.ByteBuffer.wrap(bytes, 0, 5000)),
+                new PeerAuthenticator(null), 1 << 20, serverMetrics); ShuffleBlockClient client = client(null)) {
+            Collector c = new Collector(1);
+            client.fetch(address(server), new String[] {"heap"}, c);
+            c.await();
+            assertArrayEquals(slice(0, 5000), c.received.get("heap"));
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+            waitFor(() -> transport.copiedOnSendBytes() == 5000);
+            assertTrue(serverMetrics.snapshot().contains("bytesCopiedOnSend=5000"), serverMetrics.snapshot());
+        }
+    }
+
+    @Test
     void shouldFetchManyLargeBlocksOnOneConnection() throws Exception {
         int blocks = 48;
         int size = 700_000;

@@ -54,6 +54,7 @@ public final class RunBenchmarks {
     public static void main(String[] args) throws Exception {
         boolean smoke = false;
         boolean kafkaOnly = false;
+        boolean sparkOnly = false;
         Path out = null;
         Path kafkaResults = null;
         String kafkaCommand = "bin/run-benchmarks --kafka";
@@ -64,8 +65,9 @@ public final class RunBenchmarks {
                 case "--out" -> out = Paths.get(args[++i]);
                 case "--kafka-results" -> kafkaResults = Paths.get(args[++i]);
                 case "--kafka-command" -> kafkaCommand = args[++i];
+                case "--spark" -> sparkOnly = true;
                 default -> {
-                    System.err.println("usage: run-benchmarks [--smoke] [--kafka] [--out DIR]");
+                    System.err.println("usage: run-benchmarks [--smoke] [--kafka | --spark] [--out DIR]");
                     System.exit(2);
                 }
             }
@@ -74,6 +76,12 @@ public final class RunBenchmarks {
             out = Paths.get(smoke ? "benchmarks/target/results-smoke" : "docs/results");
         }
         Files.createDirectories(out);
+        if (sparkOnly) {
+            // The Spark step alone, its section replacing the older one in the existing page.
+            SparkSection.splice(out.resolve("RESULTS.md"), SparkSection.measure(new ArrayList<>()));
+            log("wrote the Spark section of " + out.resolve("RESULTS.md"));
+            System.exit(0);
+        }
         RunBenchmarks run = new RunBenchmarks(smoke, out, kafkaResults, kafkaCommand);
         if (kafkaOnly) {
             run.kafkaOnly();
@@ -158,6 +166,10 @@ public final class RunBenchmarks {
                 "cross");
         copiesSection(jmh);
         perfSection(perf);
+        if (!smoke) {
+            log("Spark TeraSort-style shuffle (bin/rdma-bridge-demo --terasort)");
+            md.append(SparkSection.measure(commands));
+        }
         profiles(misses);
         if (kafkaResults != null) {
             md.append(KafkaReport.read(kafkaResults).section(out, "Measured in this run.", kafkaCommand)).append('\n');
@@ -167,8 +179,9 @@ public final class RunBenchmarks {
             md.append("The Kafka benchmark (plugin on vs off) is not part of smoke runs: its two 4-JVM clusters cost"
                     + " about a minute; `bin/run-benchmarks --smoke --kafka` runs it alone at a tiny size.\n");
         }
-        md.append("The Spark framework benchmark (TeraSort-style shuffle) is not part of this run yet: it needs the"
-                + " Spark adapter (see docs/benchmarks.md).\n");
+        if (smoke) {
+            md.append("Smoke mode skips the Spark step (`bin/run-benchmarks --spark` runs it alone).\n");
+        }
         Files.writeString(out.resolve("RESULTS.md"), md.toString());
         log("wrote " + out.resolve("RESULTS.md"));
     }

@@ -14,6 +14,8 @@ import org.apache.spark.sql.SparkSession;
 /** Spark's own view of a session's shuffles (task metrics), and the RDMA shuffle manager's counters on the driver. */
 final class ShuffleCounters extends SparkListener {
     final AtomicLong remoteBytesRead = new AtomicLong();
+    /** Spark's shuffle fetch wait time summed over reduce tasks: how long tasks sat blocked waiting for blocks. */
+    final AtomicLong fetchWaitMillis = new AtomicLong();
     final AtomicLong diskBytesSpilled = new AtomicLong();
     final AtomicInteger fetchFailures = new AtomicInteger();
     final AtomicInteger executorsRemoved = new AtomicInteger();
@@ -29,6 +31,7 @@ final class ShuffleCounters extends SparkListener {
         TaskMetrics m = end.taskMetrics();
         if (m != null) {
             remoteBytesRead.addAndGet(m.shuffleReadMetrics().remoteBytesRead());
+            fetchWaitMillis.addAndGet(m.shuffleReadMetrics().fetchWaitTime());
             diskBytesSpilled.addAndGet(m.diskBytesSpilled());
         }
         if (end.reason() instanceof TaskFailedReason r && r.toErrorString().startsWith("FetchFailed")) {
