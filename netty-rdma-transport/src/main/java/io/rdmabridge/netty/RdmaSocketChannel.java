@@ -75,7 +75,8 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * has completed (bounded linger); the peer sees {@code ChannelInputShutdownEvent} with {@code ALLOW_HALF_CLOSURE},
  * otherwise a clean close. {@code SO_LINGER=0} closes abortively: a disconnect without end of stream, which the peer,
  * like a peer whose process died, reports as an {@link IOException} "connection reset by peer" before
- * {@code channelInactive}.
+ * {@code channelInactive}. An accepted channel closed while its handshake is still ending (its peer may count itself
+ * connected already) closes gracefully once established, within the same linger bound.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -115,6 +116,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private volatile InetSocketAddress remote;
     private ChannelPromise connectPromise;
     private ScheduledFuture<?> connectTimeoutFuture;
+    // An accepted channel once it has answered the connect request: the peer may count itself connected.
+    private boolean acceptIssued;
     private InetSocketAddress requestedRemote;
 
     // Reading.
@@ -356,6 +359,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         RdmaDomain d = domain;
         CompletionQueue completionQueue = cq;
         ReceiveBuffers receiveBuffers = recv;
+        acceptIssued = true;
         runOnIdOwner(() -> {
             try {
                 QueuePair created = id.createQueuePair(d.pd, completionQueue, completionQueue, caps);
@@ -371,7 +375,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private void rejectAndClose(Throwable cause) {
         logger.debug("Accepting an RDMA connection from {} failed", remote, cause);
         pipeline().fireExceptionCaught(cause);
-        unsafe().close(voidPromise());
+        forceClose();
     }
 
     private void runOnIdOwner(Runnable task) {
@@ -494,6 +498,13 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             }
         } else {
             pipeline().fireChannelActive();
+            if (delayedClosePromise != null && !closeRequested) {
+                // Closed while the handshake was ending: now the graceful close can send end of stream.
+                ChannelPromise p = delayedClosePromise;
+                delayedClosePromise = null;
+                cancelLinger();
+                ((RdmaSocketUnsafe) unsafe()).close(p, delayedCloseCause, delayedCloseClosedCause);
+            }
         }
         // Frames may have landed before the event reached this loop.
         pollConnection();
@@ -509,6 +520,13 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         } else if (state == STATE_CONNECTING) {
             // An accepted channel whose handshake did not complete.
             rejectAndClose(cause);
+        }
+    }
+
+    private void cancelLinger() {
+        if (lingerFuture != null) {
+            lingerFuture.cancel(false);
+            lingerFuture = null;
         }
     }
 
@@ -1396,10 +1414,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         state = STATE_CLOSED;
         closeRequested = true;
         cancelConnectTimeout();
-        if (lingerFuture != null) {
-            lingerFuture.cancel(false);
-            lingerFuture = null;
-        }
+        cancelLinger();
         ChannelPromise promise = connectPromise;
         connectPromise = null;
         if (promise != null) {
@@ -1545,20 +1560,32 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                     return;
                 }
                 // Posted buffers must outlive their work requests: close once they complete (bounded linger).
-                if (delayedClosePromise == null) {
-                    delayedClosePromise = promise;
-                    delayedCloseCause = cause;
-                    delayedCloseClosedCause = closeCause;
-                    lingerFuture = eventLoop().schedule(() -> {
-                        lingerFuture = null;
-                        forceClose();
-                    }, CLOSE_LINGER_MILLIS, TimeUnit.MILLISECONDS);
-                } else if (!promise.isVoid()) {
-                    closeFuture().addListener((ChannelFutureListener) f -> promise.setSuccess());
-                }
+                delayClose(promise, cause, closeCause);
+                return;
+            }
+            if (c == null && acceptIssued && state == STATE_CONNECTING && !closeRequested
+                    && config.getSoLinger() != 0 && !handler.isShuttingDown()) {
+                // The connect request is answered and the peer may already count itself connected: a disconnect
+                // now would reach it as a reset. Close gracefully once established (bounded linger), as TCP's FIN
+                // after its kernel completed the handshake.
+                delayClose(promise, cause, closeCause);
                 return;
             }
             closeAll(promise, cause, closeCause);
+        }
+
+        private void delayClose(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            if (delayedClosePromise == null) {
+                delayedClosePromise = promise;
+                delayedCloseCause = cause;
+                delayedCloseClosedCause = closeCause;
+                lingerFuture = eventLoop().schedule(() -> {
+                    lingerFuture = null;
+                    forceClose();
+                }, CLOSE_LINGER_MILLIS, TimeUnit.MILLISECONDS);
+            } else if (!promise.isVoid()) {
+                closeFuture().addListener((ChannelFutureListener) f -> promise.setSuccess());
+            }
         }
 
         /** Closes now, completing a delayed close's promise too. */

@@ -8,6 +8,7 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoopGroup;
@@ -38,6 +39,7 @@ import java.util.zip.CRC32;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -84,6 +86,7 @@ class RdmaChannelBehaviourTest {
         final AtomicLong bytes = new AtomicLong();
         final AtomicReference<Channel> channel = new AtomicReference<>();
         final CountDownLatch inactive = new CountDownLatch(1);
+        final AtomicReference<Throwable> failure = new AtomicReference<>();
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
@@ -105,6 +108,7 @@ class RdmaChannelBehaviourTest {
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             // Peer death is expected in some tests; the channel closes itself.
+            failure.compareAndSet(null, cause);
         }
     }
 
@@ -338,6 +342,52 @@ class RdmaChannelBehaviourTest {
         Channel child = awaitChild(serverSink);
         child.close().sync();
         assertTrue(clientSink.inactive.await(5, TimeUnit.SECONDS));
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldEndTheStreamGracefullyWhenAnAcceptedChannelClosesBeforeItsHandshakeEnds() throws Exception {
+        // The child gets its own loop, so holding that loop keeps the child's ESTABLISHED event queued behind the
+        // close while the listener's loop accepts and the client's loop completes the connect: the order a loaded
+        // machine produces by chance (Netty's SocketRstTest.testNoRstIfSoLingerOnClose closes the child as soon as
+        // it is initialized).
+        EventLoopGroup childGroup = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        EventLoopGroup clientGroup = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        try {
+            CountDownLatch clientConnected = new CountDownLatch(1);
+            AtomicReference<Boolean> childActiveAtClose = new AtomicReference<>();
+            AtomicReference<ChannelFuture> childClose = new AtomicReference<>();
+            Channel server = new ServerBootstrap().group(group, childGroup).channel(RdmaServerSocketChannel.class)
+                    .childHandler(new ChannelInitializer<Channel>() {
+                        @Override
+                        protected void initChannel(Channel ch) {
+                            // Queued behind the registration task, which ends by answering the connect request.
+                            ch.eventLoop().execute(() -> {
+                                try {
+                                    clientConnected.await(10, TimeUnit.SECONDS);
+                                } catch (InterruptedException e) {
+                                    Thread.currentThread().interrupt();
+                                }
+                                childActiveAtClose.set(ch.isActive());
+                                childClose.set(ch.close());
+                            });
+                        }
+                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            channels.add(server);
+            Sink clientSink = new Sink();
+            Channel client = new Bootstrap().group(clientGroup).channel(RdmaSocketChannel.class).handler(clientSink)
+                    .connect(server.localAddress()).addListener(f -> clientConnected.countDown()).sync().channel();
+
+            assertTrue(clientSink.inactive.await(10, TimeUnit.SECONDS), "the client never saw the close");
+            assertEquals(Boolean.FALSE, childActiveAtClose.get(), "the close did not race the child's handshake");
+            assertNull(clientSink.failure.get(), "a graceful close must not look like a reset to the peer");
+            assertTrue(childClose.get().await(10, TimeUnit.SECONDS));
+            assertTrue(childClose.get().isSuccess(), String.valueOf(childClose.get().cause()));
+            assertFalse(client.isOpen());
+        } finally {
+            childGroup.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+            clientGroup.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
     }
 
     @Test
