@@ -8,8 +8,8 @@ import java.net.InetSocketAddress;
  * Owned by the thread that owns its event channel.
  *
  * <h2>Active side</h2>
- * {@link #resolve} → {@link CmEventType#ADDR_RESOLVED} → {@link #createQueuePair} → {@link #connect} →
- * {@link CmEventType#ESTABLISHED} (or REJECTED / UNREACHABLE / CONNECT_ERROR).
+ * [{@link #bind} →] {@link #resolve} → {@link CmEventType#ADDR_RESOLVED} → {@link #createQueuePair} →
+ * {@link #connect} → {@link CmEventType#ESTABLISHED} (or REJECTED / UNREACHABLE / CONNECT_ERROR).
  * <h2>Passive side</h2>
  * {@link #listen} → {@link CmEventType#CONNECT_REQUEST} carrying a new id → on it {@link #createQueuePair} →
  * {@link #accept} → {@link CmEventType#ESTABLISHED}; or {@link #reject}.
@@ -30,7 +30,33 @@ public interface RdmaCmId extends AutoCloseable {
      */
     InetSocketAddress listen(InetSocketAddress address, int backlog) throws RdmaException;
 
-    /** Starts address and route resolution ({@code rdma_resolve_addr} + {@code rdma_resolve_route}). */
+    /**
+     * Binds an id that will connect to a local address ({@code rdma_bind_addr} before {@code rdma_resolve_addr}):
+     * the connection leaves from that address, so once it is established {@link #localAddress()} here and the
+     * peer's {@link #remoteAddress()} name it. Until then {@link #localAddress()} answers the bound address.
+     *
+     * <p>Only on a fresh id, once: before {@link #resolve}, and never on an id that {@link #listen}s (listen binds
+     * itself). The port stays reserved until the id is closed, as a bound TCP socket's does, so a second bind to
+     * the same address fails. Binding sends nothing to the network.
+     *
+     * @param address an address of this host, or the wildcard address (routing then picks the source address);
+     *                port 0 picks a free port
+     * @return the address actually bound, with the port chosen
+     * @throws IllegalArgumentException when {@code address} is {@code null}
+     * @throws RdmaException when the address is in use or not an address of this host (the message names the
+     *                       address), when the id is not fresh (the message names its phase), or when the provider
+     *                       cannot bind active ids
+     */
+    default InetSocketAddress bind(InetSocketAddress address) throws RdmaException {
+        // Providers written before this method existed keep compiling; both in-tree providers override it.
+        throw new RdmaException("bind(" + address + "): provider " + eventChannel().provider().name()
+                + " cannot bind an active id (expected: connect without a local address)");
+    }
+
+    /**
+     * Starts address and route resolution ({@code rdma_resolve_addr} + {@code rdma_resolve_route}); the source
+     * address is the one given to {@link #bind}, if any.
+     */
     void resolve(InetSocketAddress remote, int timeoutMillis) throws RdmaException;
 
     /** The device this id is bound to: after {@link CmEventType#ADDR_RESOLVED}, for a listener, or a request's id. */
