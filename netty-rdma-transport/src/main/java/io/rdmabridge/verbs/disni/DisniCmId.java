@@ -36,6 +36,8 @@ final class DisniCmId implements RdmaCmId {
     private ByteBuffer connectData;
     private InetSocketAddress remote;
     private int resolveTimeoutMillis;
+    /** What bind or listen bound this id to; {@code null} on a fresh id. */
+    private InetSocketAddress bound;
     private Object attachment;
     private boolean disconnected;
     private boolean nativeDestroyed;
@@ -63,12 +65,14 @@ final class DisniCmId implements RdmaCmId {
         if (backlog <= 0) {
             throw new IllegalArgumentException("backlog: " + backlog + " (expected: > 0)");
         }
+        checkFresh("listen", address);
         try {
             id.bindAddr(address);
         } catch (IOException e) {
             throw new RdmaException("rdma_bind_addr(" + address + ") failed: " + DisniErrors.clean(e)
                     + " (expected: a free port on a local IPv4 address served by an RDMA device, or 0.0.0.0)", e);
         }
+        bound = address;
         try {
             id.listen(backlog);
         } catch (IOException e) {
@@ -76,6 +80,26 @@ final class DisniCmId implements RdmaCmId {
         }
         InetSocketAddress bound = localAddress();
         return bound != null ? bound : address;
+    }
+
+    /** {@code rdma_bind_addr} on an active id; {@link #resolve} passes no source address, so rdma_cm uses this one. */
+    @Override
+    public InetSocketAddress bind(InetSocketAddress address) throws RdmaException {
+        if (address == null) {
+            throw new IllegalArgumentException("address: null (expected: an address of this host; port 0 picks one)");
+        }
+        checkOpen("bind");
+        checkIpv4("bind", address);
+        checkFresh("bind", address);
+        try {
+            id.bindAddr(address);
+        } catch (IOException e) {
+            throw new RdmaException("rdma_bind_addr(" + address + ") failed: " + DisniErrors.clean(e)
+                    + " (expected: a free port on an address of this host served by an RDMA device, or 0.0.0.0)", e);
+        }
+        bound = address;
+        InetSocketAddress actual = localAddress();
+        return actual != null ? actual : address;
     }
 
     @Override
@@ -396,6 +420,15 @@ final class DisniCmId implements RdmaCmId {
         if (closed || nativeDestroyed) {
             throw new RdmaException(operation + ": the id is " + (closed ? "closed" : "rejected")
                     + " (expected: an open id)");
+        }
+    }
+
+    /** rdma_cm binds an id once and resolves it after any bind: say which step came first. */
+    private void checkFresh(String operation, InetSocketAddress address) throws RdmaException {
+        if (bound != null || remote != null) {
+            throw new RdmaException(operation + "(" + address + "): the id is already " + (remote != null
+                    ? "resolving " + remote : "bound to " + bound) + " (expected: a fresh id, before resolve or"
+                    + " listen)");
         }
     }
 
