@@ -1284,6 +1284,76 @@ public abstract class AbstractProviderConformanceTest {
     }
 
     @Test
+    public void shouldConnectFromABoundAddress() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(8, 4, 256));
+        RdmaCmId id = local.newId();
+        InetSocketAddress bound = id.bind(new InetSocketAddress(address(), 0));
+        assertEquals(InetAddress.getByName(address()), bound.getAddress(), "bound address");
+        assertNotEquals(0, bound.getPort(), "port 0 picks a port");
+        assertEquals(bound, id.localAddress(), "localAddress before resolve");
+        id.resolve(addr, 5_000);
+        local.awaitCm(id, CmEventType.ADDR_RESOLVED, WAIT_MS);
+        Connection c = local.startConnect(id, ConnectionParameters.DEFAULT, 64, 64, null, null);
+        c.established = local.awaitCm(id, CmEventType.ESTABLISHED, WAIT_MS);
+        c.peerIndex = nextPeerConn++;
+        assertEquals(bound, c.id.localAddress(), "local address of the connection");
+        assertEquals(bound, peer.remoteAddress(c.peerIndex), "the peer's remote address of the connection");
+
+        // The connection carries traffic like any other.
+        Buffer b = patterned(c, 256, 0, 31);
+        postSend(c, 9, WrOpcode.SEND, b, 0, 100);
+        assertStatus(WcStatus.SUCCESS, local.poll(c.sendCq, 1, WAIT_MS).get(0));
+        Completion p = peerCompletions(c.peerIndex, 1, WAIT_MS).get(0);
+        assertPeerStatus(WcStatus.SUCCESS, p);
+        assertEquals(TestPattern.crc(31, 0, 100), p.crc(), "received bytes");
+    }
+
+    @Test
+    public void shouldRefuseBindingAnAddressAlreadyBound() throws Exception {
+        RdmaCmId first = local.newId();
+        InetSocketAddress bound = first.bind(new InetSocketAddress(address(), 0));
+        RdmaCmId second = local.newId();
+        RdmaException e = assertThrows(RdmaException.class, () -> second.bind(bound));
+        assertMessageContains(bound.getAddress().getHostAddress() + ":" + bound.getPort(), e);
+        // The reservation ends with the id that holds it; the refused id is still fresh.
+        first.close();
+        assertEquals(bound, second.bind(bound), "binding the address once its first id is closed");
+    }
+
+    @Test
+    public void shouldRefuseBindingAnAddressOfAnotherHost() throws Exception {
+        // TEST-NET-1 (RFC 5737): documentation only. Binding sends no packet, and nothing here dials it.
+        InetAddress foreign = InetAddress.getByName("192.0.2.1");
+        assumeTrue(java.net.NetworkInterface.getByInetAddress(foreign) == null,
+                "192.0.2.1 is assigned to this host, so it cannot play an address of another host");
+        RdmaCmId id = local.newId();
+        RdmaException e = assertThrows(RdmaException.class, () -> id.bind(new InetSocketAddress(foreign, 0)));
+        assertMessageContains("192.0.2.1", e);
+        assertMessageContains("an address of this host", e);
+    }
+
+    @Test
+    public void shouldRefuseBindOnAnIdThatIsNotFresh() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(1, 0, 64));
+        RdmaCmId resolved = local.resolve(addr);
+        RdmaException afterResolve = assertThrows(RdmaException.class,
+                () -> resolved.bind(new InetSocketAddress(address(), 0)));
+        assertMessageContains("expected: a fresh id", afterResolve);
+
+        RdmaCmId bound = local.newId();
+        bound.bind(new InetSocketAddress(address(), 0));
+        RdmaException twice = assertThrows(RdmaException.class,
+                () -> bound.bind(new InetSocketAddress(address(), 0)));
+        assertMessageContains("expected: a fresh id", twice);
+
+        RdmaCmId listener = local.newId();
+        listener.listen(new InetSocketAddress(address(), 0), 8);
+        RdmaException onListener = assertThrows(RdmaException.class,
+                () -> listener.bind(new InetSocketAddress(address(), 0)));
+        assertMessageContains("expected: a fresh id", onListener);
+    }
+
+    @Test
     public void shouldReportUnreachablePeer() throws Exception {
         // A loopback listener that accepts and never answers plays the peer that does not respond: the handshake
         // must fail in bounded time with a cause. (Tests only ever talk to loopback addresses.)

@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs;
 
+import java.net.InetSocketAddress;
 import java.util.HexFormat;
 import java.util.List;
 
@@ -161,6 +162,9 @@ interface ConformancePeer extends AutoCloseable {
 
     /** Waits up to {@code timeoutMillis} for DISCONNECTED on {@code conn}. @return whether it arrived */
     boolean awaitDisconnected(int conn, long timeoutMillis) throws Exception;
+
+    /** The peer's address as connection {@code conn}'s id reports it ({@link RdmaCmId#remoteAddress()}). */
+    InetSocketAddress remoteAddress(int conn) throws Exception;
 
     /** The state of connection {@code conn}'s queue pair. */
     QpState qpState(int conn) throws Exception;

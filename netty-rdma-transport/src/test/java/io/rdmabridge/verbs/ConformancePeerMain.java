@@ -3,6 +3,7 @@ package io.rdmabridge.verbs;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 
@@ -95,6 +96,10 @@ public final class ConformancePeerMain {
             }
             case "awaitDisconnected":
                 return "ok " + peer.awaitDisconnected(Integer.parseInt(f[1]), Long.parseLong(f[2]));
+            case "remoteAddress": {
+                InetSocketAddress a = peer.remoteAddress(Integer.parseInt(f[1]));
+                return "ok " + a.getAddress().getHostAddress() + " " + a.getPort();
+            }
             case "qpState":
                 return "ok " + peer.qpState(Integer.parseInt(f[1])).name();
             case "disconnect":

@@ -280,6 +280,11 @@ final class InJvmConformancePeer implements ConformancePeer {
     }
 
     @Override
+    public InetSocketAddress remoteAddress(int conn) throws Exception {
+        return callWhen(() -> conns.size() > conn, CONN_WAIT_MILLIS, () -> conn(conn).id.remoteAddress());
+    }
+
+    @Override
     public QpState qpState(int conn) throws Exception {
         return callWhen(() -> conns.size() > conn, CONN_WAIT_MILLIS, () -> conn(conn).qp.state());
     }

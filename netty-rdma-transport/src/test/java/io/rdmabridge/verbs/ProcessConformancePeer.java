@@ -5,6 +5,8 @@ import java.io.File;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.Writer;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -186,6 +188,12 @@ final class ProcessConformancePeer implements ConformancePeer {
     public boolean awaitDisconnected(int conn, long timeoutMillis) throws Exception {
         return Boolean.parseBoolean(command(timeoutMillis + COMMAND_TIMEOUT_MILLIS, "awaitDisconnected",
                 Integer.toString(conn), Long.toString(timeoutMillis))[1]);
+    }
+
+    @Override
+    public InetSocketAddress remoteAddress(int conn) throws Exception {
+        String[] f = command("remoteAddress", Integer.toString(conn));
+        return new InetSocketAddress(InetAddress.getByName(f[1]), Integer.parseInt(f[2]));
     }
 
     @Override

@@ -23,6 +23,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
 /**
  * A connection-manager id of the software device: a listener (a real TCP port), or one end of a connection.
  *
+ * <p>An active id {@link #bind bound} to a local address holds a real bound socket from then on, so the port is
+ * reserved in the operating system as a TCP client's is. The TCP path connects from that very socket (the link takes
+ * it over); the direct path uses the bound address as its local address, and the socket keeps the port reserved
+ * until the id closes.
+ *
  * <p>Threading: the public methods belong to the owner of the event channel; the engine and the in-JVM peer change
  * the phase under this object's monitor and report through the channel.
  */
@@ -33,7 +38,7 @@ final class SoftCmId implements RdmaCmId {
     static final int REJECT_NO_LISTENER = 8;
     static final int DEFAULT_TIMEOUT_MILLIS = 5000;
 
-    enum Phase { IDLE, LISTENING, RESOLVED, CONNECTING, REQUESTED, CONNECTED, DISCONNECTED, CLOSED }
+    enum Phase { IDLE, BOUND, LISTENING, RESOLVED, CONNECTING, REQUESTED, CONNECTED, DISCONNECTED, CLOSED }
 
     final SoftEventChannel channel;
     final SoftEngine engine;
@@ -49,6 +54,10 @@ final class SoftCmId implements RdmaCmId {
 
     // listener
     private ServerSocketChannel server;
+    // active id bound to a local address: what bind asked for, and the socket reserving its port until the TCP
+    // path takes it over
+    private InetSocketAddress bound;
+    private SocketChannel reservation;
     // passive side of a request, or active side of a connection
     SoftCmId listenId;
     SoftCmId directPeer;
@@ -165,13 +174,92 @@ final class SoftCmId implements RdmaCmId {
     // ------------------------------------------------------------------ active
 
     @Override
+    public InetSocketAddress bind(InetSocketAddress address) throws RdmaException {
+        if (address == null) {
+            throw new IllegalArgumentException("address: null (expected: an address of this host; port 0 picks one)");
+        }
+        synchronized (this) {
+            if (phase != Phase.IDLE) {
+                throw new RdmaException("bind to " + address + " in phase " + phase
+                        + " (expected: a fresh id, before resolve or listen)");
+            }
+        }
+        if (address.isUnresolved() || !SoftEngine.isLocal(address.getAddress())) {
+            throw new RdmaException("cannot bind to " + address + ": not an address of this host (expected: an"
+                    + " address of this host, or the wildcard address)");
+        }
+        SocketChannel socket = null;
+        try {
+            // No SO_REUSEADDR: a second bind to this address must fail, as it does for TCP clients.
+            socket = SocketChannel.open();
+            socket.bind(address);
+            InetSocketAddress actual = (InetSocketAddress) socket.getLocalAddress();
+            synchronized (this) {
+                bound = address.getPort() == 0 ? new InetSocketAddress(address.getAddress(), actual.getPort())
+                        : address;
+                reservation = socket;
+                local = actual;
+                phase = Phase.BOUND;
+            }
+            return actual;
+        } catch (IOException e) {
+            closeQuietly(socket);
+            throw new RdmaException("cannot bind to " + address + ": " + e.getMessage()
+                    + " (expected: a free port on an address of this host; port 0 picks one)", e);
+        }
+    }
+
+    /**
+     * The socket the TCP path connects from; engine thread. A bound id hands over its reservation (the link owns it
+     * from then on), or, when an earlier failed attempt used that up, a new socket bound to the same address.
+     */
+    SocketChannel connectSocket() throws IOException {
+        SocketChannel socket;
+        InetSocketAddress address;
+        synchronized (this) {
+            if (phase == Phase.CLOSED) {
+                throw new java.nio.channels.ClosedChannelException();
+            }
+            socket = reservation;
+            reservation = null;
+            address = bound;
+        }
+        if (socket != null) {
+            return socket;
+        }
+        socket = SocketChannel.open();
+        if (address != null) {
+            try {
+                socket.bind(address);
+            } catch (IOException e) {
+                closeQuietly(socket);
+                throw new java.net.BindException("cannot bind to " + address + " again: " + e.getMessage());
+            }
+        }
+        return socket;
+    }
+
+    /** The direct path's local address: the bound one (from loopback when bound to the wildcard), else a label. */
+    private InetSocketAddress directLocalAddress() {
+        InetSocketAddress b;
+        synchronized (this) {
+            b = bound;
+        }
+        if (b == null) {
+            return new InetSocketAddress(InetAddress.getLoopbackAddress(), engine.nextDirectPort());
+        }
+        return b.getAddress().isAnyLocalAddress() ? new InetSocketAddress(InetAddress.getLoopbackAddress(),
+                b.getPort()) : b;
+    }
+
+    @Override
     public void resolve(InetSocketAddress remoteAddress, int timeoutMillis) throws RdmaException {
         if (remoteAddress == null) {
             throw new IllegalArgumentException("remote: null (expected: the peer's address and port)");
         }
         synchronized (this) {
-            if (phase != Phase.IDLE && phase != Phase.RESOLVED) {
-                throw new RdmaException("resolve in phase " + phase + " (expected: a fresh id)");
+            if (phase != Phase.IDLE && phase != Phase.BOUND && phase != Phase.RESOLVED) {
+                throw new RdmaException("resolve in phase " + phase + " (expected: a fresh or bound id)");
             }
             if (remoteAddress.isUnresolved()) {
                 channel.emit(CmEventType.ADDR_ERROR, this, null, null, -1, "cannot resolve host "
@@ -188,7 +276,7 @@ final class SoftCmId implements RdmaCmId {
     @Override
     public RdmaDevice device() {
         synchronized (this) {
-            return phase == Phase.IDLE || phase == Phase.CLOSED ? null : engine.device;
+            return phase == Phase.IDLE || phase == Phase.BOUND || phase == Phase.CLOSED ? null : engine.device;
         }
     }
 
@@ -250,7 +338,7 @@ final class SoftCmId implements RdmaCmId {
         q.localParams = parameters;
         SoftCmId listener = SoftEngine.loopbackIsDirect() ? engine.localListener(target) : null;
         if (listener != null) {
-            local = new InetSocketAddress(InetAddress.getLoopbackAddress(), engine.nextDirectPort());
+            local = directLocalAddress();
             SoftCmId passive;
             synchronized (listener) {
                 if (listener.phase != Phase.LISTENING) {
@@ -510,11 +598,15 @@ final class SoftCmId implements RdmaCmId {
         }
         disconnect();
         ServerSocketChannel ssc;
+        SocketChannel reserved;
         synchronized (this) {
             phase = Phase.CLOSED;
             ssc = server;
             server = null;
+            reserved = reservation;
+            reservation = null;
         }
+        closeQuietly(reserved);
         if (ssc != null) {
             engine.listeners.remove(local.getPort(), this);
             closeQuietly(ssc);

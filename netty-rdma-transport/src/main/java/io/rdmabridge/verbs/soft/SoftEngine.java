@@ -148,7 +148,8 @@ final class SoftEngine {
         return target.isAnyLocalAddress() && boundAddress.isLoopbackAddress() ? listener : null;
     }
 
-    private static boolean isLocal(InetAddress address) {
+    /** Whether {@code address} is one of this host's (loopback and wildcard included). */
+    static boolean isLocal(InetAddress address) {
         if (address.isLoopbackAddress() || address.isAnyLocalAddress()) {
             return true;
         }

@@ -166,7 +166,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         try {
-            SocketChannel c = SocketChannel.open();
+            SocketChannel c = id.connectSocket();
             ch = c;
             c.configureBlocking(false);
             c.setOption(StandardSocketOptions.TCP_NODELAY, true);
