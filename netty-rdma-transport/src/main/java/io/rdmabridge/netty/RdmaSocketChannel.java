@@ -40,11 +40,13 @@ import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaException;
 
 import java.io.IOException;
+import java.net.BindException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
+import java.nio.channels.NotYetConnectedException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
@@ -56,6 +58,13 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * <pre>
  * new Bootstrap().group(group).channel(RdmaSocketChannel.class)
  * </pre>
+ *
+ * <h2>Local address</h2>
+ * {@code bind(localAddress)} before connecting, or {@code connect(remote, local)}, binds the channel's
+ * connection-manager id ({@code rdma_bind_addr}), so the connection leaves from that address as a bound NIO client's
+ * does; {@link #localAddress()} reports it from the bind on. A bind that fails (the address is in use or not of this
+ * host) fails with a {@link java.net.BindException} carrying the provider's error; the channel stays open and
+ * unbound.
  *
  * <h2>Writes</h2>
  * Completion-based, like Netty's io_uring transport: flushed buffers are posted as eager SENDs (small ones gathered
@@ -292,9 +301,36 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     }
 
     @Override
-    protected void doBind(SocketAddress localAddress) {
-        throw new UnsupportedOperationException("binding an RDMA client channel to a local address is not supported"
-                + " (the connection manager picks the source address); connect without a local address");
+    protected void doBind(SocketAddress localAddress) throws Exception {
+        bindId(localAddress);
+    }
+
+    /** Creates the id on this loop's event channel and binds it; a later connect resolves from it. */
+    private void bindId(SocketAddress localAddress) throws Exception {
+        if (!(localAddress instanceof InetSocketAddress)) {
+            throw new IllegalArgumentException("localAddress: " + localAddress + " (expected: an InetSocketAddress)");
+        }
+        InetSocketAddress requested = (InetSocketAddress) localAddress;
+        if (id != null || state != STATE_OPEN) {
+            throw new BindException("cannot bind to " + requested + ": the channel is already "
+                    + (id != null && state == STATE_OPEN ? "bound to " + local : "connecting or connected")
+                    + " (expected: one bind, before connect)");
+        }
+        RdmaCmId created = null;
+        try {
+            created = handler.eventChannel().createId();
+            local = created.bind(requested);
+        } catch (RdmaException | RuntimeException e) {
+            if (created != null) {
+                created.close();
+            }
+            BindException bindException = new BindException("cannot bind to " + requested + ": " + e.getMessage());
+            bindException.initCause(e);
+            throw bindException;
+        }
+        id = created;
+        idOwner = handler;
+        created.attach(unsafe());
     }
 
     @Override
@@ -1350,7 +1386,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     @Override
     protected void doShutdownOutput() throws Exception {
         if (state != STATE_ACTIVE) {
-            throw new ClosedChannelException();
+            throw state == STATE_CLOSED ? new ClosedChannelException() : new NotYetConnectedException();
         }
         outputShutdown = true;
         connection.shutdownOutput();
@@ -1375,6 +1411,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private void shutdownInput0(ChannelPromise promise) {
         if (!isOpen()) {
             promise.setFailure(new ClosedChannelException());
+            return;
+        }
+        if (!isActive()) {
+            promise.setFailure(new NotYetConnectedException());
             return;
         }
         inputShutdown = true;
@@ -1488,11 +1528,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 promise.setFailure(new java.nio.channels.AlreadyConnectedException());
                 return;
             }
-            if (localAddress != null) {
-                promise.setFailure(new UnsupportedOperationException("binding an RDMA client channel to a local"
-                        + " address is not supported (the connection manager picks the source address)"));
-                return;
-            }
             if (!(remoteAddress instanceof InetSocketAddress)) {
                 promise.setFailure(new IllegalArgumentException("remoteAddress: " + remoteAddress
                         + " (expected: an InetSocketAddress)"));
@@ -1503,13 +1538,24 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
                 promise.setFailure(new java.nio.channels.UnresolvedAddressException());
                 return;
             }
+            if (localAddress != null) {
+                // Like NIO: bind first; a failure fails the connect and leaves the channel open and unbound.
+                try {
+                    bindId(localAddress);
+                } catch (Exception e) {
+                    promise.setFailure(e);
+                    return;
+                }
+            }
             requestedRemote = target;
             remote = target;
             int timeout = config.getConnectTimeoutMillis();
             try {
-                id = handler.eventChannel().createId();
-                idOwner = handler;
-                id.attach(this);
+                if (id == null) {
+                    id = handler.eventChannel().createId();
+                    idOwner = handler;
+                    id.attach(this);
+                }
                 state = STATE_CONNECTING;
                 id.resolve(target, timeout > 0 ? timeout : 30_000);
             } catch (RdmaException | RuntimeException e) {

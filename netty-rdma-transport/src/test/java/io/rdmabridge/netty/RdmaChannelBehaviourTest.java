@@ -14,6 +14,8 @@ import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
+import io.netty.channel.local.LocalAddress;
+import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import org.junit.jupiter.api.AfterEach;
@@ -24,6 +26,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.ByteArrayOutputStream;
 import java.io.File;
+import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.file.Files;
 import java.util.ArrayList;
@@ -39,6 +42,7 @@ import java.util.zip.CRC32;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -401,6 +405,88 @@ class RdmaChannelBehaviourTest {
                 .connect(address).await();
         assertTrue(f.cause() instanceof java.net.ConnectException, String.valueOf(f.cause()));
         assertTrue(f.cause().getMessage().contains("connection refused"), f.cause().getMessage());
+    }
+
+    private RdmaSocketChannel boundClient(InetSocketAddress local) throws InterruptedException {
+        RdmaSocketChannel ch = (RdmaSocketChannel) new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .handler(new Sink()).bind(local).sync().channel();
+        channels.add(0, ch);
+        return ch;
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldConnectFromTheAddressTheClientBoundTo() throws Exception {
+        Sink serverSink = new Sink();
+        Channel server = server(serverSink, true);
+        RdmaSocketChannel client = boundClient(new InetSocketAddress("127.0.0.1", 0));
+        InetSocketAddress bound = client.localAddress();
+        assertEquals("127.0.0.1", bound.getAddress().getHostAddress(), "bound address before connect");
+        assertNotEquals(0, bound.getPort(), "port 0 picks a port");
+        assertFalse(client.isActive());
+
+        client.connect(server.localAddress()).sync();
+        assertEquals(bound, client.localAddress(), "the connection leaves from the bound address");
+        Channel child = awaitChild(serverSink);
+        assertEquals(bound, child.remoteAddress(), "the server's child sees the client's bound address");
+        client.writeAndFlush(Unpooled.wrappedBuffer(new byte[1000])).sync();
+        awaitBytes(serverSink.bytes, 1000);
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldConnectFromTheLocalAddressGivenToConnect() throws Exception {
+        Sink serverSink = new Sink();
+        Channel server = server(serverSink, true);
+        RdmaSocketChannel client = (RdmaSocketChannel) new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .handler(new Sink()).connect(server.localAddress(), new InetSocketAddress("127.0.0.1", 0)).sync()
+                .channel();
+        channels.add(0, client);
+        assertEquals("127.0.0.1", client.localAddress().getAddress().getHostAddress());
+        assertNotEquals(0, client.localAddress().getPort());
+        assertEquals(client.localAddress(), awaitChild(serverSink).remoteAddress());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldRefuseBindingAnAddressAnotherClientHolds() throws Exception {
+        InetSocketAddress taken = boundClient(new InetSocketAddress("127.0.0.1", 0)).localAddress();
+        String named = "127.0.0.1:" + taken.getPort();
+
+        ChannelFuture bind = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(new Sink())
+                .bind(taken).await();
+        assertTrue(bind.cause() instanceof BindException, String.valueOf(bind.cause()));
+        assertTrue(bind.cause().getMessage().contains(named), bind.cause().getMessage());
+        assertTrue(bind.cause().getCause() instanceof RdmaException, "the provider's error is attached");
+
+        Channel server = server(new Sink(), true);
+        ChannelFuture connect = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(new Sink())
+                .connect(server.localAddress(), taken).await();
+        assertTrue(connect.cause() instanceof BindException, String.valueOf(connect.cause()));
+        assertTrue(connect.cause().getMessage().contains(named), connect.cause().getMessage());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldRefuseALocalAddressThatIsNotAnInetSocketAddress() throws Exception {
+        ChannelFuture bind = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(new Sink())
+                .bind(new LocalAddress("not-an-ip-address")).await();
+        assertTrue(bind.cause() instanceof IllegalArgumentException, String.valueOf(bind.cause()));
+        assertTrue(bind.cause().getMessage().contains("expected: an InetSocketAddress"), bind.cause().getMessage());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldReleaseTheIdOfABoundChannelThatNeverConnected() throws Exception {
+        long idsBefore = provider.resourceUsage().cmIds();
+        RdmaSocketChannel client = boundClient(new InetSocketAddress("127.0.0.1", 0));
+        InetSocketAddress bound = client.localAddress();
+        assertEquals(idsBefore + 1, provider.resourceUsage().cmIds(), "the bound channel holds one id");
+
+        client.close().sync();
+        assertEquals(idsBefore, provider.resourceUsage().cmIds(), "closing the channel destroys its id");
+        // The port's reservation ended with the id: the same address can be bound again.
+        assertEquals(bound, boundClient(bound).localAddress());
     }
 
     @Test

@@ -18,13 +18,6 @@ public class RdmaSocketChannelNotYetConnectedTest extends SocketChannelNotYetCon
 
     @Override
     @Test
-    @Disabled("binds the client to a local address; the verbs SPI's connection manager picks the source address itself (see RdmaSocketTestPermutation)")
-    public void testShutdownNotYetConnected(TestInfo testInfo) throws Throwable {
-        super.testShutdownNotYetConnected(testInfo);
-    }
-
-    @Override
-    @Test
     @Disabled("its server is a NIO ServerSocketChannel: a TCP endpoint cannot talk to an RDMA queue pair (see RdmaSocketTestPermutation)")
     public void readMustBePendingUntilChannelIsActive(TestInfo testInfo) throws Throwable {
         super.readMustBePendingUntilChannelIsActive(testInfo);

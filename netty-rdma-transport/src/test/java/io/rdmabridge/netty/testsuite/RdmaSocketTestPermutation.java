@@ -50,9 +50,6 @@ import java.util.List;
  *       {@code connect()} waits for {@code serverChannel.read()}, where TCP's kernel completes the handshake
  *       first. Accepting before the read would create queue pairs and pin receive buffers for connections the
  *       application has not taken.</td></tr>
- *   <tr><td>{@code SocketChannelNotYetConnectedTest.testShutdownNotYetConnected}</td><td>binds the client to a
- *       local address; the verbs SPI's {@code RdmaCmId.resolve} takes no source address (an additive
- *       {@code resolve(source, remote, timeout)} would allow it)</td></tr>
  *   <tr><td>{@code SocketChannelNotYetConnectedTest.readMustBePendingUntilChannelIsActive}</td><td>its server is a
  *       NIO {@code ServerSocketChannel}: a TCP endpoint cannot talk to an RDMA queue pair</td></tr>
  *   <tr><td>{@code SocketSslSessionReuseTest.testSslSessionTrustManagerResumption}</td><td>environment: its
