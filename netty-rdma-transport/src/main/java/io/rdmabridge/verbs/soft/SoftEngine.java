@@ -61,9 +61,9 @@ final class SoftEngine {
     }
 
     /**
-     * The local port of an active id on the direct path: that path uses no socket, so the port is a label in its
-     * own port space (as rdma_cm's ports are apart from the kernel's TCP ports), cycling over the ephemeral range
-     * 32768..60999 and never 0.
+     * The local port of an unbound active id on the direct path: that path uses no socket, so the port is a label in
+     * its own port space (as rdma_cm's ports are apart from the kernel's TCP ports), cycling over the ephemeral range
+     * 32768..60999 and never 0. A bound id uses its bound port instead.
      */
     int nextDirectPort() {
         return 32768 + Math.floorMod(nextDirectPort.getAndIncrement(), 60999 - 32768 + 1);
