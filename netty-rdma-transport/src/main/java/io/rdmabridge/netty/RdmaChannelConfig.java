@@ -22,13 +22,10 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     private final RdmaSocketChannel channel;
     private volatile boolean allowHalfClosure;
     private volatile boolean allocatorSet;
-    private volatile boolean tcpNoDelay = true;
-    private volatile boolean keepAlive;
-    private volatile boolean reuseAddress;
-    private volatile int soLinger = -1;
-    private volatile int sendBufferSize = 64 * 1024;
-    private volatile int receiveBufferSize = 64 * 1024;
-    private volatile int trafficClass;
+    private final SocketLevelOptions socketOptions = new SocketLevelOptions(Map.of(
+            ChannelOption.SO_RCVBUF, 64 * 1024, ChannelOption.SO_SNDBUF, 64 * 1024, ChannelOption.TCP_NODELAY, true,
+            ChannelOption.SO_KEEPALIVE, false, ChannelOption.SO_REUSEADDR, false, ChannelOption.SO_LINGER, -1,
+            ChannelOption.IP_TOS, 0));
 
     private volatile int receiveQueueDepth = ConnectionConfig.DEFAULT.receiveQueueDepth();
     private volatile int rdmaReceiveBufferSize = ConnectionConfig.DEFAULT.receiveBufferSize();
@@ -46,9 +43,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     @Override
     public Map<ChannelOption<?>, Object> getOptions() {
-        return getOptions(super.getOptions(), ChannelOption.SO_RCVBUF, ChannelOption.SO_SNDBUF,
-                ChannelOption.TCP_NODELAY, ChannelOption.SO_KEEPALIVE, ChannelOption.SO_REUSEADDR,
-                ChannelOption.SO_LINGER, ChannelOption.IP_TOS, ChannelOption.ALLOW_HALF_CLOSURE,
+        return getOptions(socketOptions.addTo(super.getOptions()), ChannelOption.ALLOW_HALF_CLOSURE,
                 RdmaChannelOption.RECEIVE_QUEUE_DEPTH, RdmaChannelOption.RECEIVE_BUFFER_SIZE,
                 RdmaChannelOption.SEND_QUEUE_DEPTH, RdmaChannelOption.INLINE_THRESHOLD,
                 RdmaChannelOption.RENDEZVOUS_THRESHOLD, RdmaChannelOption.MAX_MESSAGE_SIZE,
@@ -59,26 +54,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     @SuppressWarnings("unchecked")
     @Override
     public <T> T getOption(ChannelOption<T> option) {
-        if (option == ChannelOption.SO_RCVBUF) {
-            return (T) Integer.valueOf(getReceiveBufferSize());
-        }
-        if (option == ChannelOption.SO_SNDBUF) {
-            return (T) Integer.valueOf(getSendBufferSize());
-        }
-        if (option == ChannelOption.TCP_NODELAY) {
-            return (T) Boolean.valueOf(isTcpNoDelay());
-        }
-        if (option == ChannelOption.SO_KEEPALIVE) {
-            return (T) Boolean.valueOf(isKeepAlive());
-        }
-        if (option == ChannelOption.SO_REUSEADDR) {
-            return (T) Boolean.valueOf(isReuseAddress());
-        }
-        if (option == ChannelOption.SO_LINGER) {
-            return (T) Integer.valueOf(getSoLinger());
-        }
-        if (option == ChannelOption.IP_TOS) {
-            return (T) Integer.valueOf(getTrafficClass());
+        T socketOption = socketOptions.get(option);
+        if (socketOption != null) {
+            return socketOption;
         }
         if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             return (T) Boolean.valueOf(isAllowHalfClosure());
@@ -113,21 +91,10 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     @Override
     public <T> boolean setOption(ChannelOption<T> option, T value) {
         validate(option, value);
-        if (option == ChannelOption.SO_RCVBUF) {
-            setReceiveBufferSize((Integer) value);
-        } else if (option == ChannelOption.SO_SNDBUF) {
-            setSendBufferSize((Integer) value);
-        } else if (option == ChannelOption.TCP_NODELAY) {
-            setTcpNoDelay((Boolean) value);
-        } else if (option == ChannelOption.SO_KEEPALIVE) {
-            setKeepAlive((Boolean) value);
-        } else if (option == ChannelOption.SO_REUSEADDR) {
-            setReuseAddress((Boolean) value);
-        } else if (option == ChannelOption.SO_LINGER) {
-            setSoLinger((Integer) value);
-        } else if (option == ChannelOption.IP_TOS) {
-            setTrafficClass((Integer) value);
-        } else if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
+        if (socketOptions.set(option, value)) {
+            return true;
+        }
+        if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             setAllowHalfClosure((Boolean) value);
         } else if (option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH) {
             receiveQueueDepth = checkRange("RECEIVE_QUEUE_DEPTH", (Integer) value, 1, 0xFFFF);
@@ -206,42 +173,42 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     @Override
     public int getReceiveBufferSize() {
-        return receiveBufferSize;
+        return socketOptions.get(ChannelOption.SO_RCVBUF);
     }
 
     @Override
     public int getSendBufferSize() {
-        return sendBufferSize;
+        return socketOptions.get(ChannelOption.SO_SNDBUF);
     }
 
     @Override
     public int getSoLinger() {
-        return soLinger;
+        return socketOptions.get(ChannelOption.SO_LINGER);
     }
 
     @Override
     public int getTrafficClass() {
-        return trafficClass;
+        return socketOptions.get(ChannelOption.IP_TOS);
     }
 
     @Override
     public boolean isKeepAlive() {
-        return keepAlive;
+        return socketOptions.get(ChannelOption.SO_KEEPALIVE);
     }
 
     @Override
     public boolean isReuseAddress() {
-        return reuseAddress;
+        return socketOptions.get(ChannelOption.SO_REUSEADDR);
     }
 
     @Override
     public boolean isTcpNoDelay() {
-        return tcpNoDelay;
+        return socketOptions.get(ChannelOption.TCP_NODELAY);
     }
 
     @Override
     public RdmaChannelConfig setKeepAlive(boolean keepAlive) {
-        this.keepAlive = keepAlive;
+        socketOptions.set(ChannelOption.SO_KEEPALIVE, keepAlive);
         return this;
     }
 
@@ -252,37 +219,37 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     @Override
     public RdmaChannelConfig setReceiveBufferSize(int receiveBufferSize) {
-        this.receiveBufferSize = receiveBufferSize;
+        socketOptions.set(ChannelOption.SO_RCVBUF, receiveBufferSize);
         return this;
     }
 
     @Override
     public RdmaChannelConfig setReuseAddress(boolean reuseAddress) {
-        this.reuseAddress = reuseAddress;
+        socketOptions.set(ChannelOption.SO_REUSEADDR, reuseAddress);
         return this;
     }
 
     @Override
     public RdmaChannelConfig setSendBufferSize(int sendBufferSize) {
-        this.sendBufferSize = sendBufferSize;
+        socketOptions.set(ChannelOption.SO_SNDBUF, sendBufferSize);
         return this;
     }
 
     @Override
     public RdmaChannelConfig setSoLinger(int soLinger) {
-        this.soLinger = soLinger;
+        socketOptions.set(ChannelOption.SO_LINGER, soLinger);
         return this;
     }
 
     @Override
     public RdmaChannelConfig setTcpNoDelay(boolean tcpNoDelay) {
-        this.tcpNoDelay = tcpNoDelay;
+        socketOptions.set(ChannelOption.TCP_NODELAY, tcpNoDelay);
         return this;
     }
 
     @Override
     public RdmaChannelConfig setTrafficClass(int trafficClass) {
-        this.trafficClass = trafficClass;
+        socketOptions.set(ChannelOption.IP_TOS, trafficClass);
         return this;
     }
 

@@ -19,8 +19,8 @@ import java.util.Map;
  */
 final class RdmaServerChannelConfig extends DefaultChannelConfig implements ServerSocketChannelConfig {
     private volatile int backlog = NetUtil.SOMAXCONN;
-    private volatile boolean reuseAddress = true;
-    private volatile int receiveBufferSize = 64 * 1024;
+    private final SocketLevelOptions socketOptions = new SocketLevelOptions(Map.of(
+            ChannelOption.SO_RCVBUF, 64 * 1024, ChannelOption.SO_REUSEADDR, true));
 
     RdmaServerChannelConfig(RdmaServerSocketChannel channel) {
         super(channel);
@@ -28,18 +28,15 @@ final class RdmaServerChannelConfig extends DefaultChannelConfig implements Serv
 
     @Override
     public Map<ChannelOption<?>, Object> getOptions() {
-        return getOptions(super.getOptions(), ChannelOption.SO_RCVBUF, ChannelOption.SO_REUSEADDR,
-                ChannelOption.SO_BACKLOG);
+        return getOptions(socketOptions.addTo(super.getOptions()), ChannelOption.SO_BACKLOG);
     }
 
     @SuppressWarnings("unchecked")
     @Override
     public <T> T getOption(ChannelOption<T> option) {
-        if (option == ChannelOption.SO_RCVBUF) {
-            return (T) Integer.valueOf(receiveBufferSize);
-        }
-        if (option == ChannelOption.SO_REUSEADDR) {
-            return (T) Boolean.valueOf(reuseAddress);
+        T socketOption = socketOptions.get(option);
+        if (socketOption != null) {
+            return socketOption;
         }
         if (option == ChannelOption.SO_BACKLOG) {
             return (T) Integer.valueOf(backlog);
@@ -50,11 +47,10 @@ final class RdmaServerChannelConfig extends DefaultChannelConfig implements Serv
     @Override
     public <T> boolean setOption(ChannelOption<T> option, T value) {
         validate(option, value);
-        if (option == ChannelOption.SO_RCVBUF) {
-            setReceiveBufferSize((Integer) value);
-        } else if (option == ChannelOption.SO_REUSEADDR) {
-            setReuseAddress((Boolean) value);
-        } else if (option == ChannelOption.SO_BACKLOG) {
+        if (socketOptions.set(option, value)) {
+            return true;
+        }
+        if (option == ChannelOption.SO_BACKLOG) {
             setBacklog((Integer) value);
         } else {
             return super.setOption(option, value);
@@ -78,23 +74,23 @@ final class RdmaServerChannelConfig extends DefaultChannelConfig implements Serv
 
     @Override
     public boolean isReuseAddress() {
-        return reuseAddress;
+        return socketOptions.get(ChannelOption.SO_REUSEADDR);
     }
 
     @Override
     public RdmaServerChannelConfig setReuseAddress(boolean reuseAddress) {
-        this.reuseAddress = reuseAddress;
+        socketOptions.set(ChannelOption.SO_REUSEADDR, reuseAddress);
         return this;
     }
 
     @Override
     public int getReceiveBufferSize() {
-        return receiveBufferSize;
+        return socketOptions.get(ChannelOption.SO_RCVBUF);
     }
 
     @Override
     public RdmaServerChannelConfig setReceiveBufferSize(int receiveBufferSize) {
-        this.receiveBufferSize = receiveBufferSize;
+        socketOptions.set(ChannelOption.SO_RCVBUF, receiveBufferSize);
         return this;
     }
 

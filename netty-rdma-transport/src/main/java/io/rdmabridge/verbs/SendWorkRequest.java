@@ -9,7 +9,7 @@ package io.rdmabridge.verbs;
  * must be registered with {@link Access#LOCAL_WRITE}. RDMA READ and WRITE name the peer's memory with
  * {@link #remoteAddress()} and {@link #rkey()}.
  */
-public final class SendWorkRequest {
+public final class SendWorkRequest extends WorkRequest {
     /** Generate a completion on success ({@code IBV_SEND_SIGNALED}). Errors always complete. */
     public static final int SIGNALED = 1 << 1;
     /** Wait for earlier RDMA READs before this one starts ({@code IBV_SEND_FENCE}). */
@@ -22,11 +22,6 @@ public final class SendWorkRequest {
      */
     public static final int INLINE = 1 << 3;
 
-    private final long[] sgeAddress;
-    private final int[] sgeLength;
-    private final int[] sgeLkey;
-    private int numSge;
-    private long wrId;
     private int opcode = WrOpcode.SEND;
     private int flags;
     private int immData;
@@ -35,18 +30,12 @@ public final class SendWorkRequest {
 
     /** @param maxSge scatter/gather entries this request can hold */
     public SendWorkRequest(int maxSge) {
-        if (maxSge <= 0) {
-            throw new IllegalArgumentException("maxSge: " + maxSge + " (expected: > 0)");
-        }
-        sgeAddress = new long[maxSge];
-        sgeLength = new int[maxSge];
-        sgeLkey = new int[maxSge];
+        super(maxSge, "scatter/gather list");
     }
 
     /** Clears the scatter/gather list and every field, ready for the next use. */
     public SendWorkRequest reset() {
-        numSge = 0;
-        wrId = 0;
+        clear();
         opcode = WrOpcode.SEND;
         flags = 0;
         immData = 0;
@@ -88,27 +77,13 @@ public final class SendWorkRequest {
 
     /** Appends a scatter/gather entry. */
     public SendWorkRequest addSge(long address, int length, int lkey) {
-        if (numSge == sgeAddress.length) {
-            throw new IllegalStateException("scatter/gather list full: " + numSge + " entries (expected: at most "
-                    + sgeAddress.length + "; create the request with a larger maxSge)");
-        }
-        if (length < 0) {
-            throw new IllegalArgumentException("length: " + length + " (expected: >= 0)");
-        }
-        sgeAddress[numSge] = address;
-        sgeLength[numSge] = length;
-        sgeLkey[numSge] = lkey;
-        numSge++;
+        appendSge(address, length, lkey);
         return this;
     }
 
     /** Appends the whole of a memory region's {@code [address, address + length)} as a scatter/gather entry. */
     public SendWorkRequest addSge(MemoryRegion mr, long address, int length) {
         return addSge(address, length, mr.lkey());
-    }
-
-    public long wrId() {
-        return wrId;
     }
 
     public int opcode() {
@@ -139,39 +114,10 @@ public final class SendWorkRequest {
         return rkey;
     }
 
-    public int maxSge() {
-        return sgeAddress.length;
-    }
-
-    public int numSge() {
-        return numSge;
-    }
-
-    public long sgeAddress(int i) {
-        return sgeAddress[i];
-    }
-
-    public int sgeLength(int i) {
-        return sgeLength[i];
-    }
-
-    public int sgeLkey(int i) {
-        return sgeLkey[i];
-    }
-
-    /** Sum of the scatter/gather lengths, as a long so that overflow is detectable. */
-    public long totalLength() {
-        long total = 0;
-        for (int i = 0; i < numSge; i++) {
-            total += sgeLength[i];
-        }
-        return total;
-    }
-
     @Override
     public String toString() {
         return "SendWorkRequest{wrId=" + wrId + ", opcode=" + WrOpcode.name(opcode) + ", flags=" + flags
-                + ", numSge=" + numSge + ", length=" + totalLength() + ", remote=0x" + Long.toHexString(remoteAddress)
+                + ", numSge=" + numSge() + ", length=" + totalLength() + ", remote=0x" + Long.toHexString(remoteAddress)
                 + ", rkey=0x" + Integer.toHexString(rkey) + '}';
     }
 }

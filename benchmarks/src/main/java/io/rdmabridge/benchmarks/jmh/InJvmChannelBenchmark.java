@@ -2,74 +2,19 @@ package io.rdmabridge.benchmarks.jmh;
 
 import io.rdmabridge.benchmarks.Bench;
 import io.rdmabridge.benchmarks.Payload;
-import io.rdmabridge.benchmarks.PerfClient;
 import io.rdmabridge.benchmarks.Transport;
-import org.openjdk.jmh.annotations.Benchmark;
-import org.openjdk.jmh.annotations.BenchmarkMode;
-import org.openjdk.jmh.annotations.Fork;
-import org.openjdk.jmh.annotations.Level;
-import org.openjdk.jmh.annotations.Measurement;
-import org.openjdk.jmh.annotations.Mode;
-import org.openjdk.jmh.annotations.OutputTimeUnit;
 import org.openjdk.jmh.annotations.Param;
-import org.openjdk.jmh.annotations.Scope;
-import org.openjdk.jmh.annotations.Setup;
-import org.openjdk.jmh.annotations.State;
-import org.openjdk.jmh.annotations.TearDown;
-import org.openjdk.jmh.annotations.Warmup;
-import org.openjdk.jmh.infra.BenchmarkParams;
-
-import java.util.concurrent.TimeUnit;
 
 /**
  * Client and server in one JVM: the RDMA channel on the soft provider's in-JVM path against Netty's LocalChannel.
- * {@code throughput}: batches of {@code batchBytes} of {@code size}-byte messages from the channel's allocator, one
- * batch in flight behind the one being written (messages/s and bytes/s in the secondary results).
- * {@code latency}: one ping-pong of {@code size} bytes, timed from the benchmark thread (so it includes the hand-off
- * to and from the event loop, the same for every transport).
+ * The operations are {@link ChannelBenchmark}'s.
  */
-@State(Scope.Benchmark)
-@Fork(value = 1, jvmArgsAppend = {"-Xmx1g", "-XX:MaxDirectMemorySize=2g", "-Dio.netty.leakDetection.level=disabled",
-        "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED"})
-@Warmup(iterations = 2, time = 1)
-@Measurement(iterations = 3, time = 2)
-public class InJvmChannelBenchmark {
+public class InJvmChannelBenchmark extends ChannelBenchmark {
     @Param({"rdma", "local"})
     public String transport;
 
-    @Param({"64", "1024", "65536", "1048576", "4194304"})
-    public int size;
-
-    @Param("4194304")
-    public int batchBytes;
-
-    private Bench bench;
-    private PerfClient client;
-
-    @Setup(Level.Trial)
-    public void setUp(BenchmarkParams params) throws Exception {
-        boolean echo = params.getBenchmark().endsWith(".latency");
-        bench = Bench.inJvm(Transport.of(transport), echo, size, batchBytes, Payload.ALLOCATOR);
-        client = bench.client();
-    }
-
-    @TearDown(Level.Trial)
-    public void tearDown() throws Exception {
-        bench.close();
-    }
-
-    @Benchmark
-    @BenchmarkMode(Mode.Throughput)
-    @OutputTimeUnit(TimeUnit.SECONDS)
-    public void throughput(Traffic traffic) {
-        client.streamBatch();
-        traffic.add(client.messagesPerBatch(), size);
-    }
-
-    @Benchmark
-    @BenchmarkMode(Mode.SampleTime)
-    @OutputTimeUnit(TimeUnit.MICROSECONDS)
-    public void latency() {
-        client.roundTrip();
+    @Override
+    Bench open(boolean echo) throws Exception {
+        return Bench.inJvm(Transport.of(transport), echo, size, batchBytes, Payload.ALLOCATOR);
     }
 }

@@ -66,7 +66,6 @@ final class SoftQueuePair implements QueuePair {
     final ReentrantLock sqLock = new ReentrantLock();
     final int sqDepth;
     final int sqMask;
-    final int maxSendSge;
     final int maxInline;
     final long[] sWrId;
     final int[] sOpcode;
@@ -74,10 +73,7 @@ final class SoftQueuePair implements QueuePair {
     final int[] sImm;
     final long[] sRemote;
     final int[] sRkey;
-    final int[] sNumSge;
-    final long[] sSgeAddr;
-    final int[] sSgeLen;
-    final int[] sSgeLkey;
+    final ScatterGatherLists sSges;
     final int[] sLength;
     final int[] sStatus;
     final long[] sDue;
@@ -92,12 +88,8 @@ final class SoftQueuePair implements QueuePair {
     final ReentrantLock rqLock = new ReentrantLock();
     final int rqDepth;
     final int rqMask;
-    final int maxRecvSge;
     final long[] rWrId;
-    final int[] rNumSge;
-    final long[] rSgeAddr;
-    final int[] rSgeLen;
-    final int[] rSgeLkey;
+    final ScatterGatherLists rSges;
     final long[] rLength;
     volatile long rqHead;
     volatile long rqTail;
@@ -118,7 +110,6 @@ final class SoftQueuePair implements QueuePair {
         sqDepth = caps.maxSendWr();
         int sqSize = ringSize(sqDepth);
         sqMask = sqSize - 1;
-        maxSendSge = caps.maxSendSge();
         maxInline = caps.maxInlineData();
         sWrId = new long[sqSize];
         sOpcode = new int[sqSize];
@@ -126,10 +117,7 @@ final class SoftQueuePair implements QueuePair {
         sImm = new int[sqSize];
         sRemote = new long[sqSize];
         sRkey = new int[sqSize];
-        sNumSge = new int[sqSize];
-        sSgeAddr = new long[sqSize * maxSendSge];
-        sSgeLen = new int[sqSize * maxSendSge];
-        sSgeLkey = new int[sqSize * maxSendSge];
+        sSges = new ScatterGatherLists(sqSize, caps.maxSendSge());
         sLength = new int[sqSize];
         sStatus = new int[sqSize];
         sDue = new long[sqSize];
@@ -139,12 +127,8 @@ final class SoftQueuePair implements QueuePair {
         rqDepth = caps.maxRecvWr();
         int rqSize = ringSize(rqDepth);
         rqMask = rqSize - 1;
-        maxRecvSge = caps.maxRecvSge();
         rWrId = new long[rqSize];
-        rNumSge = new int[rqSize];
-        rSgeAddr = new long[rqSize * maxRecvSge];
-        rSgeLen = new int[rqSize * maxRecvSge];
-        rSgeLkey = new int[rqSize * maxRecvSge];
+        rSges = new ScatterGatherLists(rqSize, caps.maxRecvSge());
         rLength = new long[rqSize];
         pd.queuePairs.incrementAndGet();
         sendCq.users.incrementAndGet();
@@ -215,8 +199,8 @@ final class SoftQueuePair implements QueuePair {
             throw new RdmaException("queue pair " + qpn + " is destroyed");
         }
         int n = wr.numSge();
-        if (n > maxSendSge) {
-            throw new RdmaException("numSge: " + n + " (expected: <= maxSendSge " + maxSendSge + ")");
+        if (n > sSges.maxSge) {
+            throw new RdmaException("numSge: " + n + " (expected: <= maxSendSge " + sSges.maxSge + ")");
         }
         int op = wr.opcode();
         long total = wr.totalLength();
@@ -254,9 +238,8 @@ final class SoftQueuePair implements QueuePair {
             sRnrCount[i] = 0;
             long delay = engine.faults.sendDelayNanos();
             sDue[i] = delay == 0 ? 0 : (System.nanoTime() + delay) | 1;
-            int base = i * maxSendSge;
             if (inline) {
-                sNumSge[i] = 0;
+                sSges.setNumSge(i, 0);
                 int at = i * maxInline;
                 for (int j = 0; j < n; j++) {
                     int len = wr.sgeLength(j);
@@ -265,11 +248,9 @@ final class SoftQueuePair implements QueuePair {
                 }
                 sStatus[i] = WcStatus.SUCCESS;
             } else {
-                sNumSge[i] = n;
+                sSges.setNumSge(i, n);
                 for (int j = 0; j < n; j++) {
-                    sSgeAddr[base + j] = wr.sgeAddress(j);
-                    sSgeLen[base + j] = wr.sgeLength(j);
-                    sSgeLkey[base + j] = wr.sgeLkey(j);
+                    sSges.set(i, j, wr.sgeAddress(j), wr.sgeLength(j), wr.sgeLkey(j));
                 }
                 sStatus[i] = checkLocal(i);
             }
@@ -291,8 +272,8 @@ final class SoftQueuePair implements QueuePair {
             throw new RdmaException("queue pair " + qpn + " is destroyed");
         }
         int n = wr.numSge();
-        if (n > maxRecvSge) {
-            throw new RdmaException("numSge: " + n + " (expected: <= maxRecvSge " + maxRecvSge + ")");
+        if (n > rSges.maxSge) {
+            throw new RdmaException("numSge: " + n + " (expected: <= maxRecvSge " + rSges.maxSge + ")");
         }
         long tail = rqTail;
         if (tail - rqHead >= rqDepth) {
@@ -301,12 +282,9 @@ final class SoftQueuePair implements QueuePair {
         }
         int i = rIndex(tail);
         rWrId[i] = wr.wrId();
-        rNumSge[i] = n;
-        int base = i * maxRecvSge;
+        rSges.setNumSge(i, n);
         for (int j = 0; j < n; j++) {
-            rSgeAddr[base + j] = wr.sgeAddress(j);
-            rSgeLen[base + j] = wr.sgeLength(j);
-            rSgeLkey[base + j] = wr.sgeLkey(j);
+            rSges.set(i, j, wr.sgeAddress(j), wr.sgeLength(j), wr.sgeLkey(j));
         }
         rLength[i] = wr.totalLength();
         rqTail = tail + 1;
@@ -331,35 +309,12 @@ final class SoftQueuePair implements QueuePair {
 
     /** {@link WcStatus#LOC_PROT_ERR} when a gather/scatter entry of send slot {@code i} is not ours to use. */
     int checkLocal(int i) {
-        int need = sOpcode[i] == WrOpcode.RDMA_READ ? Access.LOCAL_WRITE : 0;
-        int base = i * maxSendSge;
-        for (int j = 0, n = sNumSge[i]; j < n; j++) {
-            int len = sSgeLen[base + j];
-            if (len == 0) {
-                continue;
-            }
-            SoftMemoryRegion mr = engine.localKeys.get(sSgeLkey[base + j]);
-            if (mr == null || !mr.permits(pd, sSgeAddr[base + j], len, need)) {
-                return WcStatus.LOC_PROT_ERR;
-            }
-        }
-        return WcStatus.SUCCESS;
+        return sSges.check(i, engine.localKeys, pd, sOpcode[i] == WrOpcode.RDMA_READ ? Access.LOCAL_WRITE : 0);
     }
 
     /** {@link WcStatus#LOC_PROT_ERR} when a scatter entry of receive slot {@code r} is not writable by us. */
     int checkRecv(int r) {
-        int base = r * maxRecvSge;
-        for (int j = 0, n = rNumSge[r]; j < n; j++) {
-            int len = rSgeLen[base + j];
-            if (len == 0) {
-                continue;
-            }
-            SoftMemoryRegion mr = engine.localKeys.get(rSgeLkey[base + j]);
-            if (mr == null || !mr.permits(pd, rSgeAddr[base + j], len, Access.LOCAL_WRITE)) {
-                return WcStatus.LOC_PROT_ERR;
-            }
-        }
-        return WcStatus.SUCCESS;
+        return rSges.check(r, engine.localKeys, pd, Access.LOCAL_WRITE);
     }
 
     /** Copies {@code len} bytes of send slot {@code i}'s payload, from {@code offset}, to native {@code dst}. */
@@ -371,53 +326,17 @@ final class SoftQueuePair implements QueuePair {
             DirectMemory.copyFromArray(sInline, i * maxInline + (int) offset, dst, len);
             return;
         }
-        int base = i * maxSendSge;
-        for (int j = 0; len > 0; j++) {
-            int l = sSgeLen[base + j];
-            if (offset >= l) {
-                offset -= l;
-                continue;
-            }
-            int c = (int) Math.min(l - offset, len);
-            DirectMemory.copy(sSgeAddr[base + j] + offset, dst, c);
-            dst += c;
-            len -= c;
-            offset = 0;
-        }
+        sSges.gather(i, offset, dst, len);
     }
 
     /** Copies {@code len} bytes from native {@code src} into send slot {@code i}'s scatter list (RDMA READ). */
     void scatterRead(int i, long offset, long src, int len) {
-        int base = i * maxSendSge;
-        for (int j = 0; len > 0; j++) {
-            int l = sSgeLen[base + j];
-            if (offset >= l) {
-                offset -= l;
-                continue;
-            }
-            int c = (int) Math.min(l - offset, len);
-            DirectMemory.copy(src, sSgeAddr[base + j] + offset, c);
-            src += c;
-            len -= c;
-            offset = 0;
-        }
+        sSges.scatter(i, offset, src, len);
     }
 
     /** Copies {@code len} bytes from native {@code src} into receive slot {@code r} at {@code offset}. */
     void scatterRecv(int r, long offset, long src, int len) {
-        int base = r * maxRecvSge;
-        for (int j = 0; len > 0; j++) {
-            int l = rSgeLen[base + j];
-            if (offset >= l) {
-                offset -= l;
-                continue;
-            }
-            int c = (int) Math.min(l - offset, len);
-            DirectMemory.copy(src, rSgeAddr[base + j] + offset, c);
-            src += c;
-            len -= c;
-            offset = 0;
-        }
+        rSges.scatter(r, offset, src, len);
     }
 
     /** The region behind {@code rkey} when it grants {@code access} to {@code [addr, addr + len)}, else null. */
@@ -617,11 +536,10 @@ final class SoftQueuePair implements QueuePair {
                         failRecvLocked(h, WcStatus.LOC_LEN_ERR);
                         return WcStatus.REM_INV_REQ_ERR;
                     }
-                    int base = r * maxRecvSge;
                     long offset = 0;
-                    for (int j = 0, n = rNumSge[r]; offset < len && j < n; j++) {
-                        int c = (int) Math.min(rSgeLen[base + j], len - offset);
-                        req.gather(i, offset, rSgeAddr[base + j], c);
+                    for (int j = 0, n = rSges.numSge(r); offset < len && j < n; j++) {
+                        int c = (int) Math.min(rSges.length(r, j), len - offset);
+                        req.gather(i, offset, rSges.address(r, j), c);
                         offset += c;
                     }
                     boolean imm = op == WrOpcode.SEND_WITH_IMM;
