@@ -16,7 +16,8 @@ import java.util.Map;
  * Configuration of an {@link RdmaSocketChannel}: Netty's socket options plus {@link RdmaChannelOption}s. TCP-level
  * options ({@code TCP_NODELAY}, {@code SO_SNDBUF}, ...) are accepted and reported back but have no effect on an
  * RDMA connection. The default allocator is the event loop group's {@link RdmaByteBufAllocator} once the channel is
- * registered. Not thread-safe beyond what {@link DefaultChannelConfig} offers; set options before connecting.
+ * registered; the default {@link RecvByteBufAllocator} is {@link RdmaRecvByteBufAllocator} (whole messages per
+ * read). Not thread-safe beyond what {@link DefaultChannelConfig} offers; set options before connecting.
  */
 public final class RdmaChannelConfig extends DefaultChannelConfig implements SocketChannelConfig {
     private final RdmaSocketChannel channel;
@@ -37,7 +38,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     private volatile long busyPollBudgetNanos;
 
     RdmaChannelConfig(RdmaSocketChannel channel) {
-        super(channel);
+        super(channel, new RdmaRecvByteBufAllocator());
         this.channel = channel;
     }
 
@@ -143,6 +144,10 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     int inlineThreshold() {
         return inlineThreshold;
+    }
+
+    int maxMessageSize() {
+        return maxMessageSize;
     }
 
     int rendezvousThreshold() {

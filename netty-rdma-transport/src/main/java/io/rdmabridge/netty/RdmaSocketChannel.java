@@ -77,7 +77,11 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * <h2>Reads</h2>
  * Eager frames are handed up as the receive buffers they landed in; releasing them reposts the receive and returns a
  * credit. With {@code autoRead=false} and no read pending, nothing is reposted, so the peer runs out of credits and
- * stops: back-pressure reaches the sender's {@code isWritable()}.
+ * stops: back-pressure reaches the sender's {@code isWritable()}. One read hands up at most the
+ * {@link RecvByteBufAllocator.Handle#guess() guess()} of the channel's {@link RecvByteBufAllocator} in bytes, as a
+ * stream socket does; the default {@link RdmaRecvByteBufAllocator} guesses {@link RdmaChannelOption#MAX_MESSAGE_SIZE},
+ * so each message goes up whole. A smaller guess (Netty's {@code AdaptiveRecvByteBufAllocator}, say) makes the
+ * reads hand up slices of the received buffer, still without a copy; it is reposted once every slice is released.
  *
  * <h2>Closing</h2>
  * A graceful close sends end of stream after everything posted (as TCP's FIN) and destroys the queue pair once that
@@ -134,6 +138,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private boolean readScheduled;
     private RdmaReceivedByteBuf[] slotBuffers;
     private ByteBuf rendezvousTarget;
+    // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
+    private ByteBuf partial;
     private boolean peerGone;
     private volatile boolean inputShutdown;
     private volatile boolean outputShutdown;
@@ -609,7 +615,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             if (state == STATE_CLOSED) {
                 return 1;
             }
-            if (!c.hasInbound() || inputShutdown) {
+            if (!hasInbound(c) || inputShutdown) {
                 closeAfterPeerGone();
             } else if (readPending) {
                 readNow();
@@ -647,7 +653,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
      * with no read pending ({@code autoRead=false}).
      */
     private void endOfStreamIfNext(RdmaConnection c) {
-        if (state == STATE_ACTIVE && !inputEndSeen && c.endOfStreamNext()) {
+        if (state == STATE_ACTIVE && !inputEndSeen && partial == null && c.endOfStreamNext()) {
             c.pollInbound();
             inputEnded();
         }
@@ -712,7 +718,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         }
         readPending = true;
         RdmaConnection c = connection;
-        if (c != null && (c.hasInbound() || peerGone) && !readScheduled) {
+        if (c != null && (hasInbound(c) || peerGone) && !readScheduled) {
             readScheduled = true;
             eventLoop().execute(readTask);
         }
@@ -732,72 +738,49 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         readScheduled = false;
         if (readPending && state == STATE_ACTIVE) {
             readNow();
-            if (peerGone && connection != null && !connection.hasInbound()) {
+            if (peerGone && connection != null && !hasInbound(connection)) {
                 closeAfterPeerGone();
             }
         }
     }
 
+    /** Whether a message, or the rest of one, waits to be handed up. */
+    private boolean hasInbound(RdmaConnection c) {
+        return partial != null || c.hasInbound();
+    }
+
     private void readNow() {
         RdmaConnection c = connection;
+        if (inputShutdown) {
+            dropInbound(c);
+            return;
+        }
         RecvByteBufAllocator.Handle allocHandle = unsafe().recvBufAllocHandle();
         allocHandle.reset(config);
         boolean delivered = false;
         boolean endOfStream = false;
         do {
-            int kind = c.pollInbound();
-            if (kind == RdmaConnection.NONE) {
-                break;
-            }
-            if (kind == RdmaConnection.END_OF_STREAM) {
-                endOfStream = true;
-                break;
-            }
-            if (kind == RdmaConnection.RENDEZVOUS) {
-                if (inputShutdown) {
-                    c.discardRendezvous();
-                    continue;
-                }
-                if (!startRendezvousRead(c)) {
+            ByteBuf buf = partial;
+            partial = null;
+            if (buf == null) {
+                int kind = c.pollInbound();
+                if (kind == RdmaConnection.NONE) {
                     break;
                 }
-                continue;
-            }
-            ByteBuf buf;
-            int length = c.inboundLength();
-            if (kind == RdmaConnection.DATA) {
-                int slot = c.inboundSlot();
-                if (inputShutdown) {
-                    c.releaseReceive(slot);
+                if (kind == RdmaConnection.END_OF_STREAM) {
+                    endOfStream = true;
+                    break;
+                }
+                if (kind == RdmaConnection.RENDEZVOUS) {
+                    if (!startRendezvousRead(c)) {
+                        break;
+                    }
                     continue;
                 }
-                buf = slotBuffers[slot].reuse(length);
-                if (recv.held() > pressureThreshold()) {
-                    // The application holds most receive buffers: copy, so the peer keeps its credits.
-                    ByteBuf copy = config.getAllocator().buffer(length);
-                    copy.writeBytes(buf);
-                    buf.release();
-                    buf = copy;
-                    metrics.addReceivedCopied(length);
-                    handler.metrics().addReceivedCopied(length);
-                }
-            } else {
-                buf = rendezvousTarget;
-                rendezvousTarget = null;
-                buf.writerIndex(length);
-                if (inputShutdown) {
-                    buf.release();
-                    continue;
-                }
+                buf = received(c, kind);
             }
-            metrics.addReceived(length);
-            handler.metrics().addReceived(length);
-            allocHandle.attemptedBytesRead(length);
-            allocHandle.lastBytesRead(length);
-            allocHandle.incMessagesRead(1);
-            readPending = false;
             delivered = true;
-            pipeline().fireChannelRead(buf);
+            fireRead(buf, allocHandle);
             if (state != STATE_ACTIVE) {
                 break;
             }
@@ -809,6 +792,73 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         if (endOfStream) {
             inputEnded();
         }
+    }
+
+    /** The message {@code pollInbound()} just returned as {@code kind}, as a buffer to hand up. */
+    private ByteBuf received(RdmaConnection c, int kind) {
+        int length = c.inboundLength();
+        ByteBuf buf;
+        if (kind == RdmaConnection.DATA) {
+            buf = slotBuffers[c.inboundSlot()].reuse(length);
+            if (recv.held() > pressureThreshold()) {
+                // The application holds most receive buffers: copy, so the peer keeps its credits.
+                ByteBuf copy = config.getAllocator().buffer(length);
+                copy.writeBytes(buf);
+                buf.release();
+                buf = copy;
+                metrics.addReceivedCopied(length);
+                handler.metrics().addReceivedCopied(length);
+            }
+        } else {
+            buf = rendezvousTarget;
+            rendezvousTarget = null;
+            buf.writerIndex(length);
+        }
+        metrics.addReceived(length);
+        handler.metrics().addReceived(length);
+        return buf;
+    }
+
+    /** Input shut down: drops everything that has arrived, so the peer gets its credits back, up to end of stream. */
+    private void dropInbound(RdmaConnection c) {
+        if (partial != null) {
+            partial.release();
+            partial = null;
+        }
+        for (;;) {
+            int kind = c.pollInbound();
+            if (kind == RdmaConnection.NONE) {
+                return;
+            }
+            if (kind == RdmaConnection.END_OF_STREAM) {
+                inputEnded();
+                return;
+            }
+            if (kind == RdmaConnection.RENDEZVOUS) {
+                c.discardRendezvous();
+            } else if (kind == RdmaConnection.DATA) {
+                c.releaseReceive(c.inboundSlot());
+            } else {
+                rendezvousTarget.release();
+                rendezvousTarget = null;
+            }
+        }
+    }
+
+    /** Hands up {@code buf}, or its first {@code guess()} bytes as a slice when it holds more (the rest waits). */
+    private void fireRead(ByteBuf buf, RecvByteBufAllocator.Handle allocHandle) {
+        int guess = Math.max(1, allocHandle.guess());
+        ByteBuf piece = buf;
+        if (buf.readableBytes() > guess) {
+            piece = buf.readRetainedSlice(guess);
+            partial = buf;
+        }
+        int bytes = piece.readableBytes();
+        allocHandle.attemptedBytesRead(bytes);
+        allocHandle.lastBytesRead(bytes);
+        allocHandle.incMessagesRead(1);
+        readPending = false;
+        pipeline().fireChannelRead(piece);
     }
 
     private int pressureThreshold() {
@@ -1483,6 +1533,10 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         if (rendezvousTarget != null) {
             rendezvousTarget.release();
             rendezvousTarget = null;
+        }
+        if (partial != null) {
+            partial.release();
+            partial = null;
         }
         releaseOperations();
         if (cq != null) {

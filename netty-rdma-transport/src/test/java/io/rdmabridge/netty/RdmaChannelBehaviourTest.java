@@ -12,6 +12,7 @@ import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoopGroup;
+import io.netty.channel.FixedRecvByteBufAllocator;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.local.LocalAddress;
@@ -142,6 +143,102 @@ class RdmaChannelBehaviourTest {
         assertEquals(4096, m.eagerBytes(), m.toString());
         assertEquals(256 * 1024, m.rendezvousBytes(), m.toString());
         assertTrue(client.eventLoopMetrics().rendezvousBytes() >= 256 * 1024);
+    }
+
+    /** Records the size of every read and the bytes in order; releases each buffer. */
+    private static final class ReadRecorder extends ChannelInboundHandlerAdapter {
+        final LinkedBlockingQueue<Integer> readSizes = new LinkedBlockingQueue<>();
+        final ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        final AtomicReference<Channel> channel = new AtomicReference<>();
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            channel.set(ctx.channel());
+            ctx.fireChannelActive();
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ByteBuf buf = (ByteBuf) msg;
+            byte[] piece = new byte[buf.readableBytes()];
+            buf.readBytes(piece);
+            buf.release();
+            synchronized (bytes) {
+                bytes.write(piece, 0, piece.length);
+            }
+            readSizes.add(piece.length);
+        }
+
+        byte[] received() {
+            synchronized (bytes) {
+                return bytes.toByteArray();
+            }
+        }
+    }
+
+    private static byte[] randomBytes(int length, long seed) {
+        byte[] b = new byte[length];
+        new Random(seed).nextBytes(b);
+        return b;
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldHandUpEachMessageWholeWithTheDefaultRecvByteBufAllocator() throws Exception {
+        ReadRecorder recorder = new ReadRecorder();
+        Channel server = server(recorder, true);
+        RdmaSocketChannel client = client(server, new Sink());
+        assertTrue(client.config().getRecvByteBufAllocator() instanceof RdmaRecvByteBufAllocator);
+
+        byte[] eager = randomBytes(4096, 1);
+        byte[] large = randomBytes(256 * 1024, 2);
+        client.write(client.alloc().directBuffer(eager.length).writeBytes(eager));
+        client.writeAndFlush(client.alloc().directBuffer(large.length).writeBytes(large)).sync();
+
+        assertEquals(eager.length, recorder.readSizes.poll(10, TimeUnit.SECONDS));
+        assertEquals(large.length, recorder.readSizes.poll(10, TimeUnit.SECONDS));
+        byte[] expected = new byte[eager.length + large.length];
+        System.arraycopy(eager, 0, expected, 0, eager.length);
+        System.arraycopy(large, 0, expected, eager.length, large.length);
+        assertArrayEquals(expected, recorder.received());
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldHandUpAtMostTheGuessPerReadAsSlicesWithoutCopy() throws Exception {
+        ReadRecorder recorder = new ReadRecorder();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childOption(ChannelOption.RCVBUF_ALLOCATOR, new FixedRecvByteBufAllocator(1000))
+                .childHandler(recorder).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        channels.add(server);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        byte[] eager = randomBytes(4096, 3);
+        byte[] large = randomBytes(256 * 1024, 4);
+        client.write(client.alloc().directBuffer(eager.length).writeBytes(eager));
+        client.writeAndFlush(client.alloc().directBuffer(large.length).writeBytes(large)).sync();
+
+        int total = eager.length + large.length;
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (recorder.received().length < total && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        byte[] expected = new byte[total];
+        System.arraycopy(eager, 0, expected, 0, eager.length);
+        System.arraycopy(large, 0, expected, eager.length, large.length);
+        assertArrayEquals(expected, recorder.received());
+        int reads = 0;
+        for (int size : recorder.readSizes) {
+            assertTrue(size <= 1000, "a read handed up " + size + " bytes (guess: 1000)");
+            reads++;
+        }
+        // ceil(4096 / 1000) + ceil(262144 / 1000): a message is cut at the guess, never merged with the next.
+        assertEquals(5 + 263, reads);
+        RdmaSocketChannel child = (RdmaSocketChannel) recorder.channel.get();
+        assertEquals(total, child.metrics().receivedBytes());
+        assertEquals(0, child.metrics().receivedCopiedBytes(), "slices of the received buffers, not copies");
+        // Every slice released: the receive buffers are all posted again.
+        assertEquals(0, (int) child.eventLoop().submit(child::heldReceiveBuffers).get());
     }
 
     @Test

@@ -39,11 +39,6 @@ import java.util.List;
  * <table>
  *   <caption>Disabled testsuite methods</caption>
  *   <tr><th>test</th><th>why</th></tr>
- *   <tr><td>{@code SocketAutoReadTest.testAutoReadOffDuringReadOnlyReadsOneTime},
- *       {@code SocketReadPendingTest.testReadPendingIsResetAfterEachRead}</td><td>by design: they count reads of a
- *       1-2 byte {@code RecvByteBufAllocator} and expect each read to carry at most {@code guess()} bytes; a read
- *       here hands up one received message where the device put it (an eager receive buffer or a rendezvous
- *       target), which is what keeps receiving free of copies.</td></tr>
  *   <tr><td>{@code SocketDataReadInitialStateTest.testAutoReadOffNoDataReadUntilReadCalled}</td><td>by design: an
  *       accepted connection is answered (accepted, its queue pair created on the child's loop) once the server
  *       channel reads the connect request, so with the server's {@code autoRead} off the client's
