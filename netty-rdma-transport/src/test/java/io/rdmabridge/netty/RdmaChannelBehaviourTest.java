@@ -493,6 +493,28 @@ class RdmaChannelBehaviourTest {
 
     @Test
     @Timeout(30)
+    void shouldAcceptAConnectionWhenTheServerChannelReadsIt() throws Exception {
+        // rdma_cm has no kernel backlog that completes handshakes: the connect request waits for the server's read.
+        Sink sink = new Sink();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .option(ChannelOption.AUTO_READ, false)
+                .childHandler(sink).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        channels.add(server);
+        ChannelFuture connect = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .handler(new Sink()).connect(server.localAddress());
+        channels.add(0, connect.channel());
+
+        assertFalse(connect.await(300, TimeUnit.MILLISECONDS), "connected before the server channel read");
+        assertNull(sink.channel.get());
+        server.read();
+        assertTrue(connect.await(10, TimeUnit.SECONDS));
+        assertTrue(connect.isSuccess(), String.valueOf(connect.cause()));
+        connect.channel().writeAndFlush(Unpooled.wrappedBuffer(new byte[100])).sync();
+        awaitBytes(sink.bytes, 100);
+    }
+
+    @Test
+    @Timeout(30)
     void shouldRefuseConnectionsToAClosedPort() throws Exception {
         Channel server = server(new Sink(), true);
         InetSocketAddress address = (InetSocketAddress) server.localAddress();
