@@ -536,7 +536,7 @@ public final class RdmaConnection {
                 currentSlot = inSlot[i];
                 currentAddress = recv.address(currentSlot) + FrameHeader.HEADER_LENGTH;
                 currentLength = inLength[i];
-                recv.handedUp();
+                recv.handedUp(currentSlot);
                 return DATA;
             case FrameHeader.RENDEZVOUS:
                 currentLength = inLength[i];
@@ -626,7 +626,7 @@ public final class RdmaConnection {
 
     /** The application is done with a {@link #DATA} slot: repost it and owe the peer a credit. */
     public void releaseReceive(int slot) {
-        if (recv.givenBack()) {
+        if (recv.givenBack(slot)) {
             recv.releaseIfUnused();
             return;
         }
@@ -678,7 +678,7 @@ public final class RdmaConnection {
     }
 
     private void received(int slot, int status, int byteLength, int vendorError) {
-        recv.completed();
+        recv.completed(slot);
         if (status != WcStatus.SUCCESS) {
             lost = true;
             events |= EVENT_FAILED;

@@ -21,6 +21,13 @@ public final class ReceiveBuffers {
     /** {@code wr_id} tag of receives: this bit set, the slot index in the low bits. */
     static final long RECV_TAG = 1L << 62;
 
+    // Life of a slot: FREE -> POSTED -> LANDED (completed) -> HELD (handed up) -> FREE (given back) -> POSTED ...
+    private static final byte FREE = 0;
+    private static final byte POSTED = 1;
+    private static final byte LANDED = 2;
+    private static final byte HELD = 3;
+    private static final String[] STATE_NAMES = {"free", "posted", "landed", "held by the application"};
+
     private final RegisteredMemory memory;
     private final ByteBuffer slab;
     private final ByteBuffer view;
@@ -29,6 +36,8 @@ public final class ReceiveBuffers {
     private final int count;
     private final long baseAddress;
     private final RecvWorkRequest wr = new RecvWorkRequest(1);
+    // Checked on every transition: a slot posted while the application still reads it would be overwritten.
+    private final byte[] state;
     private int posted;
     private int held;
     private boolean closed;
@@ -54,6 +63,7 @@ public final class ReceiveBuffers {
         this.memory = memory;
         this.slotSize = slotSize;
         this.count = count;
+        state = new byte[count];
         slab = DirectBuffers.allocate((int) bytes);
         try {
             mr = memory.register(slab);
@@ -111,24 +121,44 @@ public final class ReceiveBuffers {
     }
 
     void post(QueuePair qp, int slot) throws RdmaException {
+        if (state[slot] == POSTED || state[slot] == HELD) {
+            throw new RdmaException("receive slot " + slot + " reposted while " + STATE_NAMES[state[slot]]
+                    + " (expected: free or landed); its bytes would be overwritten, so the connection closes");
+        }
+        state[slot] = POSTED;
         wr.reset().wrId(RECV_TAG | slot).addSge(address(slot), slotSize, mr.lkey());
         qp.postRecv(wr);
         posted++;
     }
 
     /** A posted receive completed (with data or flushed). */
-    void completed() {
+    void completed(int slot) {
         posted--;
+        if (slot >= 0 && slot < count) {
+            state[slot] = LANDED;
+        }
     }
 
-    void handedUp() {
+    void handedUp(int slot) {
+        checkState(slot, LANDED, "handed up");
+        state[slot] = HELD;
         held++;
     }
 
     /** @return whether the slab should now be released (connection closed and nothing held) */
-    boolean givenBack() {
+    boolean givenBack(int slot) {
+        checkState(slot, HELD, "given back");
+        state[slot] = FREE;
         held--;
         return closed && held == 0;
+    }
+
+    private void checkState(int slot, byte expected, String transition) {
+        if (state[slot] != expected) {
+            throw new IllegalStateException("receive slot " + slot + " " + transition + " while "
+                    + STATE_NAMES[state[slot]] + " (expected: " + STATE_NAMES[expected] + "; a received buffer was"
+                    + " released twice or reused while still referenced)");
+        }
     }
 
     /**
