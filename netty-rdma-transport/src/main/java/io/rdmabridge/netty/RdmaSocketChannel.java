@@ -1001,16 +1001,46 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             opRelease[i] = null;
             release(release);
         }
-        postedBytes -= bytes;
         ChannelOutboundBuffer in = unsafe().outboundBuffer();
-        if (in != null) {
-            if (opFile[i]) {
-                removeEmptyHead(in);
-                fileProgress(in, bytes);
-            } else {
-                in.removeBytes(bytes);
-            }
+        if (in == null) {
+            postedBytes -= bytes;
+            return;
+        }
+        if (opFile[i]) {
             removeEmptyHead(in);
+            fileProgress(in, bytes);
+        } else {
+            removeSent(in, bytes);
+        }
+        removeEmptyHead(in);
+    }
+
+    /**
+     * Removes {@code bytes} sent bytes from the head of {@code in}, as {@link ChannelOutboundBuffer#removeBytes}
+     * does, but keeps {@link #postedBytes} in step before each message's promise completes: a listener may write and
+     * flush at once, and the {@link #doWrite} it runs skips exactly the bytes still posted.
+     */
+    private void removeSent(ChannelOutboundBuffer in, long bytes) {
+        while (bytes > 0) {
+            Object msg = in.current();
+            if (!(msg instanceof ByteBuf)) {
+                // Posted bytes are always flushed buffer bytes; only a close (which failed them) gets here.
+                postedBytes -= bytes;
+                return;
+            }
+            ByteBuf buf = (ByteBuf) msg;
+            int readable = buf.readableBytes();
+            if (readable <= bytes) {
+                bytes -= readable;
+                postedBytes -= readable;
+                in.progress(readable);
+                in.remove();
+            } else {
+                buf.readerIndex(buf.readerIndex() + (int) bytes);
+                postedBytes -= bytes;
+                in.progress(bytes);
+                return;
+            }
         }
     }
 
@@ -1031,6 +1061,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private long fileSent;
 
     private void fileProgress(ChannelOutboundBuffer in, long bytes) {
+        postedBytes -= bytes;
         Object msg = in.current();
         if (msg instanceof FileRegion) {
             FileRegion region = (FileRegion) msg;

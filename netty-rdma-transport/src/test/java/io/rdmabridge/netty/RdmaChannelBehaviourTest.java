@@ -184,6 +184,42 @@ class RdmaChannelBehaviourTest {
 
     @Test
     @Timeout(60)
+    void shouldSendEveryByteOnceWhenAWriteListenerFlushesWhileASendCompletes() throws Exception {
+        // Three writes gathered into one SEND; the first one's listener writes and flushes again while the
+        // completion is still removing the other two from the outbound buffer. Regression: they were sent twice.
+        ReadRecorder recorder = new ReadRecorder();
+        Channel server = server(recorder, true);
+        RdmaSocketChannel client = client(server, new Sink());
+        byte[] a = randomBytes(100, 11);
+        byte[] b = randomBytes(100, 12);
+        byte[] c = randomBytes(100, 13);
+        byte[] d = randomBytes(100, 14);
+        byte[] e = randomBytes(100, 15);
+        client.eventLoop().submit(() -> {
+            client.write(Unpooled.wrappedBuffer(a)).addListener(f -> client.writeAndFlush(Unpooled.wrappedBuffer(d)));
+            client.write(Unpooled.wrappedBuffer(b));
+            client.write(Unpooled.wrappedBuffer(c));
+            client.flush();
+        }).sync();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (recorder.received().length < 400 && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        client.writeAndFlush(Unpooled.wrappedBuffer(e)).sync();
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (recorder.received().length < 500 && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        Thread.sleep(50);
+        ByteArrayOutputStream expected = new ByteArrayOutputStream();
+        for (byte[] part : new byte[][] {a, b, c, d, e}) {
+            expected.write(part, 0, part.length);
+        }
+        assertArrayEquals(expected.toByteArray(), recorder.received());
+    }
+
+    @Test
+    @Timeout(60)
     void shouldHandUpEachMessageWholeWithTheDefaultRecvByteBufAllocator() throws Exception {
         ReadRecorder recorder = new ReadRecorder();
         Channel server = server(recorder, true);
