@@ -272,6 +272,41 @@ class RdmaShutdownOutputBySelfTest {
 
     @Test
     @Timeout(30)
+    void shouldFailWritesIssuedAfterShutdownOutputWhileItWaitsForAWriteInFlight() throws Exception {
+        Peer peer = new Peer();
+        Channel server = server(peer);
+        Self self = new Self();
+        RdmaSocketChannel ch = connect(clientBootstrap(self), server);
+        peer.awaitChannel();
+
+        // All in one loop task, so the shutdown surely waits for the rendezvous: what comes after shutdownOutput()
+        // fails as NIO's does at once, even though the end of stream is not yet sent.
+        byte[] large = randomBytes(512 * 1024, 5);
+        ByteBuf lateBuffer = direct(ch, new byte[] {42});
+        List<ChannelFuture> futures = ch.eventLoop().submit(() -> List.of(
+                ch.writeAndFlush(direct(ch, large)),
+                ch.shutdownOutput(),
+                ch.writeAndFlush(lateBuffer),
+                ch.shutdownOutput())).get();
+        ChannelFuture write = futures.get(0);
+        ChannelFuture shutdown = futures.get(1);
+        ChannelFuture late = futures.get(2);
+        ChannelFuture secondShutdown = futures.get(3);
+
+        shutdown.sync();
+        assertTrue(write.isSuccess(), String.valueOf(write.cause()));
+        assertInstanceOf(ClosedChannelException.class, late.await().cause());
+        assertEquals(0, lateBuffer.refCnt(), "the failed write kept its buffer");
+        assertInstanceOf(ClosedChannelException.class, secondShutdown.await().cause(),
+                "a second shutdownOutput() fails, as Netty's once the output is shut down");
+
+        assertArrayEquals(large, peer.awaitEndOfStream(), "bytes before the end of stream");
+        assertInputStillWorks(peer, self);
+        assertArrayEquals(large, peer.received(), "a write issued after shutdownOutput() reached the peer");
+    }
+
+    @Test
+    @Timeout(30)
     void shouldFailShutdownOfAClosedChannel() throws Exception {
         Peer peer = new Peer();
         Channel server = server(peer);
