@@ -89,7 +89,9 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * otherwise a clean close. {@code SO_LINGER=0} closes abortively: a disconnect without end of stream, which the peer,
  * like a peer whose process died, reports as an {@link IOException} "connection reset by peer" before
  * {@code channelInactive}. An accepted channel closed while its handshake is still ending (its peer may count itself
- * connected already) closes gracefully once established, within the same linger bound.
+ * connected already) closes gracefully once established, within the same linger bound. {@code shutdownOutput()} sends
+ * end of stream once every posted write has completed; a write issued after it fails at once with
+ * {@link ClosedChannelException}, as NIO's does.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -345,7 +347,11 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     }
 
     @Override
-    protected Object filterOutboundMessage(Object msg) {
+    protected Object filterOutboundMessage(Object msg) throws ClosedChannelException {
+        if (delayedShutdownPromise != null) {
+            // shutdownOutput() waits for posted work; what is written after it fails now, as NIO's does.
+            throw new ClosedChannelException();
+        }
         if (msg instanceof ByteBuf || msg instanceof FileRegion) {
             return msg;
         }
@@ -1457,7 +1463,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
             if (delayedShutdownPromise == null) {
                 delayedShutdownPromise = promise;
             } else {
-                delayedShutdownPromise.addListener(f -> promise.setSuccess());
+                // As Netty's channels: the output is already being shut down.
+                promise.setFailure(new ClosedChannelException());
             }
             return;
         }

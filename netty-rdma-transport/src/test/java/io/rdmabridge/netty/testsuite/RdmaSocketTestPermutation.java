@@ -18,17 +18,19 @@ import java.util.List;
 /**
  * Runs Netty's shared socket testsuite ({@code io.netty:netty-testsuite}) with RDMA on both ends: RDMA server x
  * RDMA client, on the provider chosen by {@code rdmabridge.provider} (soft in CI). Every test runs with all
- * allocators of {@code TestsuitePermutation.allocator()} (unpooled, pooled, adaptive).
+ * allocators of {@code TestsuitePermutation.allocator()} (pooled and adaptive in Netty 4.2.17).
  *
  * <h2>Stream-socket tests of the testsuite that do not apply</h2>
  * <table>
  *   <caption>Excluded testsuite classes</caption>
  *   <tr><th>test</th><th>why</th></tr>
  *   <tr><td>{@code SocketShutdownOutputByPeerTest}</td><td>its peer is a {@code java.net.Socket}: a TCP endpoint
- *       cannot talk to an RDMA queue pair (the RDMA x RDMA case is {@code SocketHalfClosedTest} and
- *       {@code SocketShutdownOutputBySelfTest})</td></tr>
- *   <tr><td>{@code SocketShutdownOutputBySelfTest}</td><td>its server is a {@code java.net.ServerSocket}: same
- *       reason (RDMA x RDMA shutdownOutput is covered by {@code SocketHalfClosedTest})</td></tr>
+ *       cannot talk to an RDMA queue pair. Its cases run with an RDMA peer in
+ *       {@code RdmaSocketShutdownOutputByPeerTest} (Netty's generic {@code AbstractSocketShutdownOutputByPeerTest},
+ *       the peer an {@code RdmaSocketChannel})</td></tr>
+ *   <tr><td>{@code SocketShutdownOutputBySelfTest}</td><td>its server is a {@code java.net.ServerSocket}, with no
+ *       hook to replace it: same reason. {@code io.rdmabridge.netty.RdmaShutdownOutputBySelfTest} checks its
+ *       behaviours RDMA x RDMA</td></tr>
  *   <tr><td>{@code SocketAddressesTest}, {@code AbstractSocketReuseFdTest}</td><td>Unix domain socket addresses and
  *       file-descriptor reuse; an RDMA channel has neither</td></tr>
  *   <tr><td>{@code SocketSslLargeCertificateTest}</td><td>not a permutation test: it runs on NIO only</td></tr>
