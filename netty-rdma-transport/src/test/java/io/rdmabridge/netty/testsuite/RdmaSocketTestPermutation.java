@@ -41,12 +41,15 @@ import java.util.List;
  * <table>
  *   <caption>Disabled testsuite methods</caption>
  *   <tr><th>test</th><th>why</th></tr>
- *   <tr><td>{@code SocketDataReadInitialStateTest.testAutoReadOffNoDataReadUntilReadCalled}</td><td>by design: an
- *       accepted connection is answered (accepted, its queue pair created on the child's loop) once the server
- *       channel reads the connect request, so with the server's {@code autoRead} off the client's
- *       {@code connect()} waits for {@code serverChannel.read()}, where TCP's kernel completes the handshake
- *       first. Accepting before the read would create queue pairs and pin receive buffers for connections the
- *       application has not taken.</td></tr>
+ *   <tr><td>{@code SocketDataReadInitialStateTest.testAutoReadOffNoDataReadUntilReadCalled}</td><td>does not apply
+ *       to rdma_cm: no kernel completes the handshake into a backlog; a connection is established by the server's
+ *       {@code rdma_accept}, which this channel issues when the server channel reads the connect request (its
+ *       queue pair is sized by the child options, known only then, and created on the child's loop). With the
+ *       server's {@code autoRead} off, the client's {@code connect()} therefore completes after
+ *       {@code serverChannel.read()}, not before as the test expects of TCP; accepting earlier would pin queue
+ *       pairs and receive buffers for connections the application has not taken.
+ *       {@code RdmaChannelBehaviourTest.shouldAcceptAConnectionWhenTheServerChannelReadsIt} pins this behaviour;
+ *       the test's other method passes.</td></tr>
  *   <tr><td>{@code SocketChannelNotYetConnectedTest.readMustBePendingUntilChannelIsActive}</td><td>its server is a
  *       NIO {@code ServerSocketChannel}: a TCP endpoint cannot talk to an RDMA queue pair</td></tr>
  *   <tr><td>{@code SocketSslSessionReuseTest.testSslSessionTrustManagerResumption}</td><td>environment: its
