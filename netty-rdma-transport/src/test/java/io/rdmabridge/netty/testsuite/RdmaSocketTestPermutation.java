@@ -33,6 +33,9 @@ import java.util.List;
  *       behaviours RDMA x RDMA</td></tr>
  *   <tr><td>{@code SocketAddressesTest}, {@code AbstractSocketReuseFdTest}</td><td>Unix domain socket addresses and
  *       file-descriptor reuse; an RDMA channel has neither</td></tr>
+ *   <tr><td>{@code ServerSocketSuspendTest}</td><td>its clients are {@code java.net.Socket}s (and Netty disables
+ *       its one method itself). Suspending and resuming accept with the server's {@code autoRead} is checked RDMA x
+ *       RDMA by {@code RdmaChannelBehaviourTest.shouldAcceptAConnectionWhenTheServerChannelReadsIt}</td></tr>
  *   <tr><td>{@code SocketSslLargeCertificateTest}</td><td>not a permutation test: it runs on NIO only</td></tr>
  *   <tr><td>{@code Datagram*Test}</td><td>datagram channels; this transport is stream (RC) only</td></tr>
  * </table>
