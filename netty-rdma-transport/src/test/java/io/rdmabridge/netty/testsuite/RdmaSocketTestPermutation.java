@@ -55,11 +55,12 @@ import java.util.List;
  *       the test's other method passes.</td></tr>
  *   <tr><td>{@code SocketChannelNotYetConnectedTest.readMustBePendingUntilChannelIsActive}</td><td>its server is a
  *       NIO {@code ServerSocketChannel}: a TCP endpoint cannot talk to an RDMA queue pair</td></tr>
- *   <tr><td>{@code SocketSslSessionReuseTest.testSslSessionTrustManagerResumption}</td><td>environment: its
- *       OpenSSL parameter needs netty-tcnative, which is not on the test class path</td></tr>
  * </table>
  * Netty's connection-attempt cases that aim at an unroutable outside host are pointed at a silent loopback
- * listener instead ({@code RdmaSocketConnectionAttemptTest}): tests only ever talk to loopback.
+ * listener instead ({@code RdmaSocketConnectionAttemptTest}): tests only ever talk to loopback. The SSL cases run
+ * with the JDK's engine and with OpenSSL (netty-tcnative-boringssl-static on the test class path);
+ * {@code SocketSslClientRenegotiateTest} skips itself by Netty's own assumption
+ * {@code OpenSsl.isRenegotiationSupported()}, which BoringSSL does not offer, as in Netty's build.
  *
  * <h2>TCP semantics mapped onto the queue pair</h2>
  * A graceful close sends end of stream (as TCP's FIN) and destroys the queue pair once it has completed; the peer
