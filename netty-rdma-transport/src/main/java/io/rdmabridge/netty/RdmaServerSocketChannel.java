@@ -1,11 +1,8 @@
 package io.rdmabridge.netty;
 
-import io.netty.channel.AbstractServerChannel;
-import io.netty.channel.ChannelMetadata;
+import io.netty.channel.ChannelOutboundBuffer;
 import io.netty.channel.ChannelPromise;
-import io.netty.channel.EventLoop;
 import io.netty.channel.IoEvent;
-import io.netty.channel.IoEventLoop;
 import io.netty.channel.IoRegistration;
 import io.netty.channel.RecvByteBufAllocator;
 import io.netty.channel.socket.ServerSocketChannel;
@@ -35,16 +32,12 @@ import java.util.Arrays;
  *
  * <p>Threading: one event-loop thread owns the listening id and the connection-manager events of the children's ids.
  */
-public final class RdmaServerSocketChannel extends AbstractServerChannel implements ServerSocketChannel {
+public final class RdmaServerSocketChannel extends AbstractRdmaChannel implements ServerSocketChannel {
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaServerSocketChannel.class);
-    private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
 
     private final RdmaServerChannelConfig config = new RdmaServerChannelConfig(this);
     private final ArrayDeque<RdmaSocketChannel> pending = new ArrayDeque<>();
-    private RdmaIoHandler handler;
-    private IoRegistration registration;
     private RdmaCmId id;
-    private volatile InetSocketAddress local;
     private volatile boolean active;
     private volatile boolean open = true;
     private boolean readPending;
@@ -52,16 +45,12 @@ public final class RdmaServerSocketChannel extends AbstractServerChannel impleme
 
     /** Creates an unbound listener. */
     public RdmaServerSocketChannel() {
+        super(null);
     }
 
     @Override
     public ServerSocketChannelConfig config() {
         return config;
-    }
-
-    @Override
-    public ChannelMetadata metadata() {
-        return METADATA;
     }
 
     @Override
@@ -75,49 +64,18 @@ public final class RdmaServerSocketChannel extends AbstractServerChannel impleme
     }
 
     @Override
-    public InetSocketAddress localAddress() {
-        return (InetSocketAddress) super.localAddress();
-    }
-
-    @Override
     public InetSocketAddress remoteAddress() {
         return null;
     }
 
     @Override
-    protected SocketAddress localAddress0() {
-        return local;
-    }
-
-    @Override
-    protected boolean isCompatible(EventLoop loop) {
-        return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaServerUnsafe.class);
+    protected SocketAddress remoteAddress0() {
+        return null;
     }
 
     @Override
     protected AbstractUnsafe newUnsafe() {
         return new RdmaServerUnsafe();
-    }
-
-    @Override
-    protected void doRegister(ChannelPromise promise) {
-        ((IoEventLoop) eventLoop()).register((RdmaServerUnsafe) unsafe()).addListener(f -> {
-            if (f.isSuccess()) {
-                registration = (IoRegistration) f.getNow();
-                handler = registration.attachment();
-                promise.setSuccess();
-            } else {
-                promise.setFailure(f.cause());
-            }
-        });
-    }
-
-    @Override
-    protected void doDeregister() {
-        IoRegistration r = registration;
-        if (r != null) {
-            r.cancel();
-        }
     }
 
     @Override
@@ -135,6 +93,22 @@ public final class RdmaServerSocketChannel extends AbstractServerChannel impleme
         }
         id = listener;
         active = true;
+    }
+
+    // A listener carries no bytes: like every Netty server channel it refuses to disconnect or write.
+    @Override
+    protected void doDisconnect() {
+        throw new UnsupportedOperationException();
+    }
+
+    @Override
+    protected void doWrite(ChannelOutboundBuffer in) {
+        throw new UnsupportedOperationException();
+    }
+
+    @Override
+    protected Object filterOutboundMessage(Object msg) {
+        throw new UnsupportedOperationException();
     }
 
     @Override
@@ -220,7 +194,7 @@ public final class RdmaServerSocketChannel extends AbstractServerChannel impleme
         }
     }
 
-    private final class RdmaServerUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+    private final class RdmaServerUnsafe extends AbstractRdmaUnsafe {
         @Override
         public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
             promise.setFailure(new UnsupportedOperationException("a server channel does not connect"));
@@ -255,13 +229,6 @@ public final class RdmaServerSocketChannel extends AbstractServerChannel impleme
         @Override
         public long busyPollBudgetNanos() {
             return 0;
-        }
-
-        @Override
-        public void close() {
-            if (isOpen()) {
-                close(voidPromise());
-            }
         }
     }
 }

@@ -2,10 +2,8 @@ package io.rdmabridge.netty;
 
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.ByteBufAllocator;
-import io.netty.channel.AbstractChannel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelFutureListener;
-import io.netty.channel.ChannelMetadata;
 import io.netty.channel.ChannelOutboundBuffer;
 import io.netty.channel.ChannelPromise;
 import io.netty.channel.ConnectTimeoutException;
@@ -13,7 +11,6 @@ import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoop;
 import io.netty.channel.FileRegion;
 import io.netty.channel.IoEvent;
-import io.netty.channel.IoEventLoop;
 import io.netty.channel.IoRegistration;
 import io.netty.channel.RecvByteBufAllocator;
 import io.netty.channel.socket.ChannelInputShutdownEvent;
@@ -99,9 +96,8 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * (write, completion, receive) allocate nothing per message and take no locks. For an accepted channel the
  * connection-manager id belongs to the listener's loop: operations on it hop there, and its events hop back.
  */
-public final class RdmaSocketChannel extends AbstractChannel implements SocketChannel {
+public final class RdmaSocketChannel extends AbstractRdmaChannel implements SocketChannel {
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
-    private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
     private static final int CONTROL_CREDITS = 8;
     private static final long CLOSE_LINGER_MILLIS = 2000;
 
@@ -114,9 +110,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
     private volatile int state;
 
-    private RdmaIoHandler handler;
     private volatile RdmaDomain domain;
-    private IoRegistration registration;
 
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
     private RdmaCmId id;
@@ -127,7 +121,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     private volatile QueuePair qp;
     private ReceiveBuffers recv;
     private RdmaConnection connection;
-    private volatile InetSocketAddress local;
     private volatile InetSocketAddress remote;
     private ChannelPromise connectPromise;
     private ScheduledFuture<?> connectTimeoutFuture;
@@ -202,11 +195,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         return config;
     }
 
-    @Override
-    public ChannelMetadata metadata() {
-        return METADATA;
-    }
-
     /** This channel's counters. */
     public RdmaChannelMetrics metrics() {
         return metrics;
@@ -254,18 +242,8 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     }
 
     @Override
-    public InetSocketAddress localAddress() {
-        return (InetSocketAddress) super.localAddress();
-    }
-
-    @Override
     public InetSocketAddress remoteAddress() {
         return (InetSocketAddress) super.remoteAddress();
-    }
-
-    @Override
-    protected SocketAddress localAddress0() {
-        return local;
     }
 
     @Override
@@ -274,37 +252,18 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
     }
 
     @Override
-    protected boolean isCompatible(EventLoop loop) {
-        return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaSocketUnsafe.class);
-    }
-
-    @Override
     protected AbstractUnsafe newUnsafe() {
         return new RdmaSocketUnsafe();
     }
 
     @Override
-    protected void doRegister(ChannelPromise promise) {
-        ((IoEventLoop) eventLoop()).register((RdmaSocketUnsafe) unsafe()).addListener(f -> {
-            if (f.isSuccess()) {
-                registration = (IoRegistration) f.getNow();
-                handler = registration.attachment();
-                domain = handler.domain();
-                promise.setSuccess();
-                if (id != null && connection == null && qp == null && state == STATE_CONNECTING) {
-                    startAccept();
-                }
-            } else {
-                promise.setFailure(f.cause());
-            }
-        });
-    }
-
-    @Override
-    protected void doDeregister() {
-        IoRegistration r = registration;
-        if (r != null) {
-            r.cancel();
+    void registered(ChannelPromise promise) {
+        // The registered allocator must be there for handlerAdded; an accepted channel accepts once its handlers
+        // (and the options they set) are in.
+        domain = handler.domain();
+        promise.setSuccess();
+        if (id != null && connection == null && qp == null && state == STATE_CONNECTING) {
+            startAccept();
         }
     }
 
@@ -1603,7 +1562,7 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         }
     }
 
-    private final class RdmaSocketUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+    private final class RdmaSocketUnsafe extends AbstractRdmaUnsafe {
 
         @Override
         public void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
@@ -1783,13 +1742,6 @@ public final class RdmaSocketChannel extends AbstractChannel implements SocketCh
         @Override
         public long busyPollBudgetNanos() {
             return config.busyPollBudgetNanos();
-        }
-
-        @Override
-        public void close() {
-            if (isOpen()) {
-                close(voidPromise());
-            }
         }
     }
 }

@@ -1,0 +1,94 @@
+package io.rdmabridge.netty;
+
+import io.netty.channel.AbstractChannel;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelMetadata;
+import io.netty.channel.ChannelPromise;
+import io.netty.channel.EventLoop;
+import io.netty.channel.IoEventLoop;
+import io.netty.channel.IoRegistration;
+
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+
+/**
+ * What {@link RdmaSocketChannel} and {@link RdmaServerSocketChannel} share: registration of their unsafe, an
+ * {@link RdmaIoHandle}, with the {@link RdmaIoHandler} of an {@link IoEventLoop}, and the local address of their
+ * connection-manager id.
+ *
+ * <p>Threading: registration, deregistration and the handler belong to the event-loop thread; other threads only
+ * read the volatile local address.
+ */
+abstract class AbstractRdmaChannel extends AbstractChannel {
+    private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
+
+    private IoRegistration registration;
+    /** The handler of this channel's loop, once registered. */
+    RdmaIoHandler handler;
+    /** The address the connection-manager id is bound to or listens on; {@code null} before. */
+    volatile InetSocketAddress local;
+
+    AbstractRdmaChannel(Channel parent) {
+        super(parent);
+    }
+
+    @Override
+    public ChannelMetadata metadata() {
+        return METADATA;
+    }
+
+    @Override
+    public InetSocketAddress localAddress() {
+        return (InetSocketAddress) super.localAddress();
+    }
+
+    @Override
+    protected SocketAddress localAddress0() {
+        return local;
+    }
+
+    @Override
+    protected boolean isCompatible(EventLoop loop) {
+        return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaIoHandle.class);
+    }
+
+    @Override
+    protected void doRegister(ChannelPromise promise) {
+        ((IoEventLoop) eventLoop()).register((RdmaIoHandle) unsafe()).addListener(f -> {
+            if (f.isSuccess()) {
+                registration = (IoRegistration) f.getNow();
+                handler = registration.attachment();
+                registered(promise);
+            } else {
+                promise.setFailure(f.cause());
+            }
+        });
+    }
+
+    /**
+     * On the loop, once {@link #handler} is known: completes {@code promise}. Completing it runs the pipeline's
+     * {@code handlerAdded} and {@code channelRegistered}, so what they may need is set up before, and what must see
+     * the handlers' configuration comes after.
+     */
+    void registered(ChannelPromise promise) {
+        promise.setSuccess();
+    }
+
+    @Override
+    protected void doDeregister() {
+        IoRegistration r = registration;
+        if (r != null) {
+            r.cancel();
+        }
+    }
+
+    /** The unsafe an {@link RdmaIoHandler} drives. */
+    abstract class AbstractRdmaUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+        @Override
+        public void close() {
+            if (isOpen()) {
+                close(voidPromise());
+            }
+        }
+    }
+}
