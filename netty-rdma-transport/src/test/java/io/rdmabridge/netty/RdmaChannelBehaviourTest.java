@@ -17,10 +17,6 @@ import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.local.LocalAddress;
 import io.rdmabridge.verbs.RdmaException;
-import io.rdmabridge.verbs.RdmaProviders;
-import io.rdmabridge.verbs.soft.SoftProvider;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
@@ -51,39 +47,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Zero-copy accounting, end-to-end back-pressure and peer death on the soft provider; every verbs resource (registered
  * bytes included) is back to zero once the event loop group has shut down.
  */
-class RdmaChannelBehaviourTest {
-    private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
-    private EventLoopGroup group;
-    private final List<Channel> channels = new ArrayList<>();
-
-    @BeforeEach
-    void setUp() {
-        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
-    }
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (Channel ch : channels) {
-            ch.close().sync();
-        }
-        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
-    }
-
+class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     private Channel server(ChannelInboundHandlerAdapter child, boolean autoRead) throws InterruptedException {
-        Channel ch = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                .childOption(ChannelOption.AUTO_READ, autoRead)
-                .childHandler(child).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        channels.add(ch);
-        return ch;
+        return listen(new ServerBootstrap().childOption(ChannelOption.AUTO_READ, autoRead).childHandler(child));
     }
 
     private RdmaSocketChannel client(Channel server, ChannelInboundHandlerAdapter handler) throws InterruptedException {
-        RdmaSocketChannel ch = (RdmaSocketChannel) new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+        return connect(new Bootstrap()
                 .option(ChannelOption.WRITE_BUFFER_WATER_MARK, new WriteBufferWaterMark(32 * 1024, 64 * 1024))
-                .handler(handler).connect(server.localAddress()).sync().channel();
-        channels.add(0, ch);
-        return ch;
+                .handler(handler), server);
     }
 
     /** Counts and drops what arrives. */
@@ -176,12 +148,6 @@ class RdmaChannelBehaviourTest {
         }
     }
 
-    private static byte[] randomBytes(int length, long seed) {
-        byte[] b = new byte[length];
-        new Random(seed).nextBytes(b);
-        return b;
-    }
-
     @Test
     @Timeout(60)
     void shouldSendEveryByteOnceWhenAWriteListenerFlushesWhileASendCompletes() throws Exception {
@@ -243,10 +209,9 @@ class RdmaChannelBehaviourTest {
     @Timeout(60)
     void shouldHandUpAtMostTheGuessPerReadAsSlicesWithoutCopy() throws Exception {
         ReadRecorder recorder = new ReadRecorder();
-        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+        Channel server = listen(new ServerBootstrap()
                 .childOption(ChannelOption.RCVBUF_ALLOCATOR, new FixedRecvByteBufAllocator(1000))
-                .childHandler(recorder).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        channels.add(server);
+                .childHandler(recorder));
         RdmaSocketChannel client = client(server, new Sink());
 
         byte[] eager = randomBytes(4096, 3);
@@ -284,7 +249,7 @@ class RdmaChannelBehaviourTest {
         CRC32 received = new CRC32();
         AtomicLong largest = new AtomicLong();
         AtomicLong bytes = new AtomicLong();
-        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+        Channel server = listen(new ServerBootstrap()
                 .childOption(RdmaChannelOption.MAX_MESSAGE_SIZE, max)
                 .childHandler(new ChannelInboundHandlerAdapter() {
                     @Override
@@ -297,8 +262,7 @@ class RdmaChannelBehaviourTest {
                         bytes.addAndGet(copy.length);
                         buf.release();
                     }
-                }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        channels.add(server);
+                }));
         RdmaSocketChannel client = client(server, new Sink());
 
         byte[] payload = new byte[1024 * 1024 + 4321];
@@ -532,10 +496,7 @@ class RdmaChannelBehaviourTest {
     void shouldAcceptAConnectionWhenTheServerChannelReadsIt() throws Exception {
         // rdma_cm has no kernel backlog that completes handshakes: the connect request waits for the server's read.
         Sink sink = new Sink();
-        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                .option(ChannelOption.AUTO_READ, false)
-                .childHandler(sink).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        channels.add(server);
+        Channel server = listen(new ServerBootstrap().option(ChannelOption.AUTO_READ, false).childHandler(sink));
         ChannelFuture connect = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                 .handler(new Sink()).connect(server.localAddress());
         channels.add(0, connect.channel());

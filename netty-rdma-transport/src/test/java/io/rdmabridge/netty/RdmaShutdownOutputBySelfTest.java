@@ -10,24 +10,15 @@ import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
-import io.netty.channel.EventLoopGroup;
-import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.socket.ChannelInputShutdownEvent;
 import io.netty.channel.socket.DuplexChannel;
-import io.rdmabridge.verbs.RdmaProviders;
-import io.rdmabridge.verbs.soft.SoftProvider;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.ByteArrayOutputStream;
-import java.net.InetSocketAddress;
 import java.nio.channels.ClosedChannelException;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -47,25 +38,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * {@link RdmaSocketChannel} ({@code ALLOW_HALF_CLOSURE} on) that records the bytes it receives and those it had when
  * the end of stream arrived. Runs on the soft provider; every verbs resource is back to zero after each test.
  */
-class RdmaShutdownOutputBySelfTest {
-    private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
-    private EventLoopGroup group;
-    private final List<Channel> channels = new ArrayList<>();
-
-    @BeforeEach
-    void setUp() {
-        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
-    }
-
-    @AfterEach
-    void tearDown() throws Exception {
-        for (Channel ch : channels) {
-            ch.close().sync();
-        }
-        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
-    }
-
+class RdmaShutdownOutputBySelfTest extends AbstractSoftChannelTest {
     /** The accepted side: what arrived, what had arrived when the stream ended, and any failure. */
     private static final class Peer extends ChannelInboundHandlerAdapter {
         private final ByteArrayOutputStream bytes = new ByteArrayOutputStream();
@@ -155,27 +128,11 @@ class RdmaShutdownOutputBySelfTest {
     }
 
     private Channel server(Peer peer) throws InterruptedException {
-        Channel ch = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                .childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
-                .childHandler(peer).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        channels.add(ch);
-        return ch;
+        return listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true).childHandler(peer));
     }
 
-    private Bootstrap clientBootstrap(ChannelHandler handler) {
-        return new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(handler);
-    }
-
-    private RdmaSocketChannel connect(Bootstrap bootstrap, Channel server) throws InterruptedException {
-        RdmaSocketChannel ch = (RdmaSocketChannel) bootstrap.connect(server.localAddress()).sync().channel();
-        channels.add(0, ch);
-        return ch;
-    }
-
-    private static byte[] randomBytes(int length, long seed) {
-        byte[] b = new byte[length];
-        new Random(seed).nextBytes(b);
-        return b;
+    private static Bootstrap clientBootstrap(ChannelHandler handler) {
+        return new Bootstrap().handler(handler);
     }
 
     private static ByteBuf direct(Channel ch, byte[] bytes) {
