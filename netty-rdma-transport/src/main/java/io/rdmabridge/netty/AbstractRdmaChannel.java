@@ -16,8 +16,8 @@ import java.net.SocketAddress;
  * {@link RdmaIoHandle}, with the {@link RdmaIoHandler} of an {@link IoEventLoop}, and the local address of their
  * connection-manager id.
  *
- * <p>Threading: registration, deregistration and the handler belong to the event-loop thread; other threads only
- * read the volatile local address.
+ * <p>Threading: the event-loop thread registers, deregisters and writes every field here; other threads read the
+ * volatile local address, and the handler only once registration has published it (the loop's metrics).
  */
 abstract class AbstractRdmaChannel extends AbstractChannel {
     private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
