@@ -146,6 +146,14 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
                 return bytes.toByteArray();
             }
         }
+
+        /** Waits up to ten seconds until at least {@code length} bytes have arrived. */
+        void awaitReceived(int length) throws InterruptedException {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (received().length < length && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+        }
     }
 
     @Test
@@ -167,15 +175,9 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             client.write(Unpooled.wrappedBuffer(c));
             client.flush();
         }).sync();
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (recorder.received().length < 400 && System.nanoTime() < deadline) {
-            Thread.sleep(5);
-        }
+        recorder.awaitReceived(400);
         client.writeAndFlush(Unpooled.wrappedBuffer(e)).sync();
-        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (recorder.received().length < 500 && System.nanoTime() < deadline) {
-            Thread.sleep(5);
-        }
+        recorder.awaitReceived(500);
         Thread.sleep(50);
         ByteArrayOutputStream expected = new ByteArrayOutputStream();
         for (byte[] part : new byte[][] {a, b, c, d, e}) {
@@ -220,10 +222,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         client.writeAndFlush(client.alloc().directBuffer(large.length).writeBytes(large)).sync();
 
         int total = eager.length + large.length;
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-        while (recorder.received().length < total && System.nanoTime() < deadline) {
-            Thread.sleep(5);
-        }
+        recorder.awaitReceived(total);
         byte[] expected = new byte[total];
         System.arraycopy(eager, 0, expected, 0, eager.length);
         System.arraycopy(large, 0, expected, eager.length, large.length);
