@@ -139,9 +139,25 @@ public final class RdmaIoHandler implements IoHandler {
         }
         RdmaIoHandle[] hs = handles;
         for (RdmaIoHandle h : hs) {
-            handled += h.poll(this);
+            try {
+                handled += h.poll(this);
+            } catch (Throwable t) {
+                // One channel's failure (a hostile peer, an exhausted budget, a bug) must never end the loop: its
+                // thread serves the listener and every other channel registered here.
+                handled++;
+                failed(h, t);
+            }
         }
         return handled;
+    }
+
+    private static void failed(RdmaIoHandle h, Throwable cause) {
+        try {
+            h.failed(cause);
+        } catch (Throwable t) {
+            t.addSuppressed(cause);
+            logger.warn("Failing an RDMA channel after an error on its event loop failed too", t);
+        }
     }
 
     private void dispatch(CmEvent event) {
@@ -150,7 +166,11 @@ public final class RdmaIoHandler implements IoHandler {
         if (target instanceof RdmaIoHandle) {
             RdmaIoHandle handle = (RdmaIoHandle) target;
             // The handle (e.g. an accepted child on another loop) hops to its own thread if needed.
-            handle.handle(null, RdmaCmIoEvent.copyOf(event));
+            try {
+                handle.handle(null, RdmaCmIoEvent.copyOf(event));
+            } catch (Throwable t) {
+                failed(handle, t);
+            }
         } else if (event.type() == CmEventType.CONNECT_REQUEST && event.id() != null) {
             // Nobody listens any more: refuse instead of leaving the peer waiting.
             try {

@@ -790,7 +790,14 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             buf = slotBuffers[c.inboundSlot()].reuse(length);
             if (recv.held() > pressureThreshold()) {
                 // The application holds most receive buffers: copy, so the peer keeps its credits.
-                ByteBuf copy = config.getAllocator().buffer(length);
+                ByteBuf copy;
+                try {
+                    copy = config.getAllocator().buffer(length);
+                } catch (Throwable t) {
+                    // Out of memory, say: the receive buffer goes back before the channel fails.
+                    buf.release();
+                    throw t;
+                }
                 copy.writeBytes(buf);
                 buf.release();
                 buf = copy;
@@ -1765,6 +1772,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         @Override
         public long busyPollBudgetNanos() {
             return config.busyPollBudgetNanos();
+        }
+
+        @Override
+        void abort() {
+            // Without end of stream: the peer sees a reset, never a clean end of a stream that lost bytes.
+            forceClose();
         }
     }
 }
