@@ -563,7 +563,7 @@ public final class RdmaConnection {
      * {@link #RENDEZVOUS_DATA} or {@link #END_OF_STREAM}.
      */
     public int pollInbound() {
-        if (inHead == inTail) {
+        if (inHead == inTail || unreadableRendezvousNext()) {
             return NONE;
         }
         int i = (int) (inHead & inMask);
@@ -595,10 +595,20 @@ public final class RdmaConnection {
 
     /** Whether inbound items wait (a posted rendezvous READ counts once it has landed). */
     public boolean hasInbound() {
-        if (inHead == inTail) {
+        if (inHead == inTail || unreadableRendezvousNext()) {
             return false;
         }
         return inType[(int) (inHead & inMask)] != FrameHeader.RENDEZVOUS || readState != READ_POSTED;
+    }
+
+    /**
+     * Whether the next item is a rendezvous that can no longer be read: the queue pair is gone, so its bytes, and
+     * every byte after them, will never arrive. Nothing from there on is delivered (a stream with a hole would be
+     * corrupt); the peer's disconnect without end of stream reads as a reset.
+     */
+    private boolean unreadableRendezvousNext() {
+        return (lost || failure != null) && inType[(int) (inHead & inMask)] == FrameHeader.RENDEZVOUS
+                && readState != READ_DONE;
     }
 
     /** Whether the next inbound item is {@link #END_OF_STREAM} (every byte before it has been delivered). */

@@ -119,6 +119,20 @@ final class RawVerbsPeer implements AutoCloseable {
     int sendFrame(byte type, byte[] body) {
         memory.clear();
         new FrameHeader().wrap(memory, 0).set(type, 0, 0, 0, body.length);
+        return post(body);
+    }
+
+    /** Sends a RENDEZVOUS frame advertising {@code length} bytes at {@code address} under {@code rkey}. */
+    int sendRendezvous(long address, int length, int rkey) {
+        memory.clear();
+        new FrameHeader().wrap(memory, 0).set(FrameHeader.RENDEZVOUS, 0, 0, 0, FrameHeader.RENDEZVOUS_BODY_LENGTH)
+                .rendezvous(address, length, rkey);
+        byte[] body = new byte[FrameHeader.RENDEZVOUS_BODY_LENGTH];
+        memory.get(FrameHeader.HEADER_LENGTH, body);
+        return post(body);
+    }
+
+    private int post(byte[] body) {
         memory.put(FrameHeader.HEADER_LENGTH, body);
         SendWorkRequest wr = new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
                 .wrId(0).addSge(mr.address(), FrameHeader.HEADER_LENGTH + body.length, mr.lkey());
