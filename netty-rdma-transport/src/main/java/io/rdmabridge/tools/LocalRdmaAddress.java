@@ -143,11 +143,12 @@ public final class LocalRdmaAddress {
         if (found.size() == 1) {
             why.append("the only ACTIVE RDMA port with an IPv4 address)");
         } else {
-            why.append("the first of ").append(found.size())
-                    .append(" IPv4 addresses of ACTIVE RDMA ports, devices by name, then ports by number; the others: ");
+            why.append("the first of ").append(found.size()).append(" IPv4 addresses of ACTIVE RDMA ports, devices by")
+                    .append(" name, then ports by number; the others: ");
             for (LocalRdmaAddress other : found.subList(1, found.size())) {
-                why.append(other == found.get(1) ? "" : ", ").append(other.address.getHostAddress()).append(" on ").append(other.device)
-                        .append(" port ").append(other.port).append(" (").append(other.interfaceName).append(')');
+                why.append(other == found.get(1) ? "" : ", ").append(other.address.getHostAddress()).append(" on ")
+                        .append(other.device).append(" port ").append(other.port).append(" (")
+                        .append(other.interfaceName).append(')');
             }
             why.append(')');
         }

@@ -20,7 +20,8 @@ import java.util.stream.Stream;
  * {@code rdma-doctor}: the first thing to run on a new node. Prints every RDMA provider with its availability and
  * cause, the devices and ports the kernel and the providers see, the memlock limit, and runs a short SEND/RECV
  * ping-pong on the chosen provider with its round-trip times. Without {@code --address} the ping-pong runs on the
- * address {@link LocalRdmaAddress} finds: an {@code ACTIVE} RDMA port's IPv4 address, or loopback for the soft provider.
+ * address {@link LocalRdmaAddress} finds: an {@code ACTIVE} RDMA port's IPv4 address, or loopback for the soft
+ * provider.
  *
  * <pre>
  * rdma-doctor [--provider auto|disni|soft] [--address IP] [--size BYTES] [--iterations N]
