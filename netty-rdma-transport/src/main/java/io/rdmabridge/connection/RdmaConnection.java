@@ -104,6 +104,7 @@ public final class RdmaConnection {
     private final Handshake local;
     // Null until the peer's HELLO has arrived.
     private Handshake peer;
+    private int maxFramePayload;
     private final Listener listener;
     private final RegisteredMemory memory;
     private final int signalInterval;
@@ -313,9 +314,12 @@ public final class RdmaConnection {
         return peer.maxMessageSize();
     }
 
-    /** Largest payload of one eager frame: the peer's receive buffer less the header. */
+    /**
+     * Largest payload of one eager frame: the smaller receive buffer of the two sides, less the header. Never the
+     * peer's announcement alone: a peer that announces huge buffers must not make this side stage huge frames.
+     */
     public int maxFramePayload() {
-        return peer.maxEagerPayload();
+        return maxFramePayload;
     }
 
     /** Whether one more DATA or RENDEZVOUS frame may be posted now; counts a credit stall when credits are out. */
@@ -346,7 +350,7 @@ public final class RdmaConnection {
 
     /** Bytes the frame being built can still take. */
     public int framePayloadRemaining() {
-        return peer.maxEagerPayload() - buildPayload;
+        return maxFramePayload - buildPayload;
     }
 
     public int framePayload() {
@@ -763,6 +767,7 @@ public final class RdmaConnection {
             // The HELLO this side sent took one of the peer's control receives; it comes back as a credit return.
             dataCredits = peer.dataCredits();
             controlCredits = peer.controlCredits() - 1;
+            maxFramePayload = Math.min(peer.maxEagerPayload(), local.maxEagerPayload());
             events |= EVENT_READY;
         } else if (type == FrameHeader.HELLO) {
             protocolError("a second HELLO frame (expected: one, the first frame)");
