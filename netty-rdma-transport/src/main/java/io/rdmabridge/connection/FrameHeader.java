@@ -23,7 +23,8 @@ import java.nio.ByteOrder;
  * <ul>
  *   <li>{@code type}: {@link #DATA} (body: stream bytes), {@link #RENDEZVOUS} (body: address u64, length u32, rkey u32
  *       of a registered buffer the receiver RDMA READs), {@link #CREDIT} (no body: carries the three counters only),
- *       {@link #SHUTDOWN} (no body: the sender's output is closed, its peer sees end of stream).</li>
+ *       {@link #SHUTDOWN} (no body: the sender's output is closed, its peer sees end of stream), {@link #HELLO}
+ *       (body: the sender's {@link Handshake}; the first frame each side sends, and only then).</li>
  *   <li>{@code control credits}, {@code data credits}: receive buffers the sender of the frame has reposted since its
  *       last frame, for control and for data frames (piggy-backed credit return).</li>
  *   <li>{@code rendezvous acks}: rendezvous buffers of the peer the sender has finished reading, in advertising
@@ -36,6 +37,7 @@ public final class FrameHeader {
     public static final byte RENDEZVOUS = 2;
     public static final byte CREDIT = 3;
     public static final byte SHUTDOWN = 4;
+    public static final byte HELLO = 5;
 
     public static final int TYPE_FIELD_OFFSET = 0;
     public static final int CONTROL_CREDITS_FIELD_OFFSET = 1;
@@ -179,6 +181,11 @@ public final class FrameHeader {
                     return "RENDEZVOUS frame: length=" + length + " (expected: 1.." + Integer.MAX_VALUE + ")";
                 }
                 return null;
+            case HELLO:
+                if (body != Handshake.LENGTH) {
+                    return "HELLO frame: bodyLength=" + body + " (expected: " + Handshake.LENGTH + ")";
+                }
+                return null;
             case CREDIT:
             case SHUTDOWN:
                 if (body != 0) {
@@ -186,7 +193,7 @@ public final class FrameHeader {
                 }
                 return null;
             default:
-                return "unknown frame type: type=" + type + " (expected: 1..4)";
+                return "unknown frame type: type=" + type + " (expected: 1..5)";
         }
     }
 
@@ -200,6 +207,8 @@ public final class FrameHeader {
                 return "CREDIT";
             case SHUTDOWN:
                 return "SHUTDOWN";
+            case HELLO:
+                return "HELLO";
             default:
                 return "UNKNOWN(" + type + ")";
         }

@@ -4,8 +4,8 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 
 /**
- * What each side of a connection tells the other in the connection manager's private data (connect request and
- * accept reply), little-endian:
+ * What each side of a connection tells the other in its first frame on the new queue pair (the body of a
+ * {@link FrameHeader#HELLO} frame), little-endian:
  *
  * <pre>
  *  0                   1                   2                   3
@@ -25,8 +25,15 @@ import java.nio.ByteOrder;
  *
  * The receive buffer size bounds an eager frame (header included); the credits are the receive buffers posted for
  * data and for control frames; the largest message bounds a rendezvous. Every field is validated on decode; a bad
- * handshake rejects the connection with a message naming the field. Immutable; decoded once per connection, on the
- * event loop that handles the connection-manager event.
+ * handshake fails the connection with a message naming the field. Immutable; decoded once per connection, on the
+ * event loop that owns the queue pair.
+ *
+ * <p>Why on the queue pair and not in the connection manager's private data: DiSNI 2.1 delivers no private data to
+ * Java (measured on rxe), and other stacks cap or drop it (iWARP's MPA, some proxies). A HELLO frame works wherever a
+ * SEND does, costs one one-way trip that both sides make at once, and is validated like every other frame. It needs
+ * one rule known before any handshake: each side posts at least {@link #MIN_CONTROL_CREDITS} receive buffers of at
+ * least {@link #MIN_RECEIVE_BUFFER_SIZE} bytes before it connects or accepts, so the peer's HELLO, which spends one
+ * control credit, always finds a buffer that fits it.
  *
  * @param receiveBufferSize bytes of each posted receive buffer, header included
  * @param dataCredits       receive buffers posted for data frames
@@ -35,10 +42,13 @@ import java.nio.ByteOrder;
  */
 public record Handshake(int receiveBufferSize, int dataCredits, int controlCredits, int maxMessageSize) {
     public static final int MAGIC = 0x52424452; // "RDBR" little-endian
-    public static final int VERSION = 1;
+    /** 2: the handshake travels in a HELLO frame on the queue pair (1 carried it in connection-manager private data). */
+    public static final int VERSION = 2;
     public static final int LENGTH = 20;
 
-    public static final int MIN_RECEIVE_BUFFER_SIZE = FrameHeader.HEADER_LENGTH + FrameHeader.RENDEZVOUS_BODY_LENGTH;
+    /** A receive buffer must hold the largest fixed-size frame: a HELLO or a RENDEZVOUS advertisement. */
+    public static final int MIN_RECEIVE_BUFFER_SIZE = FrameHeader.HEADER_LENGTH
+            + Math.max(LENGTH, FrameHeader.RENDEZVOUS_BODY_LENGTH);
     public static final int MAX_RECEIVE_BUFFER_SIZE = 16 * 1024 * 1024;
     /** Control frames need at least two credits: the last one may only carry credit returns (see RdmaConnection). */
     public static final int MIN_CONTROL_CREDITS = 2;
@@ -83,12 +93,12 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
      *
      * @throws HandshakeException naming the first field that is wrong
      */
-    public static Handshake decode(byte[] privateData) throws HandshakeException {
-        if (privateData == null || privateData.length < LENGTH) {
-            throw new HandshakeException("handshake too short: " + (privateData == null ? 0 : privateData.length)
-                    + " bytes of private data (expected: >= " + LENGTH + "; is the peer an rdma-bridge endpoint?)");
+    public static Handshake decode(byte[] wire) throws HandshakeException {
+        if (wire == null || wire.length < LENGTH) {
+            throw new HandshakeException("handshake too short: " + (wire == null ? 0 : wire.length)
+                    + " bytes (expected: >= " + LENGTH + "; is the peer an rdma-bridge endpoint?)");
         }
-        ByteBuffer b = ByteBuffer.wrap(privateData).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer b = ByteBuffer.wrap(wire).order(ByteOrder.LITTLE_ENDIAN);
         int magic = b.getInt();
         if (magic != MAGIC) {
             throw new HandshakeException("handshake magic: 0x" + Integer.toHexString(magic) + " (expected: 0x"

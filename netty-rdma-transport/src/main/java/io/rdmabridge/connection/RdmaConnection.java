@@ -17,6 +17,15 @@ import java.nio.ByteOrder;
  * The protocol engine of one reliable-connected queue pair: a byte stream (plus end of stream) in each direction,
  * framed by {@link FrameHeader}, flow-controlled by credits, with large messages moved by rendezvous.
  *
+ * <h2>Handshake</h2>
+ * Each side's first frame is a HELLO carrying its {@link Handshake}, posted by {@link #start()} once the connection
+ * manager reports the connection established. Until the peer's HELLO has arrived the connection is not
+ * {@link #isReady() ready}: nothing else may be sent, because the peer's buffer size, credits and message limit are
+ * unknown. A HELLO spends one control credit that exists before any handshake (both sides post at least
+ * {@link Handshake#MIN_CONTROL_CREDITS} receives of {@link Handshake#MIN_RECEIVE_BUFFER_SIZE} bytes before connecting or
+ * accepting) and is returned like any control credit. Any other first frame, a second HELLO or a bad handshake fails
+ * the connection with the cause named. The connection manager's private data is not used at all.
+ *
  * <h2>Credits</h2>
  * Each side posts {@code dataCredits + controlCredits} equal receive buffers ({@link Handshake}). A sender never
  * posts a SEND without a credit: DATA and RENDEZVOUS frames take a data credit, CREDIT and SHUTDOWN frames a control
@@ -65,6 +74,8 @@ public final class RdmaConnection {
     public static final int EVENT_SENT = 2;
     public static final int EVENT_CREDITS = 4;
     public static final int EVENT_FAILED = 8;
+    /** The peer's HELLO arrived: the connection is {@link #isReady() ready}. */
+    public static final int EVENT_READY = 16;
 
     /** Receives completions in posting order. */
     public interface Listener {
@@ -91,7 +102,9 @@ public final class RdmaConnection {
     private final CompletionQueue cq;
     private final ReceiveBuffers recv;
     private final Handshake local;
-    private final Handshake peer;
+    // Null until the peer's HELLO has arrived.
+    private Handshake peer;
+    private int maxFramePayload;
     private final Listener listener;
     private final RegisteredMemory memory;
     private final int signalInterval;
@@ -173,20 +186,21 @@ public final class RdmaConnection {
     private long receiverNotReady;
 
     /**
+     * A connection whose handshake has not run yet: call {@link #start()}, then {@link #poll} until
+     * {@link #isReady()}.
+     *
      * @param qp     a connected queue pair whose receives {@code recv} has posted
      * @param cq     the completion queue of both its queues
-     * @param local  what this side announced
-     * @param peer   what the peer announced (validated)
+     * @param local  what this side announces in its HELLO
      */
     public RdmaConnection(QueuePair qp, CompletionQueue cq, ReceiveBuffers recv, RegisteredMemory memory,
-                          Handshake local, Handshake peer, ConnectionConfig config, Listener listener)
+                          Handshake local, ConnectionConfig config, Listener listener)
             throws RdmaException {
         this.qp = qp;
         this.cq = cq;
         this.recv = recv;
         this.memory = memory;
         this.local = local;
-        this.peer = peer;
         this.listener = listener;
         signalInterval = config.signalInterval();
         maxInline = qp.capabilities().maxInlineData();
@@ -206,8 +220,6 @@ public final class RdmaConnection {
         opState = new byte[opCapacity];
         rendezvousOps = new long[opCapacity];
 
-        dataCredits = peer.dataCredits();
-        controlCredits = peer.controlCredits();
         dataReturnThreshold = Math.max(1, local.dataCredits() / 4);
         controlReturnThreshold = Math.max(1, local.controlCredits() / 2);
 
@@ -231,8 +243,33 @@ public final class RdmaConnection {
         return qp;
     }
 
+    /** What the peer announced in its HELLO; {@code null} until {@link #isReady()}. */
     public Handshake peerHandshake() {
         return peer;
+    }
+
+    /** Whether the peer's HELLO has arrived: only then may data be sent. */
+    public boolean isReady() {
+        return peer != null;
+    }
+
+    /**
+     * Posts this side's HELLO, the first frame on the queue pair; call once, when the connection manager reports the
+     * connection established (the peer's receives are posted by then).
+     */
+    public void start() {
+        if (wrNext != 0) {
+            throw new IllegalStateException("start() called twice (expected: once, before anything is sent)");
+        }
+        long seq = wrNext;
+        writeHeader(seq, FrameHeader.HELLO, Handshake.LENGTH);
+        int offset = (int) (seq & sqMask) * HEADER_SLOT_SIZE + FrameHeader.HEADER_LENGTH;
+        headerRing.put(offset, local.encode());
+        int frameLength = FrameHeader.HEADER_LENGTH + Handshake.LENGTH;
+        SendWorkRequest wr = nextWr();
+        wr.reset().opcode(WrOpcode.SEND).flags(frameLength <= maxInline ? SendWorkRequest.INLINE : 0)
+                .addSge(headerAddress(seq), frameLength, headerMr.lkey());
+        submit(wr, WR_CONTROL, 0, true);
     }
 
     public Handshake localHandshake() {
@@ -277,14 +314,17 @@ public final class RdmaConnection {
         return peer.maxMessageSize();
     }
 
-    /** Largest payload of one eager frame: the peer's receive buffer less the header. */
+    /**
+     * Largest payload of one eager frame: the smaller receive buffer of the two sides, less the header. Never the
+     * peer's announcement alone: a peer that announces huge buffers must not make this side stage huge frames.
+     */
     public int maxFramePayload() {
-        return peer.maxEagerPayload();
+        return maxFramePayload;
     }
 
     /** Whether one more DATA or RENDEZVOUS frame may be posted now; counts a credit stall when credits are out. */
     public boolean canSendData() {
-        if (failure != null || lost || shutdownRequested || closing) {
+        if (failure != null || lost || shutdownRequested || closing || peer == null) {
             return false;
         }
         if (opNext - opHead > opMask || wrNext - wrTail >= sqDepth - 1) {
@@ -310,7 +350,7 @@ public final class RdmaConnection {
 
     /** Bytes the frame being built can still take. */
     public int framePayloadRemaining() {
-        return peer.maxEagerPayload() - buildPayload;
+        return maxFramePayload - buildPayload;
     }
 
     public int framePayload() {
@@ -492,7 +532,8 @@ public final class RdmaConnection {
     }
 
     private void sendControlIfDue() {
-        if (building || failure != null || lost || closing || shutdownSent || wrNext - wrTail >= sqDepth) {
+        if (building || failure != null || lost || closing || shutdownSent || peer == null
+                || wrNext - wrTail >= sqDepth) {
             return;
         }
         boolean shutdownDue = shutdownRequested;
@@ -526,7 +567,7 @@ public final class RdmaConnection {
      * {@link #RENDEZVOUS_DATA} or {@link #END_OF_STREAM}.
      */
     public int pollInbound() {
-        if (inHead == inTail) {
+        if (inHead == inTail || unreadableRendezvousNext()) {
             return NONE;
         }
         int i = (int) (inHead & inMask);
@@ -558,10 +599,20 @@ public final class RdmaConnection {
 
     /** Whether inbound items wait (a posted rendezvous READ counts once it has landed). */
     public boolean hasInbound() {
-        if (inHead == inTail) {
+        if (inHead == inTail || unreadableRendezvousNext()) {
             return false;
         }
         return inType[(int) (inHead & inMask)] != FrameHeader.RENDEZVOUS || readState != READ_POSTED;
+    }
+
+    /**
+     * Whether the next item is a rendezvous that can no longer be read: the queue pair is gone, so its bytes, and
+     * every byte after them, will never arrive. Nothing from there on is delivered (a stream with a hole would be
+     * corrupt); the peer's disconnect without end of stream reads as a reset.
+     */
+    private boolean unreadableRendezvousNext() {
+        return (lost || failure != null) && inType[(int) (inHead & inMask)] == FrameHeader.RENDEZVOUS
+                && readState != READ_DONE;
     }
 
     /** Whether the next inbound item is {@link #END_OF_STREAM} (every byte before it has been delivered). */
@@ -698,6 +749,30 @@ public final class RdmaConnection {
             protocolError("malformed frame: " + malformed);
             return;
         }
+        byte type = h.type();
+        if (peer == null) {
+            if (type != FrameHeader.HELLO) {
+                protocolError("the first frame from the peer is " + FrameHeader.typeName(type)
+                        + " (expected: HELLO; is the peer an rdma-bridge endpoint of the same version?)");
+                return;
+            }
+            byte[] wire = new byte[Handshake.LENGTH];
+            recv.littleEndianView().get(recv.offset(slot) + FrameHeader.HEADER_LENGTH, wire);
+            try {
+                peer = Handshake.decode(wire);
+            } catch (Handshake.HandshakeException e) {
+                fail(new RdmaException("handshake failed: " + e.getMessage() + "; closing the connection"));
+                return;
+            }
+            // The HELLO this side sent took one of the peer's control receives; it comes back as a credit return.
+            dataCredits = peer.dataCredits();
+            controlCredits = peer.controlCredits() - 1;
+            maxFramePayload = Math.min(peer.maxEagerPayload(), local.maxEagerPayload());
+            events |= EVENT_READY;
+        } else if (type == FrameHeader.HELLO) {
+            protocolError("a second HELLO frame (expected: one, the first frame)");
+            return;
+        }
         int data = h.dataCredits();
         int control = h.controlCredits();
         int acks = h.rendezvousAcks();
@@ -724,7 +799,6 @@ public final class RdmaConnection {
             long op = rendezvousOps[(int) (rendezvousHead++ & opMask)];
             opState[(int) (op & opMask)] |= OP_ACKED;
         }
-        byte type = h.type();
         boolean dataFrame = type == FrameHeader.DATA || type == FrameHeader.RENDEZVOUS;
         if (dataFrame) {
             if (endOfStreamReceived) {

@@ -19,7 +19,9 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Blocks are handed out and given back lock-free ({@link IndexQueue} per slab) by any thread; a slab is
  * deregistered and freed when the arena is closed and its last block has come back, so memory a peer may still read
- * is never reused under it. Growing the arena (a new slab) takes a lock; that happens a bounded number of times.
+ * is never reused under it. Registered memory is pinned (counted against memlock on hardware), so a slab that no one
+ * has used for {@link #IDLE_RELEASE_PROPERTY} milliseconds (default {@value #DEFAULT_IDLE_RELEASE_MILLIS}) is
+ * deregistered and freed by {@link #trimIdle(long)}: a burst of connections does not pin its peak for ever. Growing the arena (a new slab) takes a lock; that happens a bounded number of times.
  * Thread-safe; once its slabs exist, allocating and freeing a block (the allocator's hot path) allocates nothing and
  * takes no lock.
  */
@@ -30,6 +32,9 @@ public final class RegisteredMemory implements AutoCloseable {
     static final int MIN_BLOCK_SHIFT = 8;   // 256 B
     static final int MAX_BLOCK_SHIFT = 20;  // 1 MiB
     private static final int SLAB_TARGET = 1024 * 1024;
+    /** System property: milliseconds a slab stays registered with none of its blocks used; 0 keeps slabs for ever. */
+    public static final String IDLE_RELEASE_PROPERTY = "rdmabridge.memory.idleReleaseMillis";
+    public static final long DEFAULT_IDLE_RELEASE_MILLIS = 30_000;
 
     private final ProtectionDomain pd;
     private final MemoryRegionMap regions = new MemoryRegionMap();
@@ -38,9 +43,20 @@ public final class RegisteredMemory implements AutoCloseable {
     private final AtomicLong dedicatedBytes = new AtomicLong();
     private volatile boolean closed;
     private volatile Runnable onReleased;
+    private final long idleReleaseNanos;
+    private final AtomicLong lastTrim = new AtomicLong(System.nanoTime());
 
     public RegisteredMemory(ProtectionDomain pd) {
+        this(pd, Long.getLong(IDLE_RELEASE_PROPERTY, DEFAULT_IDLE_RELEASE_MILLIS));
+    }
+
+    /** @param idleReleaseMillis how long an unused slab stays registered; 0: for ever */
+    public RegisteredMemory(ProtectionDomain pd, long idleReleaseMillis) {
+        if (idleReleaseMillis < 0) {
+            throw new IllegalArgumentException(IDLE_RELEASE_PROPERTY + ": " + idleReleaseMillis + " (expected: >= 0)");
+        }
         this.pd = pd;
+        idleReleaseNanos = idleReleaseMillis * 1_000_000L;
         for (int i = 0; i < classes.length; i++) {
             classes[i] = new SizeClass(1 << (MIN_BLOCK_SHIFT + i));
         }
@@ -168,6 +184,36 @@ public final class RegisteredMemory implements AutoCloseable {
         regionRemoved();
     }
 
+    /**
+     * Nanoseconds until {@link #trimIdle} has work to do, for a caller that sleeps: {@link Long#MAX_VALUE} when no
+     * slab is registered or idle release is off.
+     */
+    public long nanosUntilTrim(long nowNanos) {
+        if (idleReleaseNanos == 0 || pooledBytes.get() == 0) {
+            return Long.MAX_VALUE;
+        }
+        return Math.max(0, lastTrim.get() + idleReleaseNanos - nowNanos);
+    }
+
+    /**
+     * Deregisters and frees every slab none of whose blocks was taken since the previous trim, at most once per idle
+     * period (cheap to call often: any thread, e.g. each event loop before it sleeps). A slab is first retired, so a
+     * concurrent allocation that reaches it backs off to another slab, and freed only if it is still unused.
+     *
+     * @return bytes deregistered
+     */
+    public long trimIdle(long nowNanos) {
+        long last = lastTrim.get();
+        if (idleReleaseNanos == 0 || nowNanos - last < idleReleaseNanos || !lastTrim.compareAndSet(last, nowNanos)) {
+            return 0;
+        }
+        long released = 0;
+        for (SizeClass c : classes) {
+            released += c.trim();
+        }
+        return released;
+    }
+
     /** Whether every slab has been deregistered (nothing is still allocated). */
     public boolean isReleased() {
         return pooledBytes.get() == 0 && dedicatedBytes.get() == 0;
@@ -182,6 +228,27 @@ public final class RegisteredMemory implements AutoCloseable {
         SizeClass(int blockSize) {
             this.blockSize = blockSize;
             blocksPerSlab = Math.max(4, Math.min(256, SLAB_TARGET / blockSize));
+        }
+
+        /** Frees the slabs that were not touched since the last trim. */
+        synchronized long trim() {
+            Slab[] current = slabs;
+            Slab[] kept = new Slab[current.length];
+            int n = 0;
+            long released = 0;
+            for (Slab slab : current) {
+                boolean untouched = !slab.touched;
+                slab.touched = false;
+                if (untouched && !closed && slab.retire()) {
+                    released += slab.memory.capacity();
+                } else {
+                    kept[n++] = slab;
+                }
+            }
+            if (n < current.length) {
+                slabs = Arrays.copyOf(kept, n);
+            }
+            return released;
         }
 
         Block allocate() throws RdmaException {
@@ -216,8 +283,12 @@ public final class RegisteredMemory implements AutoCloseable {
         final MemoryRegion mr;
         final Block[] blocks;
         final IndexQueue free;
+        // Blocks out plus allocations under way: counted before the free list is polled, so retire() sees them.
         final AtomicInteger inUse = new AtomicInteger();
         final AtomicInteger released = new AtomicInteger();
+        volatile boolean retired;
+        // Set on every take, cleared by each trim; a racy hint is enough for "idle for a while".
+        boolean touched = true;
 
         Slab(int blockSize, int count) throws RdmaException {
             memory = DirectBuffers.allocate(blockSize * count);
@@ -239,16 +310,34 @@ public final class RegisteredMemory implements AutoCloseable {
         }
 
         Block take() {
-            int i = free.poll();
+            inUse.incrementAndGet();
+            int i = retired ? -1 : free.poll();
             if (i < 0) {
+                backOff();
                 return null;
             }
-            inUse.incrementAndGet();
+            touched = true;
             return blocks[i];
+        }
+
+        /** Under the class lock: frees this slab if nothing uses it, for good; {@code false} if something does. */
+        boolean retire() {
+            retired = true;
+            // take() counts itself before it reads retired, so either it backs off or this sees it.
+            if (inUse.get() != 0) {
+                retired = false;
+                return false;
+            }
+            releaseIfIdle();
+            return true;
         }
 
         void give(int index) {
             free.offer(index);
+            backOff();
+        }
+
+        private void backOff() {
             if (inUse.decrementAndGet() == 0 && closed) {
                 releaseIfIdle();
             }

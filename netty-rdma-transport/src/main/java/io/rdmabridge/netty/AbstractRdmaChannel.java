@@ -84,6 +84,23 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
 
     /** The unsafe an {@link RdmaIoHandler} drives. */
     abstract class AbstractRdmaUnsafe extends AbstractUnsafe implements RdmaIoHandle {
+        private boolean failedOnLoop;
+
+        @Override
+        public void failed(Throwable cause) {
+            if (failedOnLoop || !isOpen()) {
+                return;
+            }
+            failedOnLoop = true;
+            pipeline().fireExceptionCaught(cause);
+            abort();
+        }
+
+        /** Closes without waiting for the peer: after {@link #failed}, nothing this channel would still send counts. */
+        void abort() {
+            close(voidPromise());
+        }
+
         @Override
         public void close() {
             if (isOpen()) {

@@ -13,7 +13,10 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     /** Receive buffers posted for data frames: the credits the peer may spend before it waits (default 32). */
     public static final ChannelOption<Integer> RECEIVE_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
             "RECEIVE_QUEUE_DEPTH");
-    /** Bytes of each posted receive buffer, frame header included: the largest eager frame (default 16 KiB). */
+    /**
+     * Bytes of each posted receive buffer, frame header included: the largest eager frame (default 16 KiB). Frames
+     * this side sends are at most the smaller of its own and the peer's size, so a peer cannot make it stage more.
+     */
     public static final ChannelOption<Integer> RECEIVE_BUFFER_SIZE = valueOf(RdmaChannelOption.class,
             "RECEIVE_BUFFER_SIZE");
     /** Outstanding send work requests, a power of two (default 128). */

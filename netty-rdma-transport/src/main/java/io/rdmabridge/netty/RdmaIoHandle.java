@@ -19,4 +19,11 @@ interface RdmaIoHandle extends IoHandle {
 
     /** Nanoseconds this handle wants the loop to busy-poll before sleeping. */
     long busyPollBudgetNanos();
+
+    /**
+     * Polling this handle, or handling one of its events, threw (an {@link Error} included, such as running out of
+     * direct memory): fail this channel alone, abortively, so the loop and its other channels carry on. Reported to
+     * the channel's pipeline once; must not throw.
+     */
+    void failed(Throwable cause);
 }

@@ -9,6 +9,7 @@ import io.netty.channel.IoRegistration;
 import io.netty.util.concurrent.ThreadAwareExecutor;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
+import io.rdmabridge.connection.RegisteredMemory;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.EventNotifier;
@@ -28,7 +29,8 @@ import java.util.Objects;
  * Each loop polls the completion queues of its channels and one connection-manager event channel. When idle it
  * busy-polls for the largest {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of its channels, then arms every
  * completion queue, polls once more (a completion may have landed before the arm), and waits on the provider's
- * {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier.
+ * {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier. Before it
+ * sleeps, it returns registered memory that has been idle for a while ({@link RegisteredMemory#trimIdle}).
  *
  * <p>Threading: everything but {@link #wakeup()} runs on the loop's thread, which owns the queue pairs, completion
  * queues and event channel of its channels. Polling completions (the hot path) allocates nothing and takes no
@@ -127,7 +129,10 @@ public final class RdmaIoHandler implements IoHandler {
         if (handled > 0) {
             return handled;
         }
-        notifier.await(Math.max(0, context.delayNanos(System.nanoTime())));
+        long now = System.nanoTime();
+        domain.memory.trimIdle(now);
+        // Sleep no longer than until registered memory may be idle long enough to return (nobody else wakes us).
+        notifier.await(Math.max(0, Math.min(context.delayNanos(now), domain.memory.nanosUntilTrim(now))));
         return pollOnce();
     }
 
@@ -139,9 +144,25 @@ public final class RdmaIoHandler implements IoHandler {
         }
         RdmaIoHandle[] hs = handles;
         for (RdmaIoHandle h : hs) {
-            handled += h.poll(this);
+            try {
+                handled += h.poll(this);
+            } catch (Throwable t) {
+                // One channel's failure (a hostile peer, an exhausted budget, a bug) must never end the loop: its
+                // thread serves the listener and every other channel registered here.
+                handled++;
+                failed(h, t);
+            }
         }
         return handled;
+    }
+
+    private static void failed(RdmaIoHandle h, Throwable cause) {
+        try {
+            h.failed(cause);
+        } catch (Throwable t) {
+            t.addSuppressed(cause);
+            logger.warn("Failing an RDMA channel after an error on its event loop failed too", t);
+        }
     }
 
     private void dispatch(CmEvent event) {
@@ -150,7 +171,11 @@ public final class RdmaIoHandler implements IoHandler {
         if (target instanceof RdmaIoHandle) {
             RdmaIoHandle handle = (RdmaIoHandle) target;
             // The handle (e.g. an accepted child on another loop) hops to its own thread if needed.
-            handle.handle(null, RdmaCmIoEvent.copyOf(event));
+            try {
+                handle.handle(null, RdmaCmIoEvent.copyOf(event));
+            } catch (Throwable t) {
+                failed(handle, t);
+            }
         } else if (event.type() == CmEventType.CONNECT_REQUEST && event.id() != null) {
             // Nobody listens any more: refuse instead of leaving the peer waiting.
             try {

@@ -9,7 +9,6 @@ import io.netty.channel.socket.ServerSocketChannel;
 import io.netty.channel.socket.ServerSocketChannelConfig;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
-import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.RdmaCmId;
@@ -26,9 +25,10 @@ import java.util.Arrays;
  * <pre>
  * new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
  * </pre>
- * Each connect request is validated (its handshake), then handed up as a new {@link RdmaSocketChannel}; the request is
- * answered once that child is registered on its event loop, where its queue pair lives. At most {@code SO_BACKLOG}
- * requests wait to be read; beyond that they are rejected.
+ * Each connect request is handed up as a new {@link RdmaSocketChannel}; the request is answered once that child is
+ * registered on its event loop, where its queue pair lives, and the child becomes active once the peer's handshake
+ * (its first frame on the queue pair) has arrived and been validated, or closes with the cause named. At most
+ * {@code SO_BACKLOG} requests wait to be read; beyond that they are rejected.
  *
  * <p>Threading: one event-loop thread owns the listening id and the connection-manager events of the children's ids.
  */
@@ -148,19 +148,11 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
 
     private void connectRequest(RdmaCmIoEvent event) {
         RdmaCmId request = event.id();
-        Handshake peer;
-        try {
-            peer = Handshake.decode(event.privateData());
-        } catch (Handshake.HandshakeException e) {
-            logger.debug("Rejecting an RDMA connection request: {}", e.getMessage());
-            reject(request, e.getMessage());
-            return;
-        }
         if (!isActive() || pending.size() >= config.getBacklog()) {
             reject(request, "backlog full: " + pending.size() + " requests wait to be accepted");
             return;
         }
-        RdmaSocketChannel child = new RdmaSocketChannel(this, request, handler, peer);
+        RdmaSocketChannel child = new RdmaSocketChannel(this, request, handler);
         request.attach(child.unsafe());
         pending.add(child);
         if (readPending) {

@@ -115,7 +115,6 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
     private RdmaCmId id;
     private RdmaIoHandler idOwner;
-    private Handshake peerHandshake;
     private ConnectionConfig connectionConfig;
     private CompletionQueue cq;
     private volatile QueuePair qp;
@@ -174,12 +173,11 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     }
 
     /** An accepted channel: the connect request is not yet answered; accepting happens once registered. */
-    RdmaSocketChannel(RdmaServerSocketChannel parent, RdmaCmId id, RdmaIoHandler idOwner, Handshake peerHandshake) {
+    RdmaSocketChannel(RdmaServerSocketChannel parent, RdmaCmId id, RdmaIoHandler idOwner) {
         super(parent);
         config = new RdmaChannelConfig(this);
         this.id = id;
         this.idOwner = idOwner;
-        this.peerHandshake = peerHandshake;
         state = STATE_CONNECTING;
         local = id.localAddress();
         remote = id.remoteAddress();
@@ -320,10 +318,6 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     // ---------------------------------------------------------------------------------------------- connecting
 
-    private ConnectionParameters connectionParameters(Handshake local) {
-        return ConnectionParameters.DEFAULT.withPrivateData(local.encode());
-    }
-
     /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
     private void createQueuePair() throws RdmaException {
         RdmaDomain d = domain;
@@ -361,18 +355,28 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             rejectAndClose(e);
             return;
         }
-        Handshake localHs = localHandshake();
         QpCapabilities caps = capabilities();
         RdmaDomain d = domain;
         CompletionQueue completionQueue = cq;
         ReceiveBuffers receiveBuffers = recv;
         acceptIssued = true;
+        int timeout = config.getConnectTimeoutMillis();
+        if (timeout > 0) {
+            // A peer that connects and never sends its HELLO must not hold a queue pair for ever.
+            connectTimeoutFuture = eventLoop().schedule(() -> {
+                if (state == STATE_CONNECTING) {
+                    failConnect(new ConnectTimeoutException("no rdma-bridge handshake from " + remote + " within "
+                            + timeout + " ms (CONNECT_TIMEOUT_MILLIS of the server's child options): closing the "
+                            + "accepted connection; is the peer an rdma-bridge endpoint?"));
+                }
+            }, timeout, TimeUnit.MILLISECONDS);
+        }
         runOnIdOwner(() -> {
             try {
                 QueuePair created = id.createQueuePair(d.pd, completionQueue, completionQueue, caps);
                 qp = created;
                 RdmaConnection.postReceives(created, receiveBuffers);
-                id.accept(connectionParameters(localHs));
+                id.accept(ConnectionParameters.DEFAULT);
             } catch (RdmaException | RuntimeException e) {
                 eventLoop().execute(() -> rejectAndClose(e));
             }
@@ -409,14 +413,14 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
                     createQueuePair();
                     qp = id.createQueuePair(domain.pd, cq, cq, capabilities());
                     RdmaConnection.postReceives(qp, recv);
-                    id.connect(connectionParameters(localHandshake()));
+                    id.connect(ConnectionParameters.DEFAULT);
                 } catch (RdmaException | RuntimeException e) {
                     failConnect(connectException("cannot set up the queue pair for " + requestedRemote + ": "
                             + e.getMessage(), e));
                 }
                 return;
             case ESTABLISHED:
-                established(event);
+                established();
                 return;
             case REJECTED:
                 failConnect(connectException("connection refused: " + requestedRemote
@@ -432,6 +436,11 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
                 return;
             case DISCONNECTED:
             case DEVICE_REMOVAL:
+                if (state == STATE_CONNECTING && connection != null) {
+                    // The peer's HELLO, and what it sent after it, may have landed before it disconnected (a server
+                    // that closes in channelActive): deliver that first, as TCP delivers data before the FIN.
+                    pollConnection();
+                }
                 if (state == STATE_CONNECTING) {
                     failConnect(connectException("connection to " + remote + " lost while connecting: "
                             + event.describe(), null));
@@ -453,25 +462,28 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         return e;
     }
 
-    private void established(RdmaCmIoEvent event) {
-        if (state != STATE_CONNECTING) {
+    /**
+     * The connection manager says the queue pair is connected: send this side's HELLO. The channel becomes active
+     * once the peer's HELLO has arrived ({@link #activate()}), which may already have happened.
+     */
+    private void established() {
+        if (state != STATE_CONNECTING || connection != null) {
             return;
         }
         try {
-            if (peerHandshake == null) {
-                peerHandshake = Handshake.decode(event.privateData());
-            }
-        } catch (Handshake.HandshakeException e) {
-            failConnect(connectException("handshake with " + requestedRemote + " failed: " + e.getMessage(), null));
-            return;
-        }
-        try {
-            connection = new RdmaConnection(qp, cq, recv, domain.memory, localHandshake(), peerHandshake,
-                    connectionConfig, this::sendCompleted);
+            connection = new RdmaConnection(qp, cq, recv, domain.memory, localHandshake(), connectionConfig,
+                    this::sendCompleted);
+            connection.start();
         } catch (RdmaException | RuntimeException e) {
             failConnect(connectException("cannot set up the connection to " + remote + ": " + e.getMessage(), e));
             return;
         }
+        // The peer's HELLO (and frames after it) may have landed before the event reached this loop.
+        pollConnection();
+    }
+
+    /** Both handshakes are done: the channel becomes active. */
+    private void activate() {
         int opCapacity = Integer.highestOneBit(connectionConfig.sendQueueDepth()) * 2;
         opBytes = new long[opCapacity];
         opRelease = new Object[opCapacity];
@@ -513,8 +525,6 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
                 ((RdmaSocketUnsafe) unsafe()).close(p, delayedCloseCause, delayedCloseClosedCause);
             }
         }
-        // Frames may have landed before the event reached this loop.
-        pollConnection();
     }
 
     private void failConnect(Throwable cause) {
@@ -552,6 +562,19 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             return 0;
         }
         int events = c.poll(handler.completions(), 4);
+        if (state == STATE_CONNECTING) {
+            if (!c.isReady()) {
+                if (c.failure() != null || c.isLost()) {
+                    String cause = c.failure() != null ? c.failure().getMessage() : "the queue pair was disconnected";
+                    failConnect(connectException("handshake with " + remote + " failed: " + cause, c.failure()));
+                    return 1;
+                }
+                return events != 0 ? 1 : 0;
+            }
+            // Frames that came right behind the peer's HELLO (even its end of stream or a disconnect) are handled
+            // below, as on any later poll.
+            activate();
+        }
         if (c.creditStalls() != reportedStalls || c.receiverNotReady() != reportedRnr) {
             accountFlowControl(c);
         }
@@ -767,7 +790,14 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             buf = slotBuffers[c.inboundSlot()].reuse(length);
             if (recv.held() > pressureThreshold()) {
                 // The application holds most receive buffers: copy, so the peer keeps its credits.
-                ByteBuf copy = config.getAllocator().buffer(length);
+                ByteBuf copy;
+                try {
+                    copy = config.getAllocator().buffer(length);
+                } catch (Throwable t) {
+                    // Out of memory, say: the receive buffer goes back before the channel fails.
+                    buf.release();
+                    throw t;
+                }
                 copy.writeBytes(buf);
                 buf.release();
                 buf = copy;
@@ -1660,7 +1690,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
                 delayClose(promise, cause, closeCause);
                 return;
             }
-            if (c == null && acceptIssued && state == STATE_CONNECTING && !closeRequested
+            if ((c == null || !c.isReady()) && acceptIssued && state == STATE_CONNECTING && !closeRequested
                     && config.getSoLinger() != 0 && !handler.isShuttingDown()) {
                 // The connect request is answered and the peer may already count itself connected: a disconnect
                 // now would reach it as a reset. Close gracefully once established (bounded linger), as TCP's FIN
@@ -1742,6 +1772,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         @Override
         public long busyPollBudgetNanos() {
             return config.busyPollBudgetNanos();
+        }
+
+        @Override
+        void abort() {
+            // Without end of stream: the peer sees a reset, never a clean end of a stream that lost bytes.
+            forceClose();
         }
     }
 }

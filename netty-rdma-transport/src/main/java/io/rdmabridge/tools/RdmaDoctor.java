@@ -19,7 +19,9 @@ import java.util.stream.Stream;
 /**
  * {@code rdma-doctor}: the first thing to run on a new node. Prints every RDMA provider with its availability and
  * cause, the devices and ports the kernel and the providers see, the memlock limit, and runs a short SEND/RECV
- * ping-pong on the chosen provider with its round-trip times.
+ * ping-pong on the chosen provider with its round-trip times. Without {@code --address} the ping-pong runs on the
+ * address {@link LocalRdmaAddress} finds: an {@code ACTIVE} RDMA port's IPv4 address, or loopback for the soft
+ * provider.
  *
  * <pre>
  * rdma-doctor [--provider auto|disni|soft] [--address IP] [--size BYTES] [--iterations N]
@@ -39,7 +41,7 @@ public final class RdmaDoctor {
     /** Runs the diagnosis, printing to {@code out}; returns the exit status. */
     public static int run(String[] args, PrintStream out) {
         String requested = System.getProperty(RdmaProviders.PROVIDER_PROPERTY, RdmaProviders.AUTO);
-        String address = "127.0.0.1";
+        String address = null;
         int size = 64;
         int iterations = 1000;
         try {
@@ -101,9 +103,24 @@ public final class RdmaDoctor {
                 }
             }
             out.println();
+            InetAddress host;
+            if (address != null) {
+                host = InetAddress.getByName(address);
+                out.println("-- address: " + address + " (--address)");
+            } else {
+                LocalRdmaAddress local = LocalRdmaAddress.of(provider);
+                if (!local.isFound()) {
+                    out.println("-- address: none");
+                    out.println();
+                    out.println("RESULT: no address for the ping-pong: " + local.description());
+                    return 1;
+                }
+                host = local.address();
+                out.println("-- address: " + local.description());
+            }
             out.printf(Locale.ROOT, "-- ping-pong on %s at %s: %d x %d-byte SEND/RECV round trips%n", provider.name(),
-                    address, iterations, size);
-            InetSocketAddress bind = new InetSocketAddress(InetAddress.getByName(address), 0);
+                    host.getHostAddress(), iterations, size);
+            InetSocketAddress bind = new InetSocketAddress(host, 0);
             long[] rtt;
             try (PingPong pingPong = new PingPong(provider, bind, size)) {
                 rtt = pingPong.run(Math.min(iterations, 100), iterations);

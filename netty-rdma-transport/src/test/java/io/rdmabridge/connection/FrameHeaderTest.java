@@ -46,6 +46,10 @@ class FrameHeaderTest {
         assertTrue(h.validate(12).startsWith("empty DATA frame"));
         h.set((byte) 9, 0, 0, 0, 0);
         assertTrue(h.validate(12).startsWith("unknown frame type: type=9"));
+        h.set(FrameHeader.HELLO, 0, 0, 0, 4);
+        assertTrue(h.validate(16).startsWith("HELLO frame: bodyLength=4 (expected: 20)"));
+        h.set(FrameHeader.HELLO, 0, 0, 0, Handshake.LENGTH);
+        assertNull(h.validate(FrameHeader.HEADER_LENGTH + Handshake.LENGTH));
         h.set(FrameHeader.CREDIT, 0, 0, 0, 4);
         assertTrue(h.validate(16).startsWith("CREDIT frame: bodyLength=4 (expected: 0)"));
         h.set(FrameHeader.CREDIT, 0, 0, 0, 0).reserved(1);

@@ -23,14 +23,14 @@ class HandshakeTest {
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(new byte[20]))
                 .getMessage().startsWith("handshake magic: 0x0"));
         byte[] wire = new Handshake(16384, 32, 8, 100).encode();
-        wire[4] = 2;
+        wire[4] = 1;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(wire))
-                .getMessage().startsWith("protocol version: 2 (expected: 1"));
+                .getMessage().startsWith("protocol version: 1 (expected: 2"));
         byte[] small = new Handshake(16384, 32, 8, 100).encode();
         small[8] = 1;
         small[9] = 0;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(small))
-                .getMessage().contains("receiveBufferSize: 1 (expected: 28..16777216)"));
+                .getMessage().contains("receiveBufferSize: 1 (expected: 32..16777216)"));
         byte[] control = new Handshake(16384, 32, 8, 100).encode();
         control[14] = 1;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(control))

@@ -36,13 +36,25 @@ class RdmaDoctorTest {
         assertTrue(text.contains("soft   software available"), text);
         assertTrue(text.contains("-- selection (rdmabridge.provider=soft): soft was requested and is available"), text);
         assertTrue(text.contains("device soft0: transport=software"), text);
-        assertTrue(text.contains("200 x 256-byte SEND/RECV round trips"), text);
+        assertTrue(text.contains("-- address: 127.0.0.1 (loopback: the soft provider is software and serves every"
+                + " local address)\n-- ping-pong on soft at 127.0.0.1: 200 x 256-byte SEND/RECV round trips"), text);
         Matcher rtt = Pattern.compile("round trip: min ([0-9.]+) us, p50 ([0-9.]+) us").matcher(text);
         assertTrue(rtt.find(), text);
         assertTrue(Double.parseDouble(rtt.group(1)) > 0, text);
         assertTrue(Double.parseDouble(rtt.group(1)) <= Double.parseDouble(rtt.group(2)), text);
         assertTrue(text.contains("-- memlock limit"), text);
         assertTrue(text.endsWith("RESULT: OK: soft passed the ping-pong\n"), text);
+    }
+
+    @Test
+    void shouldUseAnExplicitAddress() {
+        String local = "127.0.0.2"; // loopback too, but not the default
+        int status = RdmaDoctor.run(new String[] {"--provider", "soft", "--iterations", "10", "--address", local}, out);
+
+        String text = output();
+        assertEquals(0, status, text);
+        assertTrue(text.contains("-- address: " + local + " (--address)\n-- ping-pong on soft at " + local + ":"),
+                text);
     }
 
     @Test

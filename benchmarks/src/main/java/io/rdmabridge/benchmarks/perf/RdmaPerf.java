@@ -3,9 +3,11 @@ package io.rdmabridge.benchmarks.perf;
 import io.netty.channel.epoll.Epoll;
 import io.rdmabridge.benchmarks.PerfServer;
 import io.rdmabridge.benchmarks.Transport;
+import io.rdmabridge.tools.LocalRdmaAddress;
 import io.rdmabridge.verbs.RdmaProvider;
 
 import java.io.PrintStream;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.util.ArrayList;
@@ -21,10 +23,12 @@ import java.util.concurrent.atomic.AtomicReference;
  *
  * <pre>
  * rdma-perf [send_lat|send_bw|write_bw|read_bw] [--api verbs|netty] [--provider auto|soft|disni]
- *           [--baseline tcp] [--server [--bind IP] [--port P] | --connect HOST:PORT]
+ *           [--baseline tcp] [--server [--bind IP] [--port P] | --connect HOST:PORT | --address IP]
  *           [--size N | --sizes N,N,... | -a] [--iterations N] [--tx-depth N] [--rx-depth N]
  * </pre>
- * Without {@code --server} or {@code --connect} both ends run in this process over 127.0.0.1 (loopback mode). Prints
+ * Without {@code --server} or {@code --connect} both ends run in this process (loopback mode) on {@code --address},
+ * by default the IPv4 address of an {@code ACTIVE} RDMA port ({@link LocalRdmaAddress}; 127.0.0.1 for the soft
+ * provider and the TCP baseline), and the line {@code rdma-perf: address ...} says which and why. Prints
  * one table per test: bandwidth, message rate, one-way latency percentiles (latency tests) and process CPU seconds
  * per GB. Exit status 0 on success, 1 on a failed run, 2 on a usage error.
  */
@@ -82,6 +86,8 @@ public final class RdmaPerf {
                 "  --baseline tcp         the same pattern over Netty epoll (NIO where epoll is unavailable)",
                 "  --server               serve clients on --bind (default 0.0.0.0) and --port (default 18515)",
                 "  --connect HOST:PORT    run against a server elsewhere; without --server/--connect: loopback",
+                "  --address IP           loopback mode's address (default: an ACTIVE RDMA port's IPv4 address;",
+                "                         127.0.0.1 for the soft provider and --baseline tcp)",
                 "  --size N | --sizes N,N | -a   message sizes (default 64,1024,65536,1048576,4194304;",
                 "                                -a: 2 B..8 MiB, powers of two); a server takes the largest",
                 "  --iterations N         messages per size (default: 1000 round trips; about 256 MiB for bw)",
@@ -98,6 +104,7 @@ public final class RdmaPerf {
         String bind = "0.0.0.0";
         int port = 18515;
         String connect;
+        String address;
         int[] sizes = DEFAULT_SIZES;
         long iterations;
         int txDepth = 128;
@@ -124,6 +131,7 @@ public final class RdmaPerf {
                     case "--bind" -> c.bind = value(args, ++i, a);
                     case "--port" -> c.port = positive(value(args, ++i, a), a);
                     case "--connect" -> c.connect = value(args, ++i, a);
+                    case "--address" -> c.address = value(args, ++i, a);
                     case "--size" -> c.sizes = new int[] {positive(value(args, ++i, a), a)};
                     case "--sizes" -> c.sizes = Arrays.stream(value(args, ++i, a).split(","))
                             .mapToInt(s -> positive(s.trim(), a)).toArray();
@@ -147,6 +155,10 @@ public final class RdmaPerf {
             }
             if (c.server && c.connect != null) {
                 throw new IllegalArgumentException("--server and --connect exclude each other");
+            }
+            if (c.address != null && (c.server || c.connect != null)) {
+                throw new IllegalArgumentException("--address is loopback mode's address (expected: --bind IP with"
+                        + " --server, HOST in --connect HOST:PORT)");
             }
             if ("netty".equals(c.api) && c.test.isOneSided() && !c.server) {
                 throw new IllegalArgumentException(c.test.id() + " is a one-sided verbs pattern; a Netty channel has"
@@ -209,17 +221,21 @@ public final class RdmaPerf {
             boolean remote = connect != null;
             String path = path(p, remote);
             List<PerfResult> rows;
+            String host = null;
             if (remote) {
                 rows = client(p, parseHostPort(connect), path, false);
-            } else if ("verbs".equals(api)) {
-                rows = verbsLoopback(p, path);
             } else {
-                try (PerfServer s = PerfServer.start(transport(), p, transport().bindAddress("127.0.0.1", 0))) {
-                    rows = client(p, s.localAddress(), path, true);
+                host = loopbackAddress(p, out);
+                if ("verbs".equals(api)) {
+                    rows = verbsLoopback(p, path, host);
+                } else {
+                    try (PerfServer s = PerfServer.start(transport(), p, transport().bindAddress(host, 0))) {
+                        rows = client(p, s.localAddress(), path, true);
+                    }
                 }
             }
             String title = String.format(Locale.ROOT, "rdma-perf %s  path=%s  mode=%s%s", test.id(), path,
-                    remote ? "client of " + connect : "loopback (both ends in this process)",
+                    remote ? "client of " + connect : "loopback (both ends in this process) on " + host,
                     p == null ? "" : "  device=" + p.devices().get(0).name() + " ("
                             + p.devices().get(0).attributes().transport() + ")");
             PerfResult.print(out, title + (test.isLatency() ? "\n  latency: one-way = round trip / 2" : ""), rows);
@@ -235,13 +251,34 @@ public final class RdmaPerf {
             return ChannelPerf.runClient(transport(), p, address, test, sizes, iterations, path);
         }
 
-        private List<PerfResult> verbsLoopback(RdmaProvider p, String path) throws Exception {
+        /**
+         * Loopback mode's address: {@code --address}, loopback for the TCP baseline, else what
+         * {@link LocalRdmaAddress} finds for the provider; printed with the reason.
+         */
+        private String loopbackAddress(RdmaProvider p, PrintStream out) {
+            if (address != null) {
+                out.println("rdma-perf: address " + address + " (--address)");
+                return address;
+            }
+            if (p == null) {
+                return InetAddress.getLoopbackAddress().getHostAddress();
+            }
+            LocalRdmaAddress local = LocalRdmaAddress.of(p);
+            if (!local.isFound()) {
+                throw new IllegalStateException("no address for loopback mode on " + p.name() + ": "
+                        + local.description());
+            }
+            out.println("rdma-perf: address " + local.description());
+            return local.address().getHostAddress();
+        }
+
+        private List<PerfResult> verbsLoopback(RdmaProvider p, String path, String host) throws Exception {
             AtomicReference<InetSocketAddress> bound = new AtomicReference<>();
             AtomicReference<Throwable> serverFailure = new AtomicReference<>();
             Object lock = new Object();
             Thread serverThread = new Thread(() -> {
                 try {
-                    VerbsPerf.serve(p, new InetSocketAddress("127.0.0.1", 0), settings(), 1, a -> {
+                    VerbsPerf.serve(p, new InetSocketAddress(host, 0), settings(), 1, a -> {
                         synchronized (lock) {
                             bound.set(a);
                             lock.notifyAll();

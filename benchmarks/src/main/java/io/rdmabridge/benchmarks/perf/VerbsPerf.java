@@ -23,9 +23,11 @@ import io.rdmabridge.verbs.WrOpcode;
 
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Queue;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -67,8 +69,15 @@ final class VerbsPerf {
     private VerbsPerf() {
     }
 
-    /** Queue sizes and the buffer every connection uses. */
-    record Settings(int maxSize, int sendDepth, int recvDepth, int signalInterval) {
+    /**
+     * Queue sizes and the buffer every connection uses, and how long a side waits for a completion the peer owes it
+     * before it gives up on the peer.
+     */
+    record Settings(int maxSize, int sendDepth, int recvDepth, int signalInterval, long stallNanos) {
+        Settings(int maxSize, int sendDepth, int recvDepth, int signalInterval) {
+            this(maxSize, sendDepth, recvDepth, signalInterval, TIMEOUT_NANOS);
+        }
+
         Settings {
             if (maxSize < 16) {
                 maxSize = 16;
@@ -78,6 +87,9 @@ final class VerbsPerf {
                         + " (expected: sendDepth >= 2, recvDepth >= " + (2 * CONTROL_RESERVE + 2) + ")");
             }
             signalInterval = Math.max(1, Math.min(signalInterval, sendDepth / 2));
+            if (stallNanos <= 0) {
+                throw new IllegalArgumentException("stallNanos: " + stallNanos + " (expected: > 0)");
+            }
         }
     }
 
@@ -113,15 +125,20 @@ final class VerbsPerf {
                       java.util.function.Consumer<InetSocketAddress> onListening) throws Exception {
         EventNotifier notifier = new EventNotifier();
         RdmaEventChannel channel = provider.createEventChannel(notifier);
+        // Requests that arrived while a client was served (one at a time), oldest first.
+        Queue<RdmaCmId> waiting = new ArrayDeque<>();
         try {
             RdmaCmId listener = channel.createId();
             try {
                 InetSocketAddress bound = listener.listen(bind, 16);
                 onListening.accept(bound);
                 for (int served = 0; clients < 0 || served < clients; served++) {
-                    CmEvent event = Endpoint.awaitCm(channel, notifier, new CmEvent(), CmEventType.CONNECT_REQUEST,
-                            null, -1);
-                    try (Endpoint ep = Endpoint.accept(provider, channel, notifier, event.id(), settings)) {
+                    RdmaCmId request = waiting.poll();
+                    if (request == null) {
+                        request = Endpoint.awaitCm(channel, notifier, new CmEvent(), CmEventType.CONNECT_REQUEST,
+                                null, -1).id();
+                    }
+                    try (Endpoint ep = Endpoint.accept(provider, channel, notifier, request, settings, waiting)) {
                         ep.serveClient();
                     } catch (RdmaException | IllegalStateException e) {
                         if (clients > 0) {
@@ -131,11 +148,23 @@ final class VerbsPerf {
                     }
                 }
             } finally {
+                for (RdmaCmId request : waiting) {
+                    rejectQuietly(request);
+                }
                 listener.close();
             }
         } finally {
             channel.close();
         }
+    }
+
+    private static void rejectQuietly(RdmaCmId request) {
+        try {
+            request.reject(new byte[0]);
+        } catch (RdmaException e) {
+            // The client gave up already; its id goes away below either way.
+        }
+        request.close();
     }
 
     /** One side of a connection: its queue pair, completion queue, registered data buffer and control state. */
@@ -144,6 +173,8 @@ final class VerbsPerf {
         private final boolean ownsChannel;
         private final EventNotifier notifier;
         private final Settings settings;
+        /** Server: where connect requests that arrive while this client is served wait; {@code null} for a client. */
+        private final Queue<RdmaCmId> waitingRequests;
         private final CmEvent event = new CmEvent();
         private final WorkCompletions wc = new WorkCompletions(64);
         private final SendWorkRequest swr = new SendWorkRequest(1);
@@ -183,17 +214,19 @@ final class VerbsPerf {
         private int remoteLength;
         private int remoteRecvDepth;
 
-        private Endpoint(RdmaEventChannel channel, boolean ownsChannel, EventNotifier notifier, Settings settings) {
+        private Endpoint(RdmaEventChannel channel, boolean ownsChannel, EventNotifier notifier, Settings settings,
+                         Queue<RdmaCmId> waitingRequests) {
             this.channel = channel;
             this.ownsChannel = ownsChannel;
             this.notifier = notifier;
             this.settings = settings;
+            this.waitingRequests = waitingRequests;
         }
 
         static Endpoint connect(RdmaProvider provider, InetSocketAddress server, Settings settings)
                 throws RdmaException {
             EventNotifier notifier = new EventNotifier();
-            Endpoint ep = new Endpoint(provider.createEventChannel(notifier), true, notifier, settings);
+            Endpoint ep = new Endpoint(provider.createEventChannel(notifier), true, notifier, settings, null);
             try {
                 ep.id = ep.channel.createId();
                 ep.id.resolve(server, 5000);
@@ -210,8 +243,8 @@ final class VerbsPerf {
         }
 
         static Endpoint accept(RdmaProvider provider, RdmaEventChannel channel, EventNotifier notifier, RdmaCmId id,
-                               Settings settings) throws RdmaException {
-            Endpoint ep = new Endpoint(channel, false, notifier, settings);
+                               Settings settings, Queue<RdmaCmId> waitingRequests) throws RdmaException {
+            Endpoint ep = new Endpoint(channel, false, notifier, settings, waitingRequests);
             ep.id = id;
             try {
                 ep.setUp();
@@ -295,10 +328,7 @@ final class VerbsPerf {
             if (iterations > Integer.MAX_VALUE || test.isLatency() && iterations > 50_000_000) {
                 throw new IllegalArgumentException("iterations: " + iterations + " (expected: fewer)");
             }
-            sendControl(BEGIN, test.ordinal(), size, iterations);
-            takeControl(READY);
-            ctrlHead = (ctrlHead + 1) & 63;
-            credits = remoteRecvDepth - CONTROL_RESERVE;
+            begin(test, size, iterations);
             long[] rtt = test.isLatency() ? new long[(int) iterations] : null;
             long cpu0 = CpuClock.processNanos();
             long start = System.nanoTime();
@@ -340,10 +370,7 @@ final class VerbsPerf {
             awaitSends(postedSends);
             long nanos = System.nanoTime() - start;
             long cpu = CpuClock.processNanos() - cpu0;
-            sendControl(END, 0, 0, 0);
-            takeControl(DONE);
-            long peerCpu = ctrlA[ctrlHead];
-            ctrlHead = (ctrlHead + 1) & 63;
+            long peerCpu = end();
             if (path == null) {
                 return null;
             }
@@ -353,6 +380,23 @@ final class VerbsPerf {
             long bytes = (long) size * iterations * (test.isLatency() ? 2 : 1);
             return PerfResult.of(test.id(), path, size, iterations, nanos, bytes, rtt, cpu,
                     path.endsWith("/remote") ? peerCpu : -1);
+        }
+
+        /** Client: announces one measurement and waits until the server is ready for it. */
+        void begin(PerfTest test, int size, long iterations) throws RdmaException {
+            sendControl(BEGIN, test.ordinal(), size, iterations);
+            takeControl(READY);
+            ctrlHead = (ctrlHead + 1) & 63;
+            credits = remoteRecvDepth - CONTROL_RESERVE;
+        }
+
+        /** Client: ends the measurement, every data work request completed; returns the server's CPU nanoseconds. */
+        long end() throws RdmaException {
+            sendControl(END, 0, 0, 0);
+            takeControl(DONE);
+            long peerCpu = ctrlA[ctrlHead];
+            ctrlHead = (ctrlHead + 1) & 63;
+            return peerCpu;
         }
 
         /** Server: answers BEGIN..END cycles until QUIT. */
@@ -391,6 +435,9 @@ final class VerbsPerf {
                         postSend(WrOpcode.SEND, (int) size, true, settings.sendDepth());
                     }
                 }
+                if (test.isOneSided()) {
+                    awaitEndOfOneSidedPhase(test);
+                }
                 while (ctrlHead == ctrlTail) {
                     pollOrWait();
                     if (test == PerfTest.SEND_BW && sinceCredit >= settings.recvDepth() / 4) {
@@ -406,6 +453,48 @@ final class VerbsPerf {
                 ctrlHead = (ctrlHead + 1) & 63;
                 awaitSends(postedSends);
                 sendControl(DONE, 0, CpuClock.processNanos() - cpu0, 0);
+            }
+        }
+
+        /**
+         * Server, during write_bw and read_bw: the client's WRITEs and READs complete at the client only, so this side
+         * is owed no completion until END, however long the phase lasts on a slow device, and the stall timeout would
+         * drop a client that is working. It waits without one, and ends when END arrives, when the client's disconnect
+         * flushes the receives posted here (poll throws), or when the connection manager reports the client gone. A
+         * client whose host dies without a word is waited for, as perftest's server does.
+         */
+        private void awaitEndOfOneSidedPhase(PerfTest test) throws RdmaException {
+            while (ctrlHead == ctrlTail) {
+                if (poll() > 0) {
+                    continue;
+                }
+                if (++idleSpins < SPINS) {
+                    Thread.onSpinWait();
+                    continue;
+                }
+                idleSpins = 0;
+                takeConnectionEvents(test);
+                cq.requestNotify();
+                if (poll() == 0) {
+                    notifier.await(TimeUnit.MILLISECONDS.toNanos(10));
+                }
+            }
+        }
+
+        /**
+         * Server: takes the events of the shared event channel; one that ends this client's connection fails the
+         * phase, connect requests of other clients wait for their turn, and the rest are late events of earlier
+         * connections.
+         */
+        private void takeConnectionEvents(PerfTest test) throws RdmaException {
+            while (channel.poll(event)) {
+                CmEventType type = event.type();
+                if (type == CmEventType.CONNECT_REQUEST) {
+                    waitingRequests.add(event.id());
+                } else if (event.id() == id && type == CmEventType.DISCONNECTED) {
+                    throw new RdmaException("the client left during " + test.id() + " without END (" + event
+                            + ")");
+                }
             }
         }
 
@@ -499,9 +588,10 @@ final class VerbsPerf {
                 return;
             }
             notifier.await(TimeUnit.MILLISECONDS.toNanos(1));
-            if (System.nanoTime() - lastProgress > TIMEOUT_NANOS) {
-                throw new RdmaException("no completion for 30 s (posted sends " + postedSends + ", completed "
-                        + completedSends + ", data receives " + dataReceives + "): the peer stopped answering");
+            if (System.nanoTime() - lastProgress > settings.stallNanos()) {
+                throw new RdmaException("no completion for " + TimeUnit.NANOSECONDS.toMillis(settings.stallNanos())
+                        + " ms (posted sends " + postedSends + ", completed " + completedSends + ", data receives "
+                        + dataReceives + "): the peer stopped answering");
             }
         }
 

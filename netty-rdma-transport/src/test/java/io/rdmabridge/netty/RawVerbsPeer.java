@@ -1,0 +1,221 @@
+package io.rdmabridge.netty;
+
+import io.rdmabridge.connection.FrameHeader;
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.SendWorkRequest;
+import io.rdmabridge.verbs.WorkCompletions;
+import io.rdmabridge.verbs.WrOpcode;
+
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+/**
+ * A peer that speaks raw verbs instead of the rdma-bridge protocol, to drive a channel with frames a well-behaved
+ * endpoint never sends. It connects (as a client) or accepts (as a listener), posts receives as the protocol asks,
+ * and then sends exactly the frames a test writes. Single-threaded; closes everything it made.
+ */
+final class RawVerbsPeer implements AutoCloseable {
+    private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(10);
+    private static final int SLOT = 4096;
+    private static final int RECEIVES = 8;
+
+    private final EventNotifier notifier = new EventNotifier();
+    private final RdmaEventChannel events;
+    private final CmEvent event = new CmEvent();
+    private RdmaCmId listenId;
+    private RdmaCmId id;
+    private ProtectionDomain pd;
+    private CompletionQueue cq;
+    private QueuePair qp;
+    private ByteBuffer memory;
+    private MemoryRegion mr;
+    private int connectRequestPrivateData = -1;
+    // Receives completed while waiting for a send completion: slot, or -1 - status for a failed receive.
+    private final java.util.ArrayDeque<Long> landed = new java.util.ArrayDeque<>();
+
+    private RawVerbsPeer(RdmaProvider provider) throws Exception {
+        events = provider.createEventChannel(notifier);
+    }
+
+    /** Connects to {@code target}: the connection is established when this returns. */
+    static RawVerbsPeer connect(RdmaProvider provider, InetSocketAddress target) throws Exception {
+        RawVerbsPeer peer = new RawVerbsPeer(provider);
+        try {
+            peer.id = peer.events.createId();
+            peer.id.resolve(target, 5000);
+            peer.await(CmEventType.ADDR_RESOLVED);
+            peer.setUpQueuePair(peer.id);
+            peer.id.connect(ConnectionParameters.DEFAULT);
+            peer.await(CmEventType.ESTABLISHED);
+            return peer;
+        } catch (Exception | Error e) {
+            peer.close();
+            throw e;
+        }
+    }
+
+    /** Listens on {@code address} (port 0: any); {@link #acceptOne()} takes the first connect request. */
+    static RawVerbsPeer listen(RdmaProvider provider, InetSocketAddress address) throws Exception {
+        RawVerbsPeer peer = new RawVerbsPeer(provider);
+        try {
+            peer.listenId = peer.events.createId();
+            peer.listenId.listen(address, 4);
+            return peer;
+        } catch (Exception | Error e) {
+            peer.close();
+            throw e;
+        }
+    }
+
+    InetSocketAddress listenAddress() {
+        return listenId.localAddress();
+    }
+
+    /** Accepts the first connect request; returns once the connection is established. */
+    void acceptOne() throws Exception {
+        CmEvent request = await(CmEventType.CONNECT_REQUEST);
+        connectRequestPrivateData = request.privateData().length;
+        id = request.id();
+        setUpQueuePair(id);
+        id.accept(ConnectionParameters.DEFAULT);
+        await(CmEventType.ESTABLISHED);
+    }
+
+    private void setUpQueuePair(RdmaCmId cmId) throws Exception {
+        pd = cmId.device().allocProtectionDomain();
+        cq = cmId.device().createCompletionQueue(64, notifier);
+        qp = cmId.createQueuePair(pd, cq, cq, new QpCapabilities(16, RECEIVES, 1, 1, 0));
+        memory = ByteBuffer.allocateDirect(SLOT * (RECEIVES + 1)).order(ByteOrder.LITTLE_ENDIAN);
+        mr = pd.register(memory, Access.LOCAL_WRITE);
+        RecvWorkRequest recv = new RecvWorkRequest(1);
+        for (int i = 1; i <= RECEIVES; i++) {
+            qp.postRecv(recv.reset().wrId(i).addSge(mr.address() + (long) i * SLOT, SLOT, mr.lkey()));
+        }
+    }
+
+    /**
+     * Sends one frame: a protocol header of {@code type} with no credit returns, then {@code body}.
+     *
+     * @return the completion status of the SEND
+     */
+    int sendFrame(byte type, byte[] body) {
+        memory.clear();
+        new FrameHeader().wrap(memory, 0).set(type, 0, 0, 0, body.length);
+        return post(body);
+    }
+
+    /** Sends a RENDEZVOUS frame advertising {@code length} bytes at {@code address} under {@code rkey}. */
+    int sendRendezvous(long address, int length, int rkey) {
+        memory.clear();
+        new FrameHeader().wrap(memory, 0).set(FrameHeader.RENDEZVOUS, 0, 0, 0, FrameHeader.RENDEZVOUS_BODY_LENGTH)
+                .rendezvous(address, length, rkey);
+        byte[] body = new byte[FrameHeader.RENDEZVOUS_BODY_LENGTH];
+        memory.get(FrameHeader.HEADER_LENGTH, body);
+        return post(body);
+    }
+
+    private int post(byte[] body) {
+        memory.put(FrameHeader.HEADER_LENGTH, body);
+        SendWorkRequest wr = new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                .wrId(0).addSge(mr.address(), FrameHeader.HEADER_LENGTH + body.length, mr.lkey());
+        try {
+            qp.postSend(wr);
+        } catch (Exception e) {
+            return fail("posting the raw frame failed", e);
+        }
+        WorkCompletions wc = new WorkCompletions(8);
+        long deadline = System.nanoTime() + TIMEOUT_NANOS;
+        while (System.nanoTime() < deadline) {
+            int n = cq.poll(wc);
+            for (int i = 0; i < n; i++) {
+                if (wc.wrId(i) == 0) {
+                    return wc.status(i);
+                }
+                landed.add(wc.status(i) == WcStatus.SUCCESS ? wc.wrId(i) : -1L - wc.status(i));
+            }
+            LockSupport.parkNanos(100_000);
+        }
+        return fail("no completion for the raw frame within 10 s");
+    }
+
+    /** Bytes of private data the accepted connect request carried. */
+    int lastEventPrivateDataLength() {
+        return connectRequestPrivateData;
+    }
+
+    /** Waits for the next received frame and returns its type. */
+    byte receivedFrameType() {
+        WorkCompletions wc = new WorkCompletions(1);
+        long deadline = System.nanoTime() + TIMEOUT_NANOS;
+        while (System.nanoTime() < deadline) {
+            Long early = landed.poll();
+            if (early != null || cq.poll(wc) == 1) {
+                long slot = early != null ? early : wc.status(0) == WcStatus.SUCCESS ? wc.wrId(0) : -1L - wc.status(0);
+                assertTrue(slot > 0, () -> "receive failed: " + WcStatus.name((int) (-1L - slot)));
+                return new FrameHeader().wrap(memory, (int) slot * SLOT).type();
+            }
+            LockSupport.parkNanos(100_000);
+        }
+        return (byte) fail("no frame received within 10 s");
+    }
+
+    /** Waits for the next connection-manager event, which must be {@code type}. */
+    CmEvent await(CmEventType type) {
+        long deadline = System.nanoTime() + TIMEOUT_NANOS;
+        while (System.nanoTime() < deadline) {
+            if (events.poll(event)) {
+                assertEquals(type, event.type(), "connection-manager event: " + event);
+                return event;
+            }
+            LockSupport.parkNanos(100_000);
+        }
+        return fail("no " + type + " within 10 s");
+    }
+
+    @Override
+    public void close() {
+        if (id != null) {
+            id.disconnect();
+        }
+        if (qp != null) {
+            qp.close();
+        }
+        if (mr != null) {
+            mr.close();
+        }
+        if (cq != null) {
+            cq.close();
+        }
+        if (pd != null) {
+            pd.close();
+        }
+        if (id != null) {
+            id.close();
+        }
+        if (listenId != null) {
+            listenId.close();
+        }
+        events.close();
+    }
+}

@@ -1,0 +1,180 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.ConnectTimeoutException;
+import io.netty.channel.SimpleChannelInboundHandler;
+import io.rdmabridge.connection.FrameHeader;
+import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.verbs.WcStatus;
+import org.junit.jupiter.api.Test;
+
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The channel's handshake runs on the queue pair (a HELLO frame each way), never in connection-manager private data,
+ * so it works on providers that deliver none (DiSNI 2.1). A peer that speaks raw verbs tries what a foreign or hostile
+ * endpoint would: another frame first, a bad HELLO, a second HELLO, no HELLO at all. Each attempt fails that one
+ * connection with the cause named, the listener keeps serving a good client, and every resource returns to zero.
+ */
+class RdmaHandshakeTest extends AbstractSoftChannelTest {
+
+    /** Server whose children echo and report their failures. */
+    private final LinkedBlockingQueue<Throwable> childFailures = new LinkedBlockingQueue<>();
+    private final LinkedBlockingQueue<Channel> childrenClosed = new LinkedBlockingQueue<>();
+
+    private Channel echoServer(int handshakeTimeoutMillis) throws InterruptedException {
+        return listen(new ServerBootstrap()
+                .childOption(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMillis)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ctx.writeAndFlush(msg);
+                    }
+
+                    @Override
+                    public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                        childFailures.add(cause);
+                        ctx.close();
+                    }
+
+                    @Override
+                    public void channelUnregistered(ChannelHandlerContext ctx) {
+                        childrenClosed.add(ctx.channel());
+                    }
+
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                }));
+    }
+
+    /** A good client still gets its echo: the listener and its loop survived. */
+    private void assertEchoes(Channel server) throws Exception {
+        CompletableFuture<String> echo = new CompletableFuture<>();
+        RdmaSocketChannel client = connect(new Bootstrap().handler(new SimpleChannelInboundHandler<ByteBuf>() {
+            @Override
+            protected void channelRead0(ChannelHandlerContext ctx, ByteBuf msg) {
+                echo.complete(msg.toString(StandardCharsets.UTF_8));
+            }
+        }), server);
+        client.writeAndFlush(Unpooled.copiedBuffer("still serving", StandardCharsets.UTF_8));
+        assertEquals("still serving", echo.get(10, TimeUnit.SECONDS));
+    }
+
+    private static byte[] hello(Handshake h) {
+        return h.encode();
+    }
+
+    private Throwable awaitChildFailure() throws InterruptedException {
+        Throwable cause = childFailures.poll(10, TimeUnit.SECONDS);
+        assertNotNull(cause, "the accepted channel reported no failure within 10 s");
+        Channel closed = childrenClosed.poll(10, TimeUnit.SECONDS);
+        assertNotNull(closed, "the accepted channel was not closed within 10 s");
+        assertFalse(closed.isOpen());
+        return cause;
+    }
+
+    @Test
+    void shouldConnectWithoutAnyPrivateData() throws Exception {
+        // The soft provider delivers private data; the channel must not need it: it sends none (the raw listener
+        // sees an empty connect request) and still connects to a listener that accepts with none.
+        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
+            channels.add(0, connecting.channel());
+            raw.acceptOne();
+            assertEquals(0, raw.lastEventPrivateDataLength(), "private data in the channel's connect request");
+            // Not active until the peer's HELLO has arrived.
+            assertFalse(connecting.channel().isActive());
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
+                    hello(new Handshake(4096, 4, 4, 1 << 20))));
+            assertTrue(connecting.await(10, TimeUnit.SECONDS));
+            assertTrue(connecting.isSuccess(), () -> "connect failed: " + connecting.cause());
+            assertTrue(connecting.channel().isActive());
+            assertEquals(FrameHeader.HELLO, raw.receivedFrameType(), "the channel's first frame");
+        }
+    }
+
+    @Test
+    void shouldCloseAnAcceptedConnectionWhoseFirstFrameIsNotAHello() throws Exception {
+        Channel server = echoServer(10_000);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            raw.sendFrame(FrameHeader.DATA, "no hello".getBytes(StandardCharsets.UTF_8));
+            Throwable cause = awaitChildFailure();
+            assertInstanceOf(ConnectException.class, cause);
+            assertTrue(cause.getMessage().contains("the first frame from the peer is DATA (expected: HELLO"),
+                    cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    @Test
+    void shouldCloseAnAcceptedConnectionWhoseHelloIsBad() throws Exception {
+        Channel server = echoServer(10_000);
+        byte[] foreign = hello(new Handshake(4096, 4, 4, 1 << 20));
+        foreign[0] ^= 0x55;
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            raw.sendFrame(FrameHeader.HELLO, foreign);
+            Throwable cause = awaitChildFailure();
+            assertTrue(cause.getMessage().contains("handshake failed: handshake magic"), cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    @Test
+    void shouldFailTheConnectionOnASecondHello() throws Exception {
+        Channel server = echoServer(10_000);
+        byte[] hello = hello(new Handshake(4096, 4, 4, 1 << 20));
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            raw.sendFrame(FrameHeader.HELLO, hello);
+            raw.sendFrame(FrameHeader.HELLO, hello);
+            Throwable cause = awaitChildFailure();
+            assertTrue(cause.getMessage().contains("a second HELLO frame"), cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    @Test
+    void shouldTimeOutAnAcceptedConnectionThatNeverSendsItsHello() throws Exception {
+        Channel server = echoServer(300);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            Throwable cause = awaitChildFailure();
+            assertInstanceOf(ConnectTimeoutException.class, cause);
+            assertTrue(cause.getMessage().startsWith("no rdma-bridge handshake from"), cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    @Test
+    void shouldFailTheConnectWhenTheServerNeverSendsItsHello() throws Exception {
+        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 300)
+                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
+            raw.acceptOne();
+            assertTrue(connecting.await(10, TimeUnit.SECONDS));
+            assertInstanceOf(ConnectTimeoutException.class, connecting.cause());
+            assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");
+        }
+    }
+}
