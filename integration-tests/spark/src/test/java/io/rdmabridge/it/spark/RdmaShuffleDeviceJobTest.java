@@ -31,7 +31,10 @@ class RdmaShuffleDeviceJobTest {
         }
 
         long start = System.nanoTime();
-        SparkSession spark = LocalCluster.start("device-rdma", RdmaShuffleJobsTest.rdma());
+        Map<String, String> settings = RdmaShuffleJobsTest.rdma();
+        // The first connection of an executor opens the device and loads the provider: slow on a slow machine.
+        settings.put("spark.shuffle.rdma.connectTimeout", LocalCluster.scaledSeconds(10) + "s");
+        SparkSession spark = LocalCluster.start("device-rdma", settings);
         try {
             ShuffleCounters counters = ShuffleCounters.install(spark);
             // An executor registers its block manager first, then builds its shuffle manager: give the latter time.
