@@ -62,6 +62,10 @@ final class SoftCmId implements RdmaCmId {
     SoftCmId listenId;
     SoftCmId directPeer;
     TcpLink tcpLink;
+    /** A listener's accepted sockets still waiting for their connect request (see TcpLink.accepted). */
+    final java.util.concurrent.atomic.AtomicInteger pendingHandshakes = new java.util.concurrent.atomic.AtomicInteger();
+    // The connect timeout, cancelled once the attempt ends so that the timer does not keep this id (and its link).
+    private volatile java.util.concurrent.ScheduledFuture<?> connectTimeout;
 
     SoftCmId(SoftEventChannel channel) {
         this.channel = channel;
@@ -351,7 +355,7 @@ final class SoftCmId implements RdmaCmId {
             }
             if (passive != null) {
                 passive.emit(CmEventType.CONNECT_REQUEST, parameters.privateData(), 0, null);
-                engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
+                connectTimeout = engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
                 return;
             }
         }
@@ -376,6 +380,18 @@ final class SoftCmId implements RdmaCmId {
                 + " ms (expected: a soft RDMA listener at that address)");
     }
 
+    void connectTimeout(java.util.concurrent.ScheduledFuture<?> timeout) {
+        connectTimeout = timeout;
+    }
+
+    private void connectAttemptEnded() {
+        java.util.concurrent.ScheduledFuture<?> timeout = connectTimeout;
+        if (timeout != null) {
+            connectTimeout = null;
+            timeout.cancel(false);
+        }
+    }
+
     /** The active side's connect failed: REJECTED or CONNECT_ERROR. */
     void connectFailed(CmEventType type, byte[] privateData, int status, String detail) {
         synchronized (this) {
@@ -385,6 +401,7 @@ final class SoftCmId implements RdmaCmId {
             phase = Phase.RESOLVED;
             tcpLink = null;
         }
+        connectAttemptEnded();
         emit(type, privateData, status, detail);
     }
 
@@ -394,10 +411,13 @@ final class SoftCmId implements RdmaCmId {
             if (phase != Phase.CONNECTING || tcpLink != link) {
                 return false;
             }
+            // From here the queue pair holds the link; the id must not keep it (or a closed one) reachable.
+            tcpLink = null;
             phase = Phase.CONNECTED;
             peerParams = peer;
             local = localAddress;
         }
+        connectAttemptEnded();
         return true;
     }
 
@@ -431,6 +451,7 @@ final class SoftCmId implements RdmaCmId {
                 active.phase = Phase.CONNECTED;
                 active.peerParams = parameters;
             }
+            active.connectAttemptEnded();
             synchronized (this) {
                 phase = Phase.CONNECTED;
             }
@@ -442,9 +463,12 @@ final class SoftCmId implements RdmaCmId {
             emit(CmEventType.ESTABLISHED, null, 0, null);
             return;
         }
-        TcpLink link = tcpLink;
+        TcpLink link;
         synchronized (this) {
             phase = Phase.CONNECTED;
+            link = tcpLink;
+            // The queue pair holds the link from now on.
+            tcpLink = null;
         }
         link.accept(this, q, parameters);
     }
@@ -513,6 +537,7 @@ final class SoftCmId implements RdmaCmId {
                 break;
             }
             case CONNECTING:
+                connectAttemptEnded();
                 if (pending != null) {
                     pending.abortHandshake();
                 }

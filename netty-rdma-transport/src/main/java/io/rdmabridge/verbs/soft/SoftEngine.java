@@ -14,6 +14,7 @@ import java.util.Iterator;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -164,6 +165,11 @@ final class SoftEngine {
         return !"tcp".equalsIgnoreCase(System.getProperty("rdmabridge.soft.loopback", "direct").trim());
     }
 
+    /** Accepted sockets of one listener that may wait for their connect request at once; more are closed. */
+    static int maxPendingHandshakesPerListener() {
+        return Integer.getInteger("rdmabridge.soft.maxPendingHandshakes", 64);
+    }
+
     static long handshakeTimeoutMillis() {
         return Long.getLong("rdmabridge.soft.handshakeTimeoutMillis", 10_000L);
     }
@@ -220,8 +226,9 @@ final class SoftEngine {
         return t;
     }
 
-    void schedule(Runnable task, long delayNanos) {
-        timer().schedule(() -> runSafely(task), Math.max(0, delayNanos), TimeUnit.NANOSECONDS);
+    ScheduledFuture<?> schedule(Runnable task, long delayNanos) {
+        // Cancelling removes the task from the timer's queue (remove-on-cancel), so it pins nothing afterwards.
+        return timer().schedule(() -> runSafely(task), Math.max(0, delayNanos), TimeUnit.NANOSECONDS);
     }
 
     /** Runs {@code task} on the timer thread now. */
