@@ -20,13 +20,9 @@ import io.netty.channel.socket.SocketChannel;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
 import io.rdmabridge.connection.ConnectionConfig;
-import io.rdmabridge.connection.FileChunkCache;
-import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.connection.ReceiveBuffers;
-import io.rdmabridge.connection.RegisteredMemory;
-import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DeviceAttributes;
@@ -41,7 +37,6 @@ import java.net.BindException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
-import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.NotYetConnectedException;
 import java.util.concurrent.RejectedExecutionException;
@@ -110,7 +105,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
     private volatile int state;
 
-    private volatile RdmaDomain domain;
+    volatile RdmaDomain domain;
 
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
     private RdmaCmId id;
@@ -119,8 +114,8 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private CompletionQueue cq;
     private volatile QueuePair qp;
     private ReceiveBuffers recv;
-    private RdmaConnection connection;
-    private volatile InetSocketAddress remote;
+    RdmaConnection connection;
+    volatile InetSocketAddress remote;
     private ChannelPromise connectPromise;
     private ScheduledFuture<?> connectTimeoutFuture;
     // An accepted channel once it has answered the connect request: the peer may count itself connected.
@@ -134,9 +129,9 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private ByteBuf rendezvousTarget;
     // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
     private ByteBuf partial;
-    private boolean peerGone;
+    boolean peerGone;
     private volatile boolean inputShutdown;
-    private volatile boolean outputShutdown;
+    volatile boolean outputShutdown;
     private boolean inputEndSeen;
     private final Runnable readTask = this::scheduledRead;
     // Received buffers released on other threads, reposted by one task on the loop.
@@ -144,22 +139,10 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private final AtomicBoolean releaseScheduled = new AtomicBoolean();
     private final Runnable releaseTask = this::releaseMarkedSlots;
 
-    // Flow-control counters of the connection already added to the metrics.
-    private long reportedStalls;
-    private long reportedRnr;
-
-    // Writing: per operation, the outbound bytes it carries and the staging block (a copy) it holds, if any.
-    private long[] opBytes;
-    private Object[] opRelease;
-    private boolean[] opFile;
-    private int opMask;
-    private long postedBytes;
-    private boolean flushScheduled;
-    private final Runnable flushTask = this::scheduledFlush;
-    private final WriteProcessor writeProcessor = new WriteProcessor();
+    private final RdmaChannelOutbound outbound;
 
     // Close and shutdownOutput wait for posted work to complete (its memory must outlive the work request).
-    private boolean closeRequested;
+    boolean closeRequested;
     private ChannelPromise delayedClosePromise;
     private Throwable delayedCloseCause;
     private ClosedChannelException delayedCloseClosedCause;
@@ -170,12 +153,14 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     public RdmaSocketChannel() {
         super(null);
         config = new RdmaChannelConfig(this);
+        outbound = new RdmaChannelOutbound(this);
     }
 
     /** An accepted channel: the connect request is not yet answered; accepting happens once registered. */
     RdmaSocketChannel(RdmaServerSocketChannel parent, RdmaCmId id, RdmaIoHandler idOwner) {
         super(parent);
         config = new RdmaChannelConfig(this);
+        outbound = new RdmaChannelOutbound(this);
         this.id = id;
         this.idOwner = idOwner;
         state = STATE_CONNECTING;
@@ -472,7 +457,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
         try {
             connection = new RdmaConnection(qp, cq, recv, domain.memory, localHandshake(), connectionConfig,
-                    this::sendCompleted);
+                    outbound);
             connection.start();
         } catch (RdmaException | RuntimeException e) {
             failConnect(connectException("cannot set up the connection to " + remote + ": " + e.getMessage(), e));
@@ -484,11 +469,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     /** Both handshakes are done: the channel becomes active. */
     private void activate() {
-        int opCapacity = Integer.highestOneBit(connectionConfig.sendQueueDepth()) * 2;
-        opBytes = new long[opCapacity];
-        opRelease = new Object[opCapacity];
-        opFile = new boolean[opCapacity];
-        opMask = opCapacity - 1;
+        outbound.activate(connectionConfig.sendQueueDepth());
         ByteBufAllocator alloc = config.getAllocator();
         slotBuffers = new RdmaReceivedByteBuf[recv.count()];
         releasedElsewhere = new AtomicIntegerArray(recv.count());
@@ -575,9 +556,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             // below, as on any later poll.
             activate();
         }
-        if (c.creditStalls() != reportedStalls || c.receiverNotReady() != reportedRnr) {
-            accountFlowControl(c);
-        }
+        outbound.accountFlowControl(c);
         if ((events & RdmaConnection.EVENT_FAILED) != 0 && c.failure() != null) {
             connectionFailed(c.failure());
             return 1;
@@ -593,7 +572,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             }
         }
         if ((events & (RdmaConnection.EVENT_SENT | RdmaConnection.EVENT_CREDITS)) != 0) {
-            writeMore();
+            outbound.writeMore();
         }
         if (c.isLost() || peerGone) {
             peerGone = true;
@@ -611,21 +590,6 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
         checkDelayed();
         return events != 0 ? 1 : 0;
-    }
-
-    private void accountFlowControl(RdmaConnection c) {
-        long stalls = c.creditStalls() - reportedStalls;
-        long rnr = c.receiverNotReady() - reportedRnr;
-        reportedStalls = c.creditStalls();
-        reportedRnr = c.receiverNotReady();
-        if (stalls > 0) {
-            metrics.addCreditStalls(stalls);
-            handler.metrics().addCreditStalls(stalls);
-        }
-        if (rnr > 0) {
-            metrics.addReceiverNotReady(rnr);
-            handler.metrics().addReceiverNotReady(rnr);
-        }
     }
 
     private void connectionFailed(RdmaException cause) {
@@ -655,7 +619,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         if (!config.isAutoClose()) {
             // As a write to a reset TCP socket: the writes fail and, with AUTO_CLOSE off, Netty shuts the output
             // down (ChannelOutputShutdownEvent) before the channel closes.
-            writeMore();
+            outbound.writeMore();
         }
         if (!closeRequested && c != null && c.failure() == null && !c.isEndOfStreamReceived()) {
             // No end of stream before the disconnect: the peer closed abortively (SO_LINGER=0) or died. TCP calls
@@ -932,492 +896,17 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     @Override
     protected void doWrite(ChannelOutboundBuffer in) throws Exception {
-        RdmaConnection c = connection;
-        if (c == null || closeRequested || outputShutdown) {
-            return;
-        }
-        if (c.isLost() || peerGone) {
-            throw new IOException("connection reset by peer " + remote + ": the queue pair is disconnected, nothing"
-                    + " more can be sent");
-        }
-        if (postedBytes == 0) {
-            removeEmptyHead(in);
-        }
-        if (in.isEmpty()) {
-            return;
-        }
-        writeProcessor.start(c, in, config.getWriteSpinCount());
-        in.forEachFlushedMessage(writeProcessor);
-        writeProcessor.finish();
-        c.flush();
-        if (c.failure() != null) {
-            throw c.failure();
-        }
-        if (writeProcessor.yielded && !flushScheduled) {
-            // Spin count used up with work left: let the loop's other channels go first.
-            flushScheduled = true;
-            eventLoop().execute(flushTask);
-        }
+        outbound.write(in);
     }
 
-    private void scheduledFlush() {
-        flushScheduled = false;
-        writeMore();
+    /** Flushes now (the write path posts more once completions or credits made room). */
+    void flushNow() {
+        ((RdmaSocketUnsafe) unsafe()).flushNow();
     }
 
-    private void writeMore() {
-        ChannelOutboundBuffer in = unsafe().outboundBuffer();
-        if (in != null && !in.isEmpty() && isActive()) {
-            ((RdmaSocketUnsafe) unsafe()).flushNow();
-        }
-    }
-
-    private void record(long op, long bytes, Object release, boolean file) {
-        int i = (int) (op & opMask);
-        opBytes[i] = bytes;
-        opRelease[i] = release;
-        opFile[i] = file;
-        postedBytes += bytes;
-    }
-
-    /** The connection reports operation {@code op} done, in posting order. */
-    private void sendCompleted(long op) {
-        int i = (int) (op & opMask);
-        long bytes = opBytes[i];
-        Object release = opRelease[i];
-        if (release != null) {
-            opRelease[i] = null;
-            release(release);
-        }
-        ChannelOutboundBuffer in = unsafe().outboundBuffer();
-        if (in == null) {
-            postedBytes -= bytes;
-            return;
-        }
-        if (opFile[i]) {
-            removeEmptyHead(in);
-            fileProgress(in, bytes);
-        } else {
-            removeSent(in, bytes);
-        }
-        removeEmptyHead(in);
-    }
-
-    /**
-     * Removes {@code bytes} sent bytes from the head of {@code in}, as {@link ChannelOutboundBuffer#removeBytes}
-     * does, but keeps {@link #postedBytes} in step before each message's promise completes: a listener may write and
-     * flush at once, and the {@link #doWrite} it runs skips exactly the bytes still posted.
-     */
-    private void removeSent(ChannelOutboundBuffer in, long bytes) {
-        while (bytes > 0) {
-            Object msg = in.current();
-            if (!(msg instanceof ByteBuf)) {
-                // Posted bytes are always flushed buffer bytes; only a close (which failed them) gets here.
-                postedBytes -= bytes;
-                return;
-            }
-            ByteBuf buf = (ByteBuf) msg;
-            int readable = buf.readableBytes();
-            if (readable <= bytes) {
-                bytes -= readable;
-                postedBytes -= readable;
-                in.progress(readable);
-                in.remove();
-            } else {
-                buf.readerIndex(buf.readerIndex() + (int) bytes);
-                postedBytes -= bytes;
-                in.progress(bytes);
-                return;
-            }
-        }
-    }
-
-    /** Empty buffers and regions carry no bytes, so no completion will ever remove them: remove them at the head. */
-    private void removeEmptyHead(ChannelOutboundBuffer in) {
-        for (;;) {
-            Object msg = in.current();
-            if (msg instanceof ByteBuf && !((ByteBuf) msg).isReadable()) {
-                in.remove();
-            } else if (msg instanceof FileRegion && ((FileRegion) msg).count() == 0) {
-                in.remove();
-            } else {
-                return;
-            }
-        }
-    }
-
-    private long fileSent;
-
-    private void fileProgress(ChannelOutboundBuffer in, long bytes) {
-        postedBytes -= bytes;
-        Object msg = in.current();
-        if (msg instanceof FileRegion) {
-            FileRegion region = (FileRegion) msg;
-            fileSent += bytes;
-            in.progress(bytes);
-            if (fileSent >= region.count()) {
-                fileSent = 0;
-                in.remove();
-            }
-        }
-    }
-
-    private static void release(Object o) {
-        if (o instanceof RegisteredMemory.Block) {
-            ((RegisteredMemory.Block) o).free();
-        } else {
-            ((FileChunkCache.Chunk) o).release();
-        }
-    }
-
-    /** Frees every staging copy and file chunk still held by posted operations (the queue pair is gone). */
-    private void releaseOperations() {
-        if (opRelease != null) {
-            for (int i = 0; i < opRelease.length; i++) {
-                if (opRelease[i] != null) {
-                    release(opRelease[i]);
-                    opRelease[i] = null;
-                }
-            }
-        }
-        postedBytes = 0;
-        if (fileWriter != null) {
-            fileWriter.close();
-        }
-    }
-
-    /**
-     * Walks the flushed messages after those already posted and posts frames for them: registered memory by
-     * reference, anything else copied into registered memory first.
-     */
-    private final class WriteProcessor implements ChannelOutboundBuffer.MessageProcessor, RdmaFileWriter.Sink {
-        private RdmaConnection c;
-        private boolean first;
-        private long skip;
-        private int budget;
-        private boolean yielded;
-        private boolean framing;
-        private int frameBytes;
-        private int frameCopied;
-        private RegisteredMemory.Block frameStaging;
-        private int stagingUsed;
-
-        void start(RdmaConnection c, ChannelOutboundBuffer in, int spinCount) {
-            this.c = c;
-            skip = postedBytes;
-            first = true;
-            budget = Math.max(1, spinCount);
-            yielded = false;
-            framing = false;
-        }
-
-        @Override
-        public boolean processMessage(Object msg) throws Exception {
-            boolean head = first;
-            first = false;
-            if (msg instanceof ByteBuf) {
-                ByteBuf buf = (ByteBuf) msg;
-                int readable = buf.readableBytes();
-                if (skip >= readable) {
-                    skip -= readable;
-                    return true;
-                }
-                int index = buf.readerIndex() + (int) skip;
-                int length = readable - (int) skip;
-                skip = 0;
-                return writeBytes(buf, index, length);
-            }
-            if (msg instanceof FileRegion) {
-                FileRegion region = (FileRegion) msg;
-                // Completed bytes of the head region were reported with progress(), not removed.
-                long done = head ? fileSent : 0;
-                long remaining = region.count() - done;
-                if (skip >= remaining) {
-                    skip -= remaining;
-                    return true;
-                }
-                long offset = done + skip;
-                skip = 0;
-                endFrame();
-                if (region instanceof DefaultFileRegion) {
-                    if (offset == 0) {
-                        // A region made from a File opens its FileChannel lazily; validation reads the channel's size.
-                        ((DefaultFileRegion) region).open();
-                        validateFileRegion((DefaultFileRegion) region, region.transferred());
-                    }
-                    return fileWriter().write((DefaultFileRegion) region, offset, this);
-                }
-                // Other regions can only be copied out in order through transferTo(), once they are at the head.
-                return head && writeCustomRegion(region, offset);
-            }
-            return false;
-        }
-
-        private boolean spend() {
-            if (budget == 0) {
-                yielded = true;
-                return false;
-            }
-            budget--;
-            return true;
-        }
-
-        private boolean writeBytes(ByteBuf buf, int index, int length) throws RdmaException {
-            while (length > 0) {
-                if (length >= config.rendezvousThreshold()) {
-                    endFrame();
-                    if (!c.canSendData() || !spend()) {
-                        return false;
-                    }
-                    // The peer announced the largest message it accepts: a larger write goes as several.
-                    int part = Math.min(length, c.maxRendezvousLength());
-                    long address = ByteBufAddress.of(buf, index, part);
-                    MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, part);
-                    RegisteredMemory.Block staging = null;
-                    if (mr == null) {
-                        staging = domain.memory.allocate(part);
-                        copy(buf, index, part, staging.buffer(), 0);
-                        address = staging.address();
-                        mr = staging.memoryRegion();
-                        copied(part);
-                    }
-                    long op = c.sendRendezvous(address, part, mr.rkey());
-                    record(op, part, staging, false);
-                    metrics.addRendezvous(part);
-                    handler.metrics().addRendezvous(part);
-                    index += part;
-                    length -= part;
-                    continue;
-                }
-                if (!framing) {
-                    if (!c.canSendData() || !spend()) {
-                        return false;
-                    }
-                    c.beginData();
-                    framing = true;
-                    frameBytes = 0;
-                    frameCopied = 0;
-                    frameStaging = null;
-                    stagingUsed = 0;
-                }
-                int chunk = Math.min(length, c.framePayloadRemaining());
-                if (!addToFrame(buf, index, chunk)) {
-                    endFrame();
-                    continue;
-                }
-                frameBytes += chunk;
-                index += chunk;
-                length -= chunk;
-                if (c.framePayloadRemaining() == 0) {
-                    endFrame();
-                }
-            }
-            return true;
-        }
-
-        /** @return {@code false} when the frame cannot take this chunk (out of segments or staging room) */
-        private boolean addToFrame(ByteBuf buf, int index, int chunk) throws RdmaException {
-            long address = ByteBufAddress.of(buf, index, chunk);
-            MemoryRegion mr = address == 0 ? null : domain.memory.regions().find(address, chunk);
-            if (mr != null) {
-                if (!c.hasSegmentRoom()) {
-                    return false;
-                }
-                c.addSegment(address, chunk, mr.lkey());
-                return true;
-            }
-            if (frameStaging == null && chunk <= c.scratchRemaining()) {
-                if (!c.hasSegmentRoom() && frameCopied == 0) {
-                    return false;
-                }
-                copy(buf, index, chunk, c.scratchBuffer(), c.scratchOffset());
-                c.addScratch(chunk);
-                frameCopied += chunk;
-                copied(chunk);
-                return true;
-            }
-            if (frameStaging == null) {
-                if (!c.hasSegmentRoom()) {
-                    return false;
-                }
-                frameStaging = domain.memory.allocate(c.framePayloadRemaining());
-                stagingUsed = 0;
-            } else if (frameStaging.capacity() - stagingUsed < chunk) {
-                return false;
-            }
-            copy(buf, index, chunk, frameStaging.buffer(), stagingUsed);
-            c.addSegment(frameStaging.address() + stagingUsed, chunk, frameStaging.memoryRegion().lkey());
-            stagingUsed += chunk;
-            copied(chunk);
-            return true;
-        }
-
-        /**
-         * A {@link FileRegion} of unknown kind can only be read through {@code transferTo}: copy it into registered
-         * staging memory, piece by piece (counted as copied).
-         */
-        private boolean writeCustomRegion(FileRegion region, long offset) throws IOException {
-            // transferTo() must be called at transferred(): the region tracks its own progress.
-            while (region.transferred() < region.count()) {
-                if (!canSend()) {
-                    return false;
-                }
-                long before = region.transferred();
-                int chunk = (int) Math.min(region.count() - before,
-                        Math.min(RegisteredMemory.maxPooledSize(), c.maxRendezvousLength()));
-                RegisteredMemory.Block block = domain.memory.allocate(chunk);
-                StagingChannel target = stagingChannel.reset(block.buffer(), chunk);
-                try {
-                    region.transferTo(target, before);
-                } catch (IOException | RuntimeException e) {
-                    block.free();
-                    throw e;
-                }
-                int length = target.written();
-                if (length <= 0) {
-                    block.free();
-                    unspend();
-                    return false;
-                }
-                copied(length);
-                long op;
-                if (length >= config.rendezvousThreshold() || length > c.maxFramePayload()) {
-                    op = c.sendRendezvous(block.address(), length, block.memoryRegion().rkey());
-                    metrics.addRendezvous(length);
-                    handler.metrics().addRendezvous(length);
-                } else {
-                    c.beginData();
-                    c.addSegment(block.address(), length, block.memoryRegion().lkey());
-                    op = c.sendData();
-                    countEager(length);
-                }
-                metrics.addFile(length);
-                handler.metrics().addFile(length);
-                // Progress is what the region reports: a framing or encrypting region may count more (or fewer)
-                // bytes than it wrote, and must never be called again once transferred() reached count().
-                record(op, region.transferred() - before, block, true);
-            }
-            return true;
-        }
-
-        @Override
-        public boolean canSend() {
-            return c.canSendData() && spend();
-        }
-
-        @Override
-        public void unspend() {
-            budget++;
-        }
-
-        @Override
-        public int maxFramePayload() {
-            return c.maxFramePayload();
-        }
-
-        @Override
-        public int maxRendezvousLength() {
-            return c.maxRendezvousLength();
-        }
-
-        @Override
-        public void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous) {
-            long op;
-            if (rendezvous) {
-                op = c.sendRendezvous(address, length, chunk.memoryRegion().rkey());
-                metrics.addRendezvous(length);
-                handler.metrics().addRendezvous(length);
-            } else {
-                c.beginData();
-                c.addSegment(address, length, chunk.memoryRegion().lkey());
-                op = c.sendData();
-                countEager(length);
-            }
-            metrics.addFile(length);
-            handler.metrics().addFile(length);
-            record(op, length, chunk, true);
-        }
-
-        private void copied(int n) {
-            metrics.addCopied(n);
-            handler.metrics().addCopied(n);
-        }
-
-        private void countEager(int payload) {
-            if (payload + FrameHeader.HEADER_LENGTH <= config.inlineThreshold()
-                    && payload + FrameHeader.HEADER_LENGTH
-                    <= domain.device.attributes().maxInlineData()) {
-                metrics.addInline(payload);
-                handler.metrics().addInline(payload);
-            } else {
-                metrics.addEager(payload);
-                handler.metrics().addEager(payload);
-            }
-        }
-
-        void endFrame() {
-            if (!framing) {
-                return;
-            }
-            framing = false;
-            long op = c.sendData();
-            record(op, frameBytes, frameStaging, false);
-            countEager(frameBytes);
-            frameStaging = null;
-        }
-
-        void finish() {
-            endFrame();
-        }
-    }
-
-    private RdmaFileWriter fileWriter;
-    private final StagingChannel stagingChannel = new StagingChannel();
-
-    /** Lets {@code FileRegion.transferTo} write into a registered staging block. */
-    private static final class StagingChannel implements java.nio.channels.WritableByteChannel {
-        private ByteBuffer target;
-
-        StagingChannel reset(ByteBuffer buffer, int limit) {
-            target = buffer;
-            buffer.clear().limit(limit);
-            return this;
-        }
-
-        int written() {
-            return target.position();
-        }
-
-        @Override
-        public int write(ByteBuffer src) {
-            int n = Math.min(src.remaining(), target.remaining());
-            ByteBuffer part = src.duplicate();
-            part.limit(part.position() + n);
-            target.put(part);
-            src.position(src.position() + n);
-            return n;
-        }
-
-        @Override
-        public boolean isOpen() {
-            return true;
-        }
-
-        @Override
-        public void close() {
-        }
-    }
-
-    private RdmaFileWriter fileWriter() {
-        if (fileWriter == null) {
-            fileWriter = new RdmaFileWriter(domain.memory, config.rendezvousThreshold());
-        }
-        return fileWriter;
-    }
-
-    private static void copy(ByteBuf src, int index, int length, ByteBuffer dst, int dstOffset) {
-        dst.clear().position(dstOffset).limit(dstOffset + length);
-        src.getBytes(index, dst);
+    /** Netty's check of a file region against its file, for the write path. */
+    void checkFileRegion(DefaultFileRegion region, long position) throws IOException {
+        validateFileRegion(region, position);
     }
 
     // ---------------------------------------------------------------------------------------------- closing
@@ -1558,7 +1047,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             partial.release();
             partial = null;
         }
-        releaseOperations();
+        outbound.releaseOperations();
         if (cq != null) {
             try {
                 cq.close();
