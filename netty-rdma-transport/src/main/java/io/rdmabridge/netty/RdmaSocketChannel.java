@@ -1,7 +1,6 @@
 package io.rdmabridge.netty;
 
 import io.netty.buffer.ByteBuf;
-import io.netty.buffer.ByteBufAllocator;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelOutboundBuffer;
@@ -13,8 +12,6 @@ import io.netty.channel.FileRegion;
 import io.netty.channel.IoEvent;
 import io.netty.channel.IoRegistration;
 import io.netty.channel.RecvByteBufAllocator;
-import io.netty.channel.socket.ChannelInputShutdownEvent;
-import io.netty.channel.socket.ChannelInputShutdownReadComplete;
 import io.netty.channel.socket.ServerSocketChannel;
 import io.netty.channel.socket.SocketChannel;
 import io.netty.util.internal.logging.InternalLogger;
@@ -26,7 +23,6 @@ import io.rdmabridge.connection.ReceiveBuffers;
 import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DeviceAttributes;
-import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.QpCapabilities;
 import io.rdmabridge.verbs.QueuePair;
 import io.rdmabridge.verbs.RdmaCmId;
@@ -42,8 +38,6 @@ import java.nio.channels.NotYetConnectedException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicIntegerArray;
 
 /**
  * A {@link SocketChannel} over an RDMA reliable-connected queue pair.
@@ -96,14 +90,14 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private static final int CONTROL_CREDITS = 8;
     private static final long CLOSE_LINGER_MILLIS = 2000;
 
-    private static final int STATE_OPEN = 0;
-    private static final int STATE_CONNECTING = 1;
-    private static final int STATE_ACTIVE = 2;
-    private static final int STATE_CLOSED = 3;
+    static final int STATE_OPEN = 0;
+    static final int STATE_CONNECTING = 1;
+    static final int STATE_ACTIVE = 2;
+    static final int STATE_CLOSED = 3;
 
     private final RdmaChannelConfig config;
     private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
-    private volatile int state;
+    volatile int state;
 
     volatile RdmaDomain domain;
 
@@ -122,23 +116,10 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     private boolean acceptIssued;
     private InetSocketAddress requestedRemote;
 
-    // Reading.
-    private boolean readPending;
-    private boolean readScheduled;
-    private RdmaReceivedByteBuf[] slotBuffers;
-    private ByteBuf rendezvousTarget;
-    // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
-    private ByteBuf partial;
     boolean peerGone;
-    private volatile boolean inputShutdown;
     volatile boolean outputShutdown;
-    private boolean inputEndSeen;
-    private final Runnable readTask = this::scheduledRead;
-    // Received buffers released on other threads, reposted by one task on the loop.
-    private volatile AtomicIntegerArray releasedElsewhere;
-    private final AtomicBoolean releaseScheduled = new AtomicBoolean();
-    private final Runnable releaseTask = this::releaseMarkedSlots;
 
+    private final RdmaChannelInbound inbound;
     private final RdmaChannelOutbound outbound;
 
     // Close and shutdownOutput wait for posted work to complete (its memory must outlive the work request).
@@ -153,6 +134,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     public RdmaSocketChannel() {
         super(null);
         config = new RdmaChannelConfig(this);
+        inbound = new RdmaChannelInbound(this);
         outbound = new RdmaChannelOutbound(this);
     }
 
@@ -160,6 +142,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     RdmaSocketChannel(RdmaServerSocketChannel parent, RdmaCmId id, RdmaIoHandler idOwner) {
         super(parent);
         config = new RdmaChannelConfig(this);
+        inbound = new RdmaChannelInbound(this);
         outbound = new RdmaChannelOutbound(this);
         this.id = id;
         this.idOwner = idOwner;
@@ -211,7 +194,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     @Override
     public boolean isInputShutdown() {
-        return inputShutdown || !isActive() && state != STATE_OPEN && state != STATE_CONNECTING;
+        return inbound.isInputShutdown() || !isActive() && state != STATE_OPEN && state != STATE_CONNECTING;
     }
 
     @Override
@@ -470,12 +453,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     /** Both handshakes are done: the channel becomes active. */
     private void activate() {
         outbound.activate(connectionConfig.sendQueueDepth());
-        ByteBufAllocator alloc = config.getAllocator();
-        slotBuffers = new RdmaReceivedByteBuf[recv.count()];
-        releasedElsewhere = new AtomicIntegerArray(recv.count());
-        for (int i = 0; i < slotBuffers.length; i++) {
-            slotBuffers[i] = new RdmaReceivedByteBuf(alloc, recv.payloadView(i), this, i);
-        }
+        inbound.activate(recv, connectionConfig.receiveQueueDepth());
         InetSocketAddress l = id.localAddress();
         InetSocketAddress r = id.remoteAddress();
         if (l != null) {
@@ -564,11 +542,11 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         if (state == STATE_CLOSED) {
             return events != 0 ? 1 : 0;
         }
-        if ((events & RdmaConnection.EVENT_INBOUND) != 0 || rendezvousTarget != null) {
-            if (readPending) {
-                readNow();
+        if ((events & RdmaConnection.EVENT_INBOUND) != 0 || inbound.isReadingRendezvous()) {
+            if (inbound.isReadPending()) {
+                inbound.readNow();
             } else {
-                endOfStreamIfNext(c);
+                inbound.endOfStreamIfNext(c);
             }
         }
         if ((events & (RdmaConnection.EVENT_SENT | RdmaConnection.EVENT_CREDITS)) != 0) {
@@ -576,23 +554,24 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
         if (c.isLost() || peerGone) {
             peerGone = true;
-            if (!readPending) {
-                endOfStreamIfNext(c);
+            if (!inbound.isReadPending()) {
+                inbound.endOfStreamIfNext(c);
             }
             if (state == STATE_CLOSED) {
                 return 1;
             }
-            if (!hasInbound(c) || inputShutdown) {
+            if (!inbound.hasInbound(c) || inbound.isInputShutdown()) {
                 closeAfterPeerGone();
-            } else if (readPending) {
-                readNow();
+            } else if (inbound.isReadPending()) {
+                inbound.readNow();
             }
         }
         checkDelayed();
         return events != 0 ? 1 : 0;
     }
 
-    private void connectionFailed(RdmaException cause) {
+    /** The connection failed (a work request failed, or no memory for a rendezvous): tell the pipeline, close. */
+    void connectionFailed(RdmaException cause) {
         if (state == STATE_CLOSED) {
             return;
         }
@@ -600,18 +579,8 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         forceClose();
     }
 
-    /**
-     * Like epoll's RDHUP: the peer's end of stream is told at once when every byte before it has been read, even
-     * with no read pending ({@code autoRead=false}).
-     */
-    private void endOfStreamIfNext(RdmaConnection c) {
-        if (state == STATE_ACTIVE && !inputEndSeen && partial == null && c.endOfStreamNext()) {
-            c.pollInbound();
-            inputEnded();
-        }
-    }
-
-    private void closeAfterPeerGone() {
+    /** The peer disconnected and nothing it sent is left to hand up: close, as a reset unless it ended cleanly. */
+    void closeAfterPeerGone() {
         if (state == STATE_CLOSED) {
             return;
         }
@@ -665,231 +634,17 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     @Override
     protected void doBeginRead() {
-        if (inputShutdown && inputEndSeen) {
-            return;
-        }
-        readPending = true;
-        RdmaConnection c = connection;
-        if (c != null && (hasInbound(c) || peerGone) && !readScheduled) {
-            readScheduled = true;
-            eventLoop().execute(readTask);
-        }
+        inbound.beginRead();
     }
 
+    /** {@code autoRead} was turned off (any thread). */
     void clearReadPending() {
-        if (isRegistered() && eventLoop().inEventLoop()) {
-            readPending = false;
-        } else if (isRegistered()) {
-            eventLoop().execute(() -> readPending = false);
-        } else {
-            readPending = false;
-        }
-    }
-
-    private void scheduledRead() {
-        readScheduled = false;
-        if (readPending && state == STATE_ACTIVE) {
-            readNow();
-            if (peerGone && connection != null && !hasInbound(connection)) {
-                closeAfterPeerGone();
-            }
-        }
-    }
-
-    /** Whether a message, or the rest of one, waits to be handed up. */
-    private boolean hasInbound(RdmaConnection c) {
-        return partial != null || c.hasInbound();
-    }
-
-    private void readNow() {
-        RdmaConnection c = connection;
-        if (inputShutdown) {
-            dropInbound(c);
-            return;
-        }
-        RecvByteBufAllocator.Handle allocHandle = unsafe().recvBufAllocHandle();
-        allocHandle.reset(config);
-        boolean delivered = false;
-        boolean endOfStream = false;
-        do {
-            ByteBuf buf = partial;
-            partial = null;
-            if (buf == null) {
-                int kind = c.pollInbound();
-                if (kind == RdmaConnection.NONE) {
-                    break;
-                }
-                if (kind == RdmaConnection.END_OF_STREAM) {
-                    endOfStream = true;
-                    break;
-                }
-                if (kind == RdmaConnection.RENDEZVOUS) {
-                    if (!startRendezvousRead(c)) {
-                        break;
-                    }
-                    continue;
-                }
-                buf = received(c, kind);
-            }
-            delivered = true;
-            fireRead(buf, allocHandle);
-            if (state != STATE_ACTIVE) {
-                break;
-            }
-        } while (allocHandle.continueReading());
-        if (delivered) {
-            allocHandle.readComplete();
-            pipeline().fireChannelReadComplete();
-        }
-        if (endOfStream) {
-            inputEnded();
-        }
-    }
-
-    /** The message {@code pollInbound()} just returned as {@code kind}, as a buffer to hand up. */
-    private ByteBuf received(RdmaConnection c, int kind) {
-        int length = c.inboundLength();
-        ByteBuf buf;
-        if (kind == RdmaConnection.DATA) {
-            buf = slotBuffers[c.inboundSlot()].reuse(length);
-            if (recv.held() > pressureThreshold()) {
-                // The application holds most receive buffers: copy, so the peer keeps its credits.
-                ByteBuf copy = config.getAllocator().buffer(length);
-                copy.writeBytes(buf);
-                buf.release();
-                buf = copy;
-                metrics.addReceivedCopied(length);
-                handler.metrics().addReceivedCopied(length);
-            }
-        } else {
-            buf = rendezvousTarget;
-            rendezvousTarget = null;
-            buf.writerIndex(length);
-        }
-        metrics.addReceived(length);
-        handler.metrics().addReceived(length);
-        return buf;
-    }
-
-    /** Input shut down: drops everything that has arrived, so the peer gets its credits back, up to end of stream. */
-    private void dropInbound(RdmaConnection c) {
-        if (partial != null) {
-            partial.release();
-            partial = null;
-        }
-        for (;;) {
-            int kind = c.pollInbound();
-            if (kind == RdmaConnection.NONE) {
-                return;
-            }
-            if (kind == RdmaConnection.END_OF_STREAM) {
-                inputEnded();
-                return;
-            }
-            if (kind == RdmaConnection.RENDEZVOUS) {
-                c.discardRendezvous();
-            } else if (kind == RdmaConnection.DATA) {
-                c.releaseReceive(c.inboundSlot());
-            } else {
-                rendezvousTarget.release();
-                rendezvousTarget = null;
-            }
-        }
-    }
-
-    /** Hands up {@code buf}, or its first {@code guess()} bytes as a slice when it holds more (the rest waits). */
-    private void fireRead(ByteBuf buf, RecvByteBufAllocator.Handle allocHandle) {
-        int guess = Math.max(1, allocHandle.guess());
-        ByteBuf piece = buf;
-        if (buf.readableBytes() > guess) {
-            piece = buf.readRetainedSlice(guess);
-            partial = buf;
-        }
-        int bytes = piece.readableBytes();
-        allocHandle.attemptedBytesRead(bytes);
-        allocHandle.lastBytesRead(bytes);
-        allocHandle.incMessagesRead(1);
-        readPending = false;
-        pipeline().fireChannelRead(piece);
-    }
-
-    private int pressureThreshold() {
-        return Math.max(1, connectionConfig.receiveQueueDepth() * 3 / 4);
-    }
-
-    /** Allocates a registered buffer for the pending rendezvous and posts the READ. */
-    private boolean startRendezvousRead(RdmaConnection c) {
-        int length = c.inboundLength();
-        if (rendezvousTarget == null) {
-            ByteBuf target = domain.allocator.directBuffer(length, length);
-            MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
-            if (mr == null) {
-                target.release();
-                connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
-                        + " bytes (the device refused the registration); closing"));
-                return false;
-            }
-            rendezvousTarget = target;
-        }
-        long address = ByteBufAddress.of(rendezvousTarget, 0, length);
-        MemoryRegion mr = domain.memory.regions().find(address, length);
-        return c.readRendezvous(address, mr.lkey());
-    }
-
-    private void inputEnded() {
-        inputEndSeen = true;
-        if (config.isAllowHalfClosure()) {
-            if (!inputShutdown) {
-                inputShutdown = true;
-                pipeline().fireUserEventTriggered(ChannelInputShutdownEvent.INSTANCE);
-            }
-            pipeline().fireUserEventTriggered(ChannelInputShutdownReadComplete.INSTANCE);
-            if (outputShutdown) {
-                unsafe().close(voidPromise());
-            }
-        } else {
-            inputShutdown = true;
-            unsafe().close(voidPromise());
-        }
-    }
-
-    /** A received buffer was released (any thread). */
-    void receiveReleased(int slot) {
-        EventLoop loop = eventLoop();
-        if (loop.inEventLoop()) {
-            releaseSlot(slot);
-            return;
-        }
-        // Mark the slot and wake the loop with the one shared task: no object per released buffer.
-        releasedElsewhere.set(slot, 1);
-        if (!releaseScheduled.compareAndSet(false, true)) {
-            return;
-        }
-        try {
-            loop.execute(releaseTask);
-        } catch (RejectedExecutionException e) {
-            // The loop is gone; nothing else touches the connection now.
-            releaseMarkedSlots();
-        }
-    }
-
-    private void releaseMarkedSlots() {
-        releaseScheduled.set(false);
-        AtomicIntegerArray marked = releasedElsewhere;
-        for (int i = 0; i < marked.length(); i++) {
-            if (marked.get(i) != 0 && marked.getAndSet(i, 0) != 0) {
-                releaseSlot(i);
-            }
-        }
+        inbound.clearReadPending();
     }
 
     /** Receive buffers handed up and not yet released (tests); call on the event loop. */
     int heldReceiveBuffers() {
         return recv == null ? 0 : recv.held();
-    }
-
-    private void releaseSlot(int slot) {
-        connection.releaseReceive(slot);
     }
 
     // ---------------------------------------------------------------------------------------------- writing
@@ -976,12 +731,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             promise.setFailure(new NotYetConnectedException());
             return;
         }
-        inputShutdown = true;
-        // Drop what has arrived so the peer keeps its credits; later frames are dropped as they come.
-        RdmaConnection c = connection;
-        if (c != null) {
-            readNow();
-        }
+        inbound.shutdownInput();
         promise.setSuccess();
     }
 
@@ -1039,14 +789,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
                 recv.close();
             }
         }
-        if (rendezvousTarget != null) {
-            rendezvousTarget.release();
-            rendezvousTarget = null;
-        }
-        if (partial != null) {
-            partial.release();
-            partial = null;
-        }
+        inbound.releaseBuffers();
         outbound.releaseOperations();
         if (cq != null) {
             try {
