@@ -84,7 +84,7 @@ final class RdmaChannelInbound {
         }
         readPending = true;
         RdmaConnection c = channel.connection;
-        if (c != null && (hasInbound(c) || channel.peerGone) && !readScheduled) {
+        if (c != null && (hasInbound(c) || channel.closing.isPeerGone()) && !readScheduled) {
             readScheduled = true;
             channel.eventLoop().execute(readTask);
         }
@@ -106,8 +106,8 @@ final class RdmaChannelInbound {
         if (readPending && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
             readNow();
             RdmaConnection c = channel.connection;
-            if (channel.peerGone && c != null && !hasInbound(c)) {
-                channel.closeAfterPeerGone();
+            if (channel.closing.isPeerGone() && c != null && !hasInbound(c)) {
+                channel.closing.closeAfterPeerGone();
             }
         }
     }
@@ -240,7 +240,7 @@ final class RdmaChannelInbound {
             MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
             if (mr == null) {
                 target.release();
-                channel.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
+                channel.closing.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
                         + " bytes (the device refused the registration); closing"));
                 return false;
             }
@@ -271,7 +271,7 @@ final class RdmaChannelInbound {
                 channel.pipeline().fireUserEventTriggered(ChannelInputShutdownEvent.INSTANCE);
             }
             channel.pipeline().fireUserEventTriggered(ChannelInputShutdownReadComplete.INSTANCE);
-            if (channel.outputShutdown) {
+            if (channel.closing.isOutputShutdown()) {
                 channel.unsafe().close(channel.voidPromise());
             }
         } else {

@@ -60,10 +60,10 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     /** {@code doWrite}: posts what was flushed after the bytes already posted. */
     void write(ChannelOutboundBuffer in) throws Exception {
         RdmaConnection c = channel.connection;
-        if (c == null || channel.closeRequested || channel.outputShutdown) {
+        if (c == null || channel.closing.isCloseRequested() || channel.closing.isOutputShutdown()) {
             return;
         }
-        if (c.isLost() || channel.peerGone) {
+        if (c.isLost() || channel.closing.isPeerGone()) {
             throw new IOException("connection reset by peer " + channel.remote + ": the queue pair is disconnected,"
                     + " nothing more can be sent");
         }
