@@ -36,6 +36,8 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
     private final RdmaChannelMetrics metrics;
     private final StagingChannel stagingChannel = new StagingChannel();
     private RdmaFileWriter fileWriter;
+
+    // The walk under way: the bytes still to skip, the work requests it may still post, the eager frame it fills.
     private RdmaConnection c;
     private boolean first;
     private long skip;
