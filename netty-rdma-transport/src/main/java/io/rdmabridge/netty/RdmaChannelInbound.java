@@ -43,6 +43,10 @@ final class RdmaChannelInbound {
     private RdmaReceivedByteBuf[] slotBuffers;
     private int pressureThreshold;
     private ByteBuf rendezvousTarget;
+    // Bytes of the loop's rendezvous budget held for rendezvousTarget; whether this channel waits for budget.
+    private int budgetHeld;
+    private long budgetSince;
+    private boolean awaitingBudget;
     // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
     private ByteBuf partial;
     private volatile boolean inputShutdown;
@@ -189,6 +193,8 @@ final class RdmaChannelInbound {
         } else {
             buf = rendezvousTarget;
             rendezvousTarget = null;
+            // Handed up, the bytes are the application's (its reads pace the peer from here).
+            releaseBudget();
             buf.writerIndex(length);
         }
         metrics.addReceived(length);
@@ -218,6 +224,7 @@ final class RdmaChannelInbound {
             } else {
                 rendezvousTarget.release();
                 rendezvousTarget = null;
+                releaseBudget();
             }
         }
     }
@@ -243,10 +250,27 @@ final class RdmaChannelInbound {
         int length = c.inboundLength();
         RdmaDomain domain = channel.domain;
         if (rendezvousTarget == null) {
-            ByteBuf target = domain.allocator.directBuffer(length, length);
+            // Memory is granted, never taken: the advertisement waits until the loop's budget allows.
+            if (!channel.handler.reserveRendezvous(this, length)) {
+                if (!awaitingBudget) {
+                    awaitingBudget = true;
+                    channel.handler.awaitRendezvousBudget(this);
+                }
+                return false;
+            }
+            budgetHeld = length;
+            budgetSince = System.nanoTime();
+            ByteBuf target;
+            try {
+                target = domain.allocator.directBuffer(length, length);
+            } catch (Throwable t) {
+                releaseBudget();
+                throw t;
+            }
             MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
             if (mr == null) {
                 target.release();
+                releaseBudget();
                 channel.closing.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
                         + " bytes (the device refused the registration); closing"));
                 return false;
@@ -326,6 +350,34 @@ final class RdmaChannelInbound {
         }
     }
 
+    private void releaseBudget() {
+        if (budgetHeld != 0) {
+            channel.handler.releaseRendezvous(this, budgetHeld);
+            budgetHeld = 0;
+        }
+    }
+
+    /** The loop's rendezvous budget grew: read the waiting rendezvous if a read is pending. Loop thread. */
+    void budgetMayBeAvailable() {
+        awaitingBudget = false;
+        if (channel.state == RdmaSocketChannel.STATE_ACTIVE && readPending) {
+            readNow();
+        }
+    }
+
+    /** When this channel's READ took its share of the budget ({@link System#nanoTime()}). */
+    long budgetSince() {
+        return budgetSince;
+    }
+
+    int budgetBytes() {
+        return budgetHeld;
+    }
+
+    RdmaIoHandle ioHandle() {
+        return (RdmaIoHandle) channel.unsafe();
+    }
+
     private void releaseSlot(int slot) {
         channel.connection.releaseReceive(slot);
     }
@@ -336,6 +388,7 @@ final class RdmaChannelInbound {
             rendezvousTarget.release();
             rendezvousTarget = null;
         }
+        releaseBudget();
         if (partial != null) {
             partial.release();
             partial = null;
