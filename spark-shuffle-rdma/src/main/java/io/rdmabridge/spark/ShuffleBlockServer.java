@@ -12,6 +12,7 @@ import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.handler.codec.CorruptedFrameException;
 import io.netty.util.ReferenceCountUtil;
 import io.netty.util.concurrent.ScheduledFuture;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.ArrayDeque;

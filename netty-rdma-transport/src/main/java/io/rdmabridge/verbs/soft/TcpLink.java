@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;

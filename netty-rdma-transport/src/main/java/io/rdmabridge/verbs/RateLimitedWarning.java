@@ -1,4 +1,4 @@
-package io.rdmabridge.spark;
+package io.rdmabridge.verbs;
 
 import java.util.Arrays;
 import java.util.concurrent.TimeUnit;
@@ -10,20 +10,22 @@ import org.slf4j.Logger;
  * interval; the next line that is logged says how many were left out since the previous one, so a flood of hostile
  * connections costs a few lines, not one per connection. Thread-safe.
  */
-final class RateLimitedWarning {
+public final class RateLimitedWarning {
     private final Logger log;
     private final long intervalNanos;
     private final AtomicLong nextNanos;
     private final AtomicLong suppressed = new AtomicLong();
+    private final AtomicLong emitted = new AtomicLong();
 
-    RateLimitedWarning(Logger log, long intervalMillis) {
+    /** @param intervalMillis at most one line per this many milliseconds */
+    public RateLimitedWarning(Logger log, long intervalMillis) {
         this.log = log;
         intervalNanos = TimeUnit.MILLISECONDS.toNanos(intervalMillis);
         nextNanos = new AtomicLong(System.nanoTime());
     }
 
     /** As {@link Logger#warn(String, Object...)}; a trailing {@link Throwable} stays the logged cause. */
-    void warn(String format, Object... args) {
+    public void warn(String format, Object... args) {
         if (!log.isWarnEnabled()) {
             return;
         }
@@ -34,6 +36,7 @@ final class RateLimitedWarning {
             return;
         }
         long left = suppressed.getAndSet(0);
+        emitted.incrementAndGet();
         if (left == 0) {
             log.warn(format, args);
             return;
@@ -47,5 +50,15 @@ final class RateLimitedWarning {
             all[all.length - 1] = args[plain];
         }
         log.warn(format + " ({} more like this suppressed, at most one line per {} ms)", all);
+    }
+
+    /** Lines logged so far. */
+    public long emitted() {
+        return emitted.get();
+    }
+
+    /** Calls left out since the last line logged. */
+    public long suppressed() {
+        return suppressed.get();
     }
 }
