@@ -280,7 +280,7 @@ final class SoftCmId implements RdmaCmId {
     @Override
     public RdmaDevice device() {
         synchronized (this) {
-            return phase == Phase.IDLE || phase == Phase.BOUND || phase == Phase.CLOSED ? null : engine.device;
+            return phase == Phase.IDLE || phase == Phase.BOUND || phase == Phase.CLOSED ? null : channel.device;
         }
     }
 
@@ -292,7 +292,7 @@ final class SoftCmId implements RdmaCmId {
             throw new IllegalArgumentException("pd/sendCq/recvCq: not of the soft provider (expected: resources of"
                     + " device soft0)");
         }
-        capabilities.checkAgainst(engine.device.attributes());
+        capabilities.checkAgainst(SoftDevice.ATTRIBUTES);
         SoftProtectionDomain spd = (SoftProtectionDomain) pd;
         SoftCompletionQueue scq = (SoftCompletionQueue) sendCq;
         SoftCompletionQueue rcq = (SoftCompletionQueue) recvCq;
@@ -424,6 +424,13 @@ final class SoftCmId implements RdmaCmId {
     @Override
     public void accept(ConnectionParameters parameters) throws RdmaException {
         checkPrivateData(parameters, ConnectionParameters.MAX_ACCEPT_PRIVATE_DATA, "accept");
+        int length = parameters.privateData().length;
+        if (length != 0 && !channel.deliversPrivateData()) {
+            // DiSNI 2.1's accept has no private data argument; this mode refuses it the same way.
+            throw new RdmaException("privateData: " + length + " bytes on accept (expected: 0 with "
+                    + SoftProvider.PRIVATE_DATA_PROPERTY + "=none, which behaves like DiSNI 2.1: exchange it in the"
+                    + " first message instead)");
+        }
         SoftQueuePair q;
         synchronized (this) {
             if (phase != Phase.REQUESTED) {
@@ -486,7 +493,8 @@ final class SoftCmId implements RdmaCmId {
             }
             phase = Phase.DISCONNECTED;
         }
-        rejectPeer(data);
+        // DiSNI 2.1 rejects without private data (it destroys the request's id); this mode sends none either.
+        rejectPeer(channel.deliversPrivateData() ? data : new byte[0]);
     }
 
     private void rejectPeer(byte[] data) {
@@ -563,9 +571,10 @@ final class SoftCmId implements RdmaCmId {
         }
     }
 
+    /** {@code null} also when the provider delivers no private data: the peer's parameters travel with it. */
     @Override
     public ConnectionParameters peerParameters() {
-        return peerParams;
+        return channel.deliversPrivateData() ? peerParams : null;
     }
 
     @Override
