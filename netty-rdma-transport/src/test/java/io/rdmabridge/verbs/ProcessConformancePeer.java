@@ -210,6 +210,11 @@ final class ProcessConformancePeer implements ConformancePeer {
     }
 
     @Override
+    public void destroy(int conn) throws Exception {
+        command("destroy", Integer.toString(conn));
+    }
+
+    @Override
     public Usage reset() throws Exception {
         String[] f = command("reset");
         return new Usage(Boolean.parseBoolean(f[1]), f[2].replace('_', ' '));

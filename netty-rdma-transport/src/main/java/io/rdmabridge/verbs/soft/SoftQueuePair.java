@@ -533,6 +533,7 @@ final class SoftQueuePair implements QueuePair {
                         return WcStatus.REM_OP_ERR;
                     }
                     if (len > rLength[r]) {
+                        // ibv_poll_cq(3)'s pair, as mlx5 reports it (rxe: LOC_QP_OP_ERR / REM_OP_ERR; both allowed).
                         failRecvLocked(h, WcStatus.LOC_LEN_ERR);
                         return WcStatus.REM_INV_REQ_ERR;
                     }

@@ -676,6 +676,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     return;
                 }
                 if (length > q.rLength[r]) {
+                    // ibv_poll_cq(3)'s pair, as mlx5 reports it (rxe: LOC_QP_OP_ERR / REM_OP_ERR; both allowed).
                     q.failRecvLocked(recv, WcStatus.LOC_LEN_ERR);
                     fail("SEND of " + length + " bytes larger than the posted receive of " + q.rLength[r] + " bytes",
                             SoftFrame.NAK, psn, WcStatus.REM_INV_REQ_ERR);
