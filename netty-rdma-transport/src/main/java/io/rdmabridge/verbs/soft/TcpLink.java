@@ -804,7 +804,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (attempt > q.localParams.rnrRetryCount()) {
                     q.sStatus[i] = WcStatus.RNR_RETRY_EXC_ERR;
                 } else {
-                    long delay = SoftQueuePair.rnrDelayNanos(attempt);
+                    long delay = SoftQueuePair.RNR_TIMER_NANOS;
                     resumeAt = System.nanoTime() + delay;
                     rewindSeq = seq;
                     engine.schedule(pumpTask, delay);
