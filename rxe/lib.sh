@@ -16,7 +16,8 @@ rxe_die() {
 }
 
 rxe_require_root() {
-    [ "$(id -u)" = 0 ] || rxe_die 2 "must run as root: it installs packages with apt-get and starts QEMU (run it with sudo)"
+    [ "$(id -u)" = 0 ] \
+        || rxe_die 2 "must run as root: it installs packages with apt-get and starts QEMU (run it with sudo)"
 }
 
 # rxe_install PACKAGE...: installs the Debian packages that are missing. A fresh machine (or container) often has no
@@ -63,7 +64,7 @@ rxe_load_steps() {
             case "$1" in
                 --host) host=$2; shift 2 ;;
                 --guest) guest=$2; shift 2 ;;
-                *) rxe_die 2 "step $name: unknown option $1 (expected: --host GOALS, --guest GOALS, then -- MAVEN_ARGS)" ;;
+                *) rxe_die 2 "step $name: unknown option $1 (expected: --host GOALS, --guest GOALS, -- MAVEN_ARGS)" ;;
             esac
         done
         [ "${1:-}" = -- ] || rxe_die 2 "step $name: expected -- before the Maven arguments"
