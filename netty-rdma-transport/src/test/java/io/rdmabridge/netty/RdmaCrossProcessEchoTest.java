@@ -10,7 +10,6 @@ import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.rdmabridge.verbs.RdmaProvider;
-import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.ResourceUsage;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -20,15 +19,16 @@ import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
-import org.junit.jupiter.api.Timeout;
 
 import java.io.BufferedReader;
 import java.io.File;
 import java.io.InputStreamReader;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -36,36 +36,44 @@ import java.util.concurrent.TimeUnit;
 import java.util.zip.CRC32;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Two JVMs over the soft provider's TCP path: this one sends a seeded random mix of message sizes (1 B to 8 MiB) to an
- * echo server in a child JVM ({@link RdmaEchoPeerMain}) and checks the echoed stream byte for byte (length and
- * CRC-32); then the child is killed with SIGKILL mid-transfer, and this side must see {@code channelInactive} promptly
- * and give back every verbs resource.
+ * Two JVMs on the provider under test ({@link DeviceUnderTest}: the soft provider's TCP path over loopback by
+ * default, DiSNI at the RDMA interface's address with {@code -Pdisni}): this one sends a seeded random mix of message
+ * sizes (1 B to 8 MiB) to an echo server in a child JVM ({@link RdmaEchoPeerMain}) and checks the echoed stream byte
+ * for byte (length and CRC-32); then the child is killed with SIGKILL mid-transfer, and this side must see
+ * {@code channelInactive} promptly and give back every verbs resource. {@code -Drdmabridge.test.echo.mib} sets the
+ * echoed size (default 1024; the rxe profile's 64 suits its slow guest); time limits grow with
+ * {@code rdmabridge.test.slowdown}.
  */
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class RdmaCrossProcessEchoTest {
-    private static final long ECHO_BYTES = 1L << 30;
+    private static final long ECHO_BYTES = Long.getLong("rdmabridge.test.echo.mib", 1024) << 20;
+    /** Echoed before the peer is killed: well into the transfer. */
+    private static final long KILL_AFTER_BYTES = ECHO_BYTES / 16;
     private static final int MAX_MESSAGE_BITS = 23; // 8 MiB
     private static final int SOURCE_SIZE = 16 << 20;
     private static final long WINDOW = 48 << 20;
     private static final long SEED = 0x5eed_ec40L;
-    private static final long DEATH_NOTICED_MILLIS = 3000;
+    private static final long DEATH_NOTICED_MILLIS = DeviceUnderTest.scaled(Duration.ofMillis(3000)).toMillis();
 
     private static Process peer;
     private static int peerPort;
     private static byte[] source;
 
-    private final RdmaProvider provider = RdmaProviders.byName("soft");
+    private final RdmaProvider provider = DeviceUnderTest.provider();
     private EventLoopGroup group;
 
     @BeforeAll
     static void startPeer() throws Exception {
         String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
-        peer = new ProcessBuilder(java, "-Xmx64m", "-XX:MaxDirectMemorySize=256m", "-Drdmabridge.provider=soft",
-                "-Dio.netty.leakDetection.level=disabled", "-cp", System.getProperty("java.class.path"),
-                RdmaEchoPeerMain.class.getName()).redirectErrorStream(true).start();
+        List<String> command = new ArrayList<>(List.of(java, "-Xmx64m", "-XX:MaxDirectMemorySize=256m",
+                "-Dio.netty.leakDetection.level=disabled"));
+        command.addAll(DeviceUnderTest.childJvmOptions());
+        command.addAll(List.of("-cp", System.getProperty("java.class.path"), RdmaEchoPeerMain.class.getName()));
+        peer = new ProcessBuilder(command).redirectErrorStream(true).start();
         BufferedReader out = new BufferedReader(new InputStreamReader(peer.getInputStream(), StandardCharsets.UTF_8));
         String line;
         while ((line = out.readLine()) != null) {
@@ -113,44 +121,60 @@ class RdmaCrossProcessEchoTest {
 
     @Test
     @Order(1)
-    @Timeout(120)
-    void shouldEchoOneGibibyteOfMixedMessagesAcrossProcesses() throws Exception {
+    void shouldEchoMixedMessagesAcrossProcesses() {
+        assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(120)), this::echoMixedMessages);
+    }
+
+    private void echoMixedMessages() throws Exception {
+        long start = System.nanoTime();
         EchoClient client = new EchoClient(ECHO_BYTES);
         Channel ch = connect(client);
-        long received = client.done.get(100, TimeUnit.SECONDS);
+        long received = client.done.get(DeviceUnderTest.scaled(Duration.ofSeconds(100)).toSeconds(),
+                TimeUnit.SECONDS);
         assertEquals(ECHO_BYTES, received);
         assertEquals(client.sentCrc.getValue(), client.receivedCrc.getValue(), "CRC-32 of the echoed stream");
-        assertTrue(client.messages > 1000, "messages sent: " + client.messages);
+        // The seeded mix averages well under 1 MiB a message (2,680 messages in 1 GiB, 180 in 64 MiB).
+        assertTrue(client.messages > ECHO_BYTES >> 20, "messages sent: " + client.messages);
         assertTrue(client.smallest <= 16 && client.largest > 4 << 20,
                 "message sizes from " + client.smallest + " to " + client.largest + " (expected: 1 B to 8 MiB)");
         assertEquals(0, ((RdmaSocketChannel) ch).metrics().copiedBytes(), "allocator buffers were copied");
+        System.out.printf("cross-process echo over %s at %s: %d bytes in %d messages (%d B to %d B) echoed in"
+                + " %d ms, CRC-32 %08x both ways%n", provider.name(), ch.remoteAddress(), received,
+                client.messages, client.smallest, client.largest,
+                TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start), client.receivedCrc.getValue());
         ch.close().sync();
     }
 
     @Test
     @Order(2)
-    @Timeout(60)
-    void shouldNoticeAKilledPeerMidTransferAndReleaseEverything() throws Exception {
+    void shouldNoticeAKilledPeerMidTransferAndReleaseEverything() {
+        assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), this::killPeerMidTransfer);
+    }
+
+    private void killPeerMidTransfer() throws Exception {
         EchoClient client = new EchoClient(Long.MAX_VALUE);
         connect(client);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (client.received < 64 << 20 && System.nanoTime() < deadline && !client.done.isDone()) {
+        long deadline = System.nanoTime() + DeviceUnderTest.scaled(Duration.ofSeconds(30)).toNanos();
+        while (client.received < KILL_AFTER_BYTES && System.nanoTime() < deadline && !client.done.isDone()) {
             Thread.sleep(5);
         }
-        assertTrue(client.received >= 64 << 20, "echoed before the kill: " + client.received + " bytes");
+        assertTrue(client.received >= KILL_AFTER_BYTES, "echoed before the kill: " + client.received + " bytes");
 
         long killed = System.nanoTime();
         peer.destroyForcibly();
-        assertTrue(client.inactive.await(10, TimeUnit.SECONDS), "channelInactive never came");
+        assertTrue(client.inactive.await(DeviceUnderTest.scaled(Duration.ofSeconds(10)).toMillis(),
+                TimeUnit.MILLISECONDS), "channelInactive never came");
         long millis = TimeUnit.NANOSECONDS.toMillis(client.inactiveAt - killed);
         assertTrue(millis < DEATH_NOTICED_MILLIS, "channelInactive " + millis + " ms after SIGKILL (expected: < "
                 + DEATH_NOTICED_MILLIS + " ms)");
+        System.out.printf("killed peer noticed %d ms after SIGKILL, %d bytes echoed before%n", millis,
+                client.received);
         assertTrue(peer.waitFor(10, TimeUnit.SECONDS));
 
         // The queue pair and its completion queue are gone with the channel; registered memory is pooled by the
         // group and goes when the group does (tearDown asserts that every count is back to zero).
         ResourceUsage usage = provider.resourceUsage();
-        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+        long until = System.nanoTime() + DeviceUnderTest.scaled(Duration.ofSeconds(2)).toNanos();
         while ((usage.queuePairs() != 0 || usage.completionQueues() != 0) && System.nanoTime() < until) {
             Thread.sleep(5);
         }
@@ -164,7 +188,7 @@ class RdmaCrossProcessEchoTest {
     private Channel connect(EchoClient client) throws InterruptedException {
         return new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                 .option(ChannelOption.WRITE_BUFFER_WATER_MARK, new WriteBufferWaterMark(16 << 20, 32 << 20))
-                .handler(client).connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), peerPort))
+                .handler(client).connect(new InetSocketAddress(DeviceUnderTest.address(), peerPort))
                 .sync().channel();
     }
 

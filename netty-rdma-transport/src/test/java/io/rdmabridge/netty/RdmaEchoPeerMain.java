@@ -7,15 +7,14 @@ import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
-import io.rdmabridge.verbs.RdmaProviders;
 
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.concurrent.TimeUnit;
 
 /**
  * The peer process of {@link RdmaCrossProcessEchoTest}: an RDMA echo server on the provider named by
- * {@code rdmabridge.provider}, bound to an ephemeral loopback port (printed as {@code PORT n}). It echoes every
+ * {@code rdmabridge.provider}, bound to an ephemeral port of {@code rdmabridge.test.address} (printed as
+ * {@code PORT n}; see {@link DeviceUnderTest}). It echoes every
  * received buffer as is (zero-copy: receive buffers and rendezvous targets are registered memory) and stops reading
  * while its channel is not writable, so its memory stays bounded. Runs until it is killed or its standard input
  * closes.
@@ -25,11 +24,10 @@ public final class RdmaEchoPeerMain {
     }
 
     public static void main(String[] args) throws Exception {
-        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1,
-                RdmaIoHandler.newFactory(RdmaProviders.byName(System.getProperty("rdmabridge.provider", "soft"))));
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(DeviceUnderTest.provider()));
         Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                 .childHandler(new Echo())
-                .bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0)).sync().channel();
+                .bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).sync().channel();
         System.out.println("PORT " + ((InetSocketAddress) server.localAddress()).getPort());
         System.out.flush();
         // The test ends this process by closing its standard input (or by killing it).

@@ -8,10 +8,13 @@ import io.netty.testsuite.transport.TestsuitePermutation.BootstrapComboFactory;
 import io.netty.testsuite.transport.TestsuitePermutation.BootstrapFactory;
 import io.netty.testsuite.transport.socket.SocketTestPermutation;
 import io.netty.util.concurrent.DefaultThreadFactory;
+import io.rdmabridge.netty.DeviceUnderTest;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
 
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.util.Collections;
 import java.util.List;
 
@@ -69,14 +72,55 @@ import java.util.List;
  * sees {@code ChannelInputShutdownEvent} with {@code ALLOW_HALF_CLOSURE}, or a clean close. An abortive close
  * ({@code SO_LINGER=0}) disconnects without end of stream, and so does a peer that dies: the other side sees an
  * {@code IOException} "connection reset by peer" and then {@code channelInactive}.
+ *
+ * <h2>On a real RDMA device</h2>
+ * The classes tagged {@value #DEVICE} also run on a kernel RDMA stack (the rxe stage of CI:
+ * {@code -Pdisni,rxe -Dgroups=device}): their servers listen on {@link #deviceAddress()}, the address of the RDMA
+ * interface, since a device serves no loopback address. Chosen are the cases whose outcome depends on what the device
+ * does, run in a guest about ten times slower than the host:
+ * <table>
+ *   <caption>The device subset</caption>
+ *   <tr><th>test</th><th>in or out, and why</th></tr>
+ *   <tr><td>{@code SocketEchoTest}</td><td>in: the stream both ways through eager sends and rendezvous reads, with
+ *       autoRead off, an extra executor and void promises</td></tr>
+ *   <tr><td>{@code SocketHalfClosedTest}, {@code SocketRstTest}, {@code SocketCloseForciblyTest}</td><td>in: end of
+ *       stream, abortive close and a reset peer map onto the device's disconnect and flush completions</td></tr>
+ *   <tr><td>{@code SocketAutoReadTest}</td><td>in: with autoRead off the receive queue empties and the sender runs
+ *       out of credits on real queue pairs</td></tr>
+ *   <tr><td>{@code SocketGatheringWriteTest}, {@code CompositeBufferGatheringWriteTest}</td><td>in: scatter/gather
+ *       lists within the device's own limit on entries per work request</td></tr>
+ *   <tr><td>{@code SocketFileRegionTest}</td><td>in: file regions are memory regions over mapped file chunks,
+ *       registered with the kernel</td></tr>
+ *   <tr><td>{@code SocketSslEchoTest}</td><td>in, with the JDK engine only (the rxe profile sets
+ *       {@code io.netty.handler.ssl.noOpenSsl}): many small records on a real stack; OpenSSL adds no transport
+ *       case</td></tr>
+ *   <tr><td>{@code SocketConnectTest}</td><td>out: limits of 3 s per case cannot hold ten times slower, and local
+ *       and remote addresses are asserted by the channel's own tests</td></tr>
+ *   <tr><td>{@code SocketConnectionAttemptTest}</td><td>out: its silent peer is a loopback TCP listener, which a
+ *       device cannot dial</td></tr>
+ *   <tr><td>{@code SocketMultipleConnectTest}, {@code WriteBeforeRegisteredTest}</td><td>out: they dial
+ *       {@code NetUtil.LOCALHOST} themselves</td></tr>
+ *   <tr><td>string, object, SPDY and fixed-length echo; SSL greeting, StartTLS, session reuse; buffer release,
+ *       read pending, cancel write, exception handling, conditional writability, initial read state, not yet
+ *       connected; traffic shaping</td><td>out: codecs and pipeline logic over the same stream, whose outcome does not
+ *       depend on the provider (the soft provider runs them in every build); traffic shaping measures time, which a
+ *       slow guest distorts</td></tr>
+ * </table>
  */
 public final class RdmaSocketTestPermutation extends SocketTestPermutation {
     public static final RdmaSocketTestPermutation INSTANCE = new RdmaSocketTestPermutation();
+    /** JUnit tag of the testsuite classes that also run on a real RDMA device. */
+    public static final String DEVICE = "device";
 
     static final EventLoopGroup RDMA_GROUP = new MultiThreadIoEventLoopGroup(NUM_THREADS,
             new DefaultThreadFactory("testsuite-rdma", true), RdmaIoHandler.newFactory());
 
     private RdmaSocketTestPermutation() {
+    }
+
+    /** Where the tagged classes' servers listen: the address under test, any port ({@link DeviceUnderTest}). */
+    static SocketAddress deviceAddress() {
+        return new InetSocketAddress(DeviceUnderTest.address(), 0);
     }
 
     @Override

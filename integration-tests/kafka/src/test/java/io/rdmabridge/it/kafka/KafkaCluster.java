@@ -25,13 +25,18 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 
 /**
- * A KRaft cluster of child JVMs on 127.0.0.1 started from the Maven Central jars on this test's class path: one
- * controller (node 0) and brokers 1..n, each with a client listener (CLIENT) and an inter-broker listener
- * (REPLICATION). Brokers chosen as RDMA brokers get the plugin jar's agent and {@code rdma.replication.enable=true};
- * every broker has the plugin jar on its class path and in {@code metric.reporters}.
+ * A KRaft cluster of child JVMs started from the Maven Central jars on this test's class path: one controller (node 0)
+ * and brokers 1..n, each with a client listener (CLIENT, on 127.0.0.1) and an inter-broker listener (REPLICATION, on
+ * {@code rdmabridge.test.address}: 127.0.0.1 by default, an RDMA interface's address on a real device, since the
+ * plugin listens for RDMA where that listener is). Brokers chosen as RDMA brokers get the plugin jar's agent and
+ * {@code rdma.replication.enable=true}; every broker has the plugin jar on its class path and in
+ * {@code metric.reporters}, and {@code rdmabridge.test.childJvmOptions} (the disni profile's library path and module
+ * export) among its JVM options. Time limits grow with {@code rdmabridge.test.slowdown}.
  */
 final class KafkaCluster implements AutoCloseable {
     static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
+    /** Where the inter-broker (replication) listeners are. */
+    static final String REPLICATION_HOST = System.getProperty("rdmabridge.test.address", "127.0.0.1");
 
     /** One node's ports, directory and process. */
     static final class Node {
@@ -144,15 +149,18 @@ final class KafkaCluster implements AutoCloseable {
             p.put("listener.security.protocol.map", "CONTROLLER:PLAINTEXT");
         } else {
             p.put("process.roles", "broker");
-            p.put("listeners", "CLIENT://127.0.0.1:" + n.clientPort + ",REPLICATION://127.0.0.1:" + n.replicationPort);
-            p.put("advertised.listeners", "CLIENT://127.0.0.1:" + n.clientPort + ",REPLICATION://127.0.0.1:"
-                    + n.replicationPort);
+            String listeners = "CLIENT://127.0.0.1:" + n.clientPort + ",REPLICATION://" + REPLICATION_HOST + ":"
+                    + n.replicationPort;
+            p.put("listeners", listeners);
+            p.put("advertised.listeners", listeners);
             p.put("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT");
             p.put("inter.broker.listener.name", "REPLICATION");
-            p.put("offsets.topic.replication.factor", "3");
+            // Internal topics as replicated as the cluster allows (three brokers in most tests, two in the device one).
+            String replicas = Integer.toString(Math.min(3, brokers.size()));
+            p.put("offsets.topic.replication.factor", replicas);
             p.put("offsets.topic.num.partitions", "3");
-            p.put("transaction.state.log.replication.factor", "3");
-            p.put("transaction.state.log.min.isr", "2");
+            p.put("transaction.state.log.replication.factor", replicas);
+            p.put("transaction.state.log.min.isr", Integer.toString(Math.min(2, brokers.size())));
             p.put("group.initial.rebalance.delay.ms", "0");
             p.put("metric.reporters", PLUGIN);
             p.putAll(n.extra);
@@ -186,6 +194,11 @@ final class KafkaCluster implements AutoCloseable {
         cmd.add("-Dorg.slf4j.simpleLogger.log.kafka=warn");
         cmd.add("-Dorg.slf4j.simpleLogger.log.state.change.logger=warn");
         if (!mainClass.contains("StorageTool")) {
+            for (String option : System.getProperty("rdmabridge.test.childJvmOptions", "").trim().split("\\s+")) {
+                if (!option.isEmpty()) {
+                    cmd.add(option);
+                }
+            }
             cmd.add("-Dcom.sun.management.jmxremote.port=" + n.jmxPort);
             cmd.add("-Dcom.sun.management.jmxremote.rmi.port=" + n.jmxPort);
             cmd.add("-Dcom.sun.management.jmxremote.host=127.0.0.1");
@@ -245,7 +258,7 @@ final class KafkaCluster implements AutoCloseable {
 
     void awaitBrokers(int count) throws Exception {
         try (Admin admin = admin()) {
-            await(Duration.ofSeconds(120), "brokers registered: " + count, () -> {
+            await(scaled(Duration.ofSeconds(120)), "brokers registered: " + count, () -> {
                 try {
                     return admin.describeCluster().nodes().get(10, TimeUnit.SECONDS).size() == count;
                 } catch (Exception e) {
@@ -291,6 +304,11 @@ final class KafkaCluster implements AutoCloseable {
             }
         }
         return out;
+    }
+
+    /** {@code onTheHost} times {@code rdmabridge.test.slowdown} (10 in the rxe guest, whose Java is that much slower). */
+    static Duration scaled(Duration onTheHost) {
+        return onTheHost.multipliedBy(Long.getLong("rdmabridge.test.slowdown", 1));
     }
 
     static void await(Duration timeout, String what, BooleanSupplier condition) throws InterruptedException {

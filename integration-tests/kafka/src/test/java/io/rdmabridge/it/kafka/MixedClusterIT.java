@@ -93,7 +93,7 @@ class MixedClusterIT {
                 assertTrue(cutOff < 4000, "a bad preamble is rejected without waiting for the timeout: " + cutOff);
                 assertTrue(stalled >= 4000, "a truncated preamble is held until the timeout: " + stalled);
                 String log1 = cluster.log(1);
-                assertTrue(log1.contains("Closing connection: RDMA handshake from /127.0.0.1:")
+                assertTrue(log1.contains("Closing connection: RDMA handshake from /" + KafkaCluster.REPLICATION_HOST + ":")
                         && log1.contains("rejected: invalid RDMA preamble: flags/reserved=0xff/0x0/0x0 (expected: 0)")
                         && log1.contains("rejected: RDMA handshake did not complete within 5000 ms"),
                         "broker 1 names why it cut each one off; log:\n" + StockClusterIT.tail(log1));
@@ -128,7 +128,7 @@ class MixedClusterIT {
     /** Sends {@code bytes} to the port and waits for the broker to close the connection: the milliseconds it took. */
     static long closedAfterMillis(int port, byte[] bytes, Duration timeout) throws IOException {
         long start = System.nanoTime();
-        try (Socket s = new Socket("127.0.0.1", port)) {
+        try (Socket s = new Socket(KafkaCluster.REPLICATION_HOST, port)) {
             s.setSoTimeout((int) timeout.toMillis());
             s.getOutputStream().write(bytes);
             s.getOutputStream().flush();

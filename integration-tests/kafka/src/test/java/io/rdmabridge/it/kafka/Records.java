@@ -41,7 +41,11 @@ final class Records {
     }
 
     static void createTopic(Admin admin, String topic, int partitions) throws Exception {
-        admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 3)
+        createTopic(admin, topic, partitions, 3);
+    }
+
+    static void createTopic(Admin admin, String topic, int partitions, int replicas) throws Exception {
+        admin.createTopics(List.of(new NewTopic(topic, partitions, (short) replicas)
                 .configs(Map.of("min.insync.replicas", "2")))).all().get(60, TimeUnit.SECONDS);
     }
 
@@ -91,7 +95,7 @@ final class Records {
         }
     }
 
-    /** Reads the whole topic from the beginning until {@code expected.count} records arrived (or 120 s passed). */
+    /** Reads the whole topic from the beginning until {@code expected.count} records arrived (or 120 s, scaled). */
     static Acked consumeAll(String bootstrap, String topic, int partitions, int expectedCount) {
         Properties p = new Properties();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -106,7 +110,7 @@ final class Records {
             }
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+            long deadline = System.nanoTime() + KafkaCluster.scaled(Duration.ofSeconds(120)).toNanos();
             while (read.count < expectedCount && System.nanoTime() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
                     int seq = Integer.parseInt(new String(r.key(), java.nio.charset.StandardCharsets.US_ASCII));

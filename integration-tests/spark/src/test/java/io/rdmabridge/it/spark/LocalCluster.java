@@ -8,6 +8,8 @@ import org.apache.spark.sql.SparkSession;
 /**
  * Starts Spark on {@code local-cluster[N,1,1024]}: a master, N workers and N executor JVMs that inherit this test's
  * class path, so shuffle blocks really cross processes. {@code local[*]} would never exercise a shuffle transport.
+ * Executors get {@code rdmabridge.test.childJvmOptions} (the disni profile's library path and module export); time
+ * limits grow with {@code rdmabridge.test.slowdown}.
  */
 final class LocalCluster {
     static final int EXECUTORS = 2;
@@ -23,7 +25,8 @@ final class LocalCluster {
                 .set("spark.executorEnv.SPARK_SCALA_VERSION", "2.13")
                 .set("spark.ui.enabled", "false")
                 .set("spark.sql.shuffle.partitions", "8")
-                .set("spark.executor.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1");
+                .set("spark.executor.extraJavaOptions", ("-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+                        + System.getProperty("rdmabridge.test.childJvmOptions", "")).trim());
         new File(System.getProperty("spark.test.home", "target/spark-home")).mkdirs();
         settings.forEach(conf::set);
         SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
@@ -31,13 +34,19 @@ final class LocalCluster {
         return spark;
     }
 
+    /** {@code seconds} on the host, times {@code rdmabridge.test.slowdown} (10 in the rxe guest). */
+    static long scaledSeconds(long seconds) {
+        return seconds * Long.getLong("rdmabridge.test.slowdown", 1);
+    }
+
     private static void awaitExecutors(SparkSession spark) {
-        long deadline = System.nanoTime() + 120_000_000_000L;
+        long limit = scaledSeconds(120);
+        long deadline = System.nanoTime() + limit * 1_000_000_000L;
         // The driver counts itself among the block managers.
         while (spark.sparkContext().getExecutorMemoryStatus().size() < EXECUTORS + 1) {
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("executors: " + (spark.sparkContext().getExecutorMemoryStatus().size()
-                        - 1) + " joined within 120 s (expected: " + EXECUTORS + ")");
+                        - 1) + " joined within " + limit + " s (expected: " + EXECUTORS + ")");
             }
             try {
                 Thread.sleep(100);

@@ -42,7 +42,8 @@ class RdmaShuffleJobsTest {
     static Map<String, String> rdma() {
         Map<String, String> s = common();
         s.put("spark.shuffle.manager", "io.rdmabridge.spark.RdmaShuffleManager");
-        s.put("spark.shuffle.rdma.provider", "soft");
+        // The provider under test: soft unless the disni profile says otherwise.
+        s.put("spark.shuffle.rdma.provider", System.getProperty("rdmabridge.provider", "soft"));
         return s;
     }
 
