@@ -18,6 +18,8 @@ import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.WorkCompletions;
 
+import java.io.IOException;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Objects;
 
@@ -37,6 +39,22 @@ import java.util.Objects;
  * locks; a connection-manager event (connection setup and teardown) is copied once for the channel it concerns.
  */
 public final class RdmaIoHandler implements IoHandler {
+    /**
+     * System property: bytes of rendezvous READ targets one event loop commits at once, for all its channels
+     * (default 64 MiB). Memory is granted, never taken: a peer's advertisement waits, unread, until the budget
+     * allows (one message larger than the budget is read alone); its credits are not returned meanwhile, so the
+     * peer is slowed, not served faster. Each channel reads one rendezvous at a time, of at most its
+     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}.
+     */
+    public static final String RENDEZVOUS_BUDGET_PROPERTY = "rdmabridge.rendezvousBudgetBytes";
+    static final long DEFAULT_RENDEZVOUS_BUDGET = 64L * 1024 * 1024;
+    /**
+     * System property: milliseconds a rendezvous READ may hold its share of the budget before its channel fails
+     * (default 30000). A device gives up on an unanswered READ after its transport retries; this bounds a peer that
+     * stalls its answers (a user-space peer can) so that it cannot hold the loop's budget for ever.
+     */
+    public static final String RENDEZVOUS_READ_TIMEOUT_PROPERTY = "rdmabridge.rendezvousReadTimeoutMillis";
+
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaIoHandler.class);
     private static final RdmaIoHandle[] NO_HANDLES = new RdmaIoHandle[0];
 
@@ -51,6 +69,13 @@ public final class RdmaIoHandler implements IoHandler {
     private RdmaIoHandle[] handles = NO_HANDLES;
     private long busyPollBudgetNanos;
     private boolean shuttingDown;
+    private final long rendezvousBudget = rendezvousBudgetProperty();
+    private volatile long rendezvousCommitted;
+    private final ArrayDeque<RdmaChannelInbound> budgetWaiters = new ArrayDeque<>();
+    private boolean budgetReleased;
+    // Channels holding budget for a READ, oldest first; swept for READs that outlived the timeout.
+    private final ArrayDeque<RdmaChannelInbound> budgetHolders = new ArrayDeque<>();
+    private final long readTimeoutNanos = Long.getLong(RENDEZVOUS_READ_TIMEOUT_PROPERTY, 30_000L) * 1_000_000L;
 
     private RdmaIoHandler(Factory factory, ThreadAwareExecutor executor) throws RdmaException {
         this.executor = Objects.requireNonNull(executor, "executor");
@@ -131,9 +156,89 @@ public final class RdmaIoHandler implements IoHandler {
         }
         long now = System.nanoTime();
         domain.memory.trimIdle(now);
-        // Sleep no longer than until registered memory may be idle long enough to return (nobody else wakes us).
-        notifier.await(Math.max(0, Math.min(context.delayNanos(now), domain.memory.nanosUntilTrim(now))));
+        sweepStalledReads(now);
+        // Sleep no longer than until registered memory may be idle long enough to return, or a READ may time out
+        // (nobody else wakes us for those).
+        long sleep = Math.min(context.delayNanos(now),
+                Math.min(domain.memory.nanosUntilTrim(now), nanosUntilReadTimeout(now)));
+        notifier.await(Math.max(0, sleep));
         return pollOnce();
+    }
+
+    private static long rendezvousBudgetProperty() {
+        long budget = Long.getLong(RENDEZVOUS_BUDGET_PROPERTY, DEFAULT_RENDEZVOUS_BUDGET);
+        if (budget <= 0) {
+            throw new IllegalArgumentException(RENDEZVOUS_BUDGET_PROPERTY + ": " + budget + " (expected: > 0)");
+        }
+        return budget;
+    }
+
+    /**
+     * Commits {@code length} bytes of this loop's rendezvous budget to a READ target, if the budget allows (one READ
+     * may always run, whatever its size). Loop thread.
+     */
+    boolean reserveRendezvous(RdmaChannelInbound holder, int length) {
+        long committed = rendezvousCommitted;
+        if (committed > 0 && committed + length > rendezvousBudget) {
+            return false;
+        }
+        rendezvousCommitted = committed + length;
+        budgetHolders.add(holder);
+        return true;
+    }
+
+    /** Gives back what {@link #reserveRendezvous} granted; waiting channels retry once this poll is done. */
+    void releaseRendezvous(RdmaChannelInbound holder, int length) {
+        rendezvousCommitted -= length;
+        budgetHolders.remove(holder);
+        if (!budgetWaiters.isEmpty()) {
+            budgetReleased = true;
+        }
+    }
+
+    /** {@code inbound} could not reserve budget: it is asked to retry when some comes back. */
+    void awaitRendezvousBudget(RdmaChannelInbound inbound) {
+        budgetWaiters.add(inbound);
+    }
+
+    /** Bytes of rendezvous targets committed now (tests; any thread, a snapshot). */
+    long rendezvousCommitted() {
+        return rendezvousCommitted;
+    }
+
+    private int retryBudgetWaiters() {
+        budgetReleased = false;
+        // Each waiter once, in arrival order; one that still does not fit queues itself again at the end.
+        int n = budgetWaiters.size();
+        for (int i = 0; i < n; i++) {
+            RdmaChannelInbound waiter = budgetWaiters.poll();
+            if (waiter == null) {
+                break;
+            }
+            try {
+                waiter.budgetMayBeAvailable();
+            } catch (Throwable t) {
+                failed(waiter.ioHandle(), t);
+            }
+        }
+        return n;
+    }
+
+    /** Fails the channels whose READ has held budget longer than the timeout. */
+    private void sweepStalledReads(long now) {
+        RdmaChannelInbound oldest;
+        while ((oldest = budgetHolders.peek()) != null && now - oldest.budgetSince() > readTimeoutNanos) {
+            budgetHolders.poll();
+            failed(oldest.ioHandle(), new IOException("the peer did not answer an RDMA READ of "
+                    + oldest.budgetBytes() + " bytes within " + readTimeoutNanos / 1_000_000 + " ms ("
+                    + RENDEZVOUS_READ_TIMEOUT_PROPERTY + "): closing the connection so that it releases its share of"
+                    + " the event loop's rendezvous budget"));
+        }
+    }
+
+    private long nanosUntilReadTimeout(long now) {
+        RdmaChannelInbound oldest = budgetHolders.peek();
+        return oldest == null ? Long.MAX_VALUE : Math.max(0, oldest.budgetSince() + readTimeoutNanos - now);
     }
 
     private int pollOnce() {
@@ -152,6 +257,9 @@ public final class RdmaIoHandler implements IoHandler {
                 handled++;
                 failed(h, t);
             }
+        }
+        if (budgetReleased) {
+            handled += retryBudgetWaiters();
         }
         return handled;
     }

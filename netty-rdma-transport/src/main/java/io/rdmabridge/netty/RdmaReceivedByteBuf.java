@@ -14,12 +14,12 @@ import java.nio.ByteBuffer;
  * <p>May be released from any thread; the repost then hops to the channel's event loop.
  */
 final class RdmaReceivedByteBuf extends UnpooledDirectByteBuf {
-    private final RdmaSocketChannel channel;
+    private final RdmaChannelInbound inbound;
     private final int slot;
 
-    RdmaReceivedByteBuf(ByteBufAllocator alloc, ByteBuffer payload, RdmaSocketChannel channel, int slot) {
+    RdmaReceivedByteBuf(ByteBufAllocator alloc, ByteBuffer payload, RdmaChannelInbound inbound, int slot) {
         super(alloc, payload, payload.capacity());
-        this.channel = channel;
+        this.inbound = inbound;
         this.slot = slot;
     }
 
@@ -35,7 +35,7 @@ final class RdmaReceivedByteBuf extends UnpooledDirectByteBuf {
     @Override
     protected void deallocate() {
         // Keep the memory: it belongs to the connection's receive slab and is reused for the next frame.
-        channel.receiveReleased(slot);
+        inbound.receiveReleased(slot);
     }
 
     @Override

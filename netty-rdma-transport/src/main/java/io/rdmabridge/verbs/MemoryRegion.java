@@ -15,7 +15,11 @@ public interface MemoryRegion extends AutoCloseable {
     /** Key for local scatter/gather entries. */
     int lkey();
 
-    /** Key a peer names in RDMA READ and WRITE; unguessable. */
+    /**
+     * Key a peer names in RDMA READ and WRITE; unguessable. Meaningful only for a region registered with
+     * {@link Access#REMOTE_READ} or {@link Access#REMOTE_WRITE}: without them devices differ (rxe and the soft
+     * provider answer 0, mlx5 the lkey's value), and no device lets a peer use it.
+     */
     int rkey();
 
     /** The {@link Access} flags it was registered with. */

@@ -51,6 +51,9 @@ final class RawVerbsPeer implements AutoCloseable {
     private ByteBuffer memory;
     private MemoryRegion mr;
     private int connectRequestPrivateData = -1;
+    private final java.util.List<MemoryRegion> exposed = new java.util.ArrayList<>();
+    // Keeps exposed memory reachable (alive) while its region is registered.
+    private final java.util.List<ByteBuffer> regionBuffers = new java.util.ArrayList<>();
     // Receives completed while waiting for a send completion: slot, or -1 - status for a failed receive.
     private final java.util.ArrayDeque<Long> landed = new java.util.ArrayDeque<>();
 
@@ -159,6 +162,16 @@ final class RawVerbsPeer implements AutoCloseable {
         return fail("no completion for the raw frame within 10 s");
     }
 
+    /** Registers {@code contents} (copied into direct memory) for remote READ; its region goes with {@link #close()}. */
+    MemoryRegion exposeForRead(byte[] contents) throws Exception {
+        ByteBuffer buffer = ByteBuffer.allocateDirect(contents.length);
+        buffer.put(contents).flip();
+        MemoryRegion region = pd.register(buffer, Access.REMOTE_READ);
+        exposed.add(region);
+        regionBuffers.add(buffer);
+        return region;
+    }
+
     /** Bytes of private data the accepted connect request carried. */
     int lastEventPrivateDataLength() {
         return connectRequestPrivateData;
@@ -204,6 +217,7 @@ final class RawVerbsPeer implements AutoCloseable {
         if (mr != null) {
             mr.close();
         }
+        exposed.forEach(MemoryRegion::close);
         if (cq != null) {
             cq.close();
         }

@@ -172,6 +172,12 @@ interface ConformancePeer extends AutoCloseable {
     /** Starts a disconnect of {@code conn}. */
     void disconnect(int conn) throws Exception;
 
+    /**
+     * Destroys connection {@code conn}'s queue pair and id without a disconnect: what the kernel does with the
+     * verbs and rdma_cm objects of a process that dies, so on a kernel RDMA stack the other end sees the peer's death.
+     */
+    void destroy(int conn) throws Exception;
+
     /** Destroys every resource the peer holds (queue pairs, ids, regions, queues, channel) and reports its usage. */
     Usage reset() throws Exception;
 

@@ -105,6 +105,9 @@ public final class ConformancePeerMain {
             case "disconnect":
                 peer.disconnect(Integer.parseInt(f[1]));
                 return "ok";
+            case "destroy":
+                peer.destroy(Integer.parseInt(f[1]));
+                return "ok";
             case "reset": {
                 ConformancePeer.Usage usage = peer.reset();
                 return "ok " + usage.zero() + " " + usage.usage().replace(' ', '_');

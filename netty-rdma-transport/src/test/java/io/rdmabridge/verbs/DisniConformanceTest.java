@@ -6,13 +6,14 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  * The conformance suite on the DiSNI provider, with the peer on a thread of this JVM. It runs wherever a real RDMA
  * device and libdisni are usable and is skipped elsewhere, with the provider's reason. On a machine with a device:
  * <pre>
- * mvn -o -pl netty-rdma-transport test -Dtest=DisniConformanceTest \
+ * mvn -o -Pdisni -pl netty-rdma-transport test -Dtest=DisniConformanceTest \
  *     -Drdmabridge.test.address=&lt;IP of an RDMA interface, e.g. 192.168.1.10&gt; \
- *     -Dtest.argLine="--add-exports java.base/sun.nio.ch=ALL-UNNAMED -Djava.library.path=/usr/local/lib \
- *         -Xmx1g -XX:MaxDirectMemorySize=2g"
+ *     -Ddisni.library.path=&lt;directory of libdisni.so, default /usr/local/lib&gt;
  * </pre>
- * ({@code test.argLine} replaces the default one, which selects the soft provider; the library path is where
- * libdisni is installed.) Abrupt peer death needs a second process and is covered by the cross-process soft mode.
+ * (The {@code disni} profile's argLine exports {@code sun.nio.ch} to DiSNI and points {@code java.library.path} at
+ * libdisni.) On Soft-RoCE the address is that of the rxe device's interface. The private-data cases are skipped,
+ * with the reason, because DiSNI 2.1 delivers none; {@code shouldDeliverNoPrivateDataWhereNoneIsDeclared} runs
+ * instead.
  */
 class DisniConformanceTest extends AbstractProviderConformanceTest {
 
@@ -28,5 +29,15 @@ class DisniConformanceTest extends AbstractProviderConformanceTest {
     @Override
     protected ConformancePeer newPeer() {
         return new InJvmConformancePeer(provider);
+    }
+
+    /**
+     * The peer shares this JVM, so it dies the way the kernel buries a dead process's connection: its queue pair and
+     * id are destroyed without a disconnect (the release of the uverbs and rdma_cm files does exactly that), and
+     * rdma_cm tells this end with a DREQ.
+     */
+    @Override
+    protected void killPeerAbruptly(LocalEnd.Connection c) throws Exception {
+        peer.destroy(c.peerIndex);
     }
 }

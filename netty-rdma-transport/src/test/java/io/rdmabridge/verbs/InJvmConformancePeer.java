@@ -298,6 +298,16 @@ final class InJvmConformancePeer implements ConformancePeer {
     }
 
     @Override
+    public void destroy(int conn) throws Exception {
+        callWhen(() -> conns.size() > conn, CONN_WAIT_MILLIS, () -> {
+            Conn c = conn(conn);
+            c.qp.close();
+            c.id.close();
+            return null;
+        });
+    }
+
+    @Override
     public Usage reset() throws Exception {
         return call(() -> {
             release();

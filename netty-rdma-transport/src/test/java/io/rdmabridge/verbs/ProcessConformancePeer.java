@@ -32,16 +32,19 @@ final class ProcessConformancePeer implements ConformancePeer {
     private final Path stderr;
 
     /**
-     * Starts {@code java -cp <java.class.path> ConformancePeerMain provider} with a small heap and waits until it is
-     * ready.
+     * Starts {@code java -cp <java.class.path> [jvmOptions] ConformancePeerMain provider} with a small heap and waits
+     * until it is ready.
+     *
+     * @param jvmOptions system properties and other options of the child JVM, e.g. the provider's mode
      */
-    ProcessConformancePeer(String provider) throws IOException, TimeoutException {
+    ProcessConformancePeer(String provider, List<String> jvmOptions) throws IOException, TimeoutException {
         stderr = Files.createTempFile("conformance-peer-", ".log");
         String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
         List<String> command = new ArrayList<>(List.of(java, "-cp", System.getProperty("java.class.path"),
                 "-Xmx256m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-D" + RdmaProviders.PROVIDER_PROPERTY + "=" + provider,
-                ConformancePeerMain.class.getName(), provider));
+                "-D" + RdmaProviders.PROVIDER_PROPERTY + "=" + provider));
+        command.addAll(jvmOptions);
+        command.addAll(List.of(ConformancePeerMain.class.getName(), provider));
         process = new ProcessBuilder(command).redirectError(stderr.toFile()).start();
         stdin = new java.io.OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8);
         Thread reader = new Thread(() -> {
@@ -204,6 +207,11 @@ final class ProcessConformancePeer implements ConformancePeer {
     @Override
     public void disconnect(int conn) throws Exception {
         command("disconnect", Integer.toString(conn));
+    }
+
+    @Override
+    public void destroy(int conn) throws Exception {
+        command("destroy", Integer.toString(conn));
     }
 
     @Override

@@ -5,18 +5,22 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.soft.SoftProvider;
+import io.rdmabridge.verbs.soft.SoftProvider.PrivateDataMode;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
 /**
  * The conformance suite on the soft provider with the peer on a thread of this JVM: both ends meet on the soft
  * device's direct in-memory path. Peer death is simulated by cutting the link with {@link SoftProvider#faults()}.
+ * The provider delivers private data, as rdma_cm does; {@link SoftInJvmNoPrivateDataConformanceTest} runs the same
+ * suite in the mode that delivers none.
  */
 class SoftInJvmConformanceTest extends AbstractProviderConformanceTest {
 
+    /** Made explicitly in its mode, whatever {@value SoftProvider#PRIVATE_DATA_PROPERTY} the JVM was given. */
     @Override
-    protected RdmaProvider newProvider() throws RdmaException {
-        return RdmaProviders.select("soft").orElseThrow();
+    protected RdmaProvider newProvider() {
+        return new SoftProvider(PrivateDataMode.DELIVER);
     }
 
     @Override

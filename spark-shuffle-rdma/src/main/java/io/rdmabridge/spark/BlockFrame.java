@@ -2,9 +2,11 @@ package io.rdmabridge.spark;
 
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.ByteBufAllocator;
+import io.netty.channel.ChannelHandlerContext;
 import io.netty.handler.codec.CorruptedFrameException;
 import io.netty.handler.codec.LengthFieldBasedFrameDecoder;
 import java.nio.charset.StandardCharsets;
+import java.util.function.BooleanSupplier;
 
 /**
  * Wire format of the shuffle block protocol. Every frame is big-endian:
@@ -57,8 +59,22 @@ final class BlockFrame {
 
     /** Splits the stream into frames (length field stripped); {@code maxFrameLength} bounds what a peer may claim. */
     static LengthFieldBasedFrameDecoder newFrameDecoder(int maxFrameLength) {
+        return newFrameDecoder(maxFrameLength, () -> false);
+    }
+
+    /**
+     * As {@link #newFrameDecoder(int)}, but while {@code holdBack} is true it decodes nothing: received bytes stay in
+     * the decoder (a reader that pauses also stops reading, so that is at most what one read handed up). An empty
+     * buffer sent through the pipeline later decodes what was held back.
+     */
+    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxFrameLength, BooleanSupplier holdBack) {
         LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(maxFrameLength, 0,
-                LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true);
+                LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true) {
+            @Override
+            protected Object decode(ChannelHandlerContext ctx, ByteBuf in) throws Exception {
+                return holdBack.getAsBoolean() ? null : super.decode(ctx, in);
+            }
+        };
         // Compose received buffers instead of merging them: a block stays in the buffers it arrived in.
         decoder.setCumulator(LengthFieldBasedFrameDecoder.COMPOSITE_CUMULATOR);
         return decoder;

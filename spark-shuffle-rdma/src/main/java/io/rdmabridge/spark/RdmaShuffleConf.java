@@ -24,6 +24,20 @@ final class RdmaShuffleConf {
     static final String SEND_QUEUE_DEPTH = PREFIX + "sendQueueDepth";
     /** Receive buffers posted per connection (the peer's credits): {@code RdmaChannelOption.RECEIVE_QUEUE_DEPTH}. */
     static final String RECV_QUEUE_DEPTH = PREFIX + "recvQueueDepth";
+    /** With {@code spark.authenticate=true}: a connection not authenticated within this time is closed. */
+    static final String AUTH_TIMEOUT = PREFIX + "authTimeout";
+    /** A block server connection with no request outstanding and nothing received for this long is closed. */
+    static final String IDLE_TIMEOUT = PREFIX + "idleTimeout";
+    /** A block server connection whose sent data is not consumed for this long is closed, releasing its share. */
+    static final String WRITE_TIMEOUT = PREFIX + "writeTimeout";
+    /** Connections a block server keeps open at once; further ones are refused. */
+    static final String MAX_CONNECTIONS = PREFIX + "maxConnections";
+    /** Requests a block server holds per connection; beyond it, it stops reading that connection until some end. */
+    static final String MAX_REQUESTS_PER_CONNECTION = PREFIX + "maxRequestsPerConnection";
+    /** The share of {@link #PINNED_MEMORY_CAP} one connection may hold in flight. */
+    static final String PINNED_MEMORY_PER_CONNECTION = PREFIX + "pinnedMemoryPerConnection";
+    /** Shortest interval between two WARN lines of one kind that peers can cause repeatedly. */
+    static final String WARN_INTERVAL = PREFIX + "warnInterval";
     /** The channel's own defaults, written out so that docs/spark.md can name them. */
     static final int DEFAULT_SEND_QUEUE_DEPTH = 128;
     static final int DEFAULT_RECV_QUEUE_DEPTH = 32;
@@ -36,6 +50,13 @@ final class RdmaShuffleConf {
     final long fetchTimeoutMillis;
     final int sendQueueDepth;
     final int recvQueueDepth;
+    final long authTimeoutMillis;
+    final long idleTimeoutMillis;
+    final long writeTimeoutMillis;
+    final int maxConnections;
+    final int maxRequestsPerConnection;
+    final long pinnedMemoryPerConnection;
+    final long warnIntervalMillis;
 
     RdmaShuffleConf(SparkConf conf) {
         provider = conf.get(PROVIDER, "auto").trim().toLowerCase(Locale.ROOT);
@@ -56,10 +77,7 @@ final class RdmaShuffleConf {
             throw new IllegalArgumentException(CONNECT_TIMEOUT + ": " + connectTimeout + "ms (expected: 1ms-24d)");
         }
         connectTimeoutMillis = (int) connectTimeout;
-        fetchTimeoutMillis = conf.getTimeAsMs(FETCH_TIMEOUT, "120s");
-        if (fetchTimeoutMillis < 1) {
-            throw new IllegalArgumentException(FETCH_TIMEOUT + ": " + fetchTimeoutMillis + "ms (expected: > 0)");
-        }
+        fetchTimeoutMillis = positiveTime(conf, FETCH_TIMEOUT, "120s");
         sendQueueDepth = conf.getInt(SEND_QUEUE_DEPTH, DEFAULT_SEND_QUEUE_DEPTH);
         if (sendQueueDepth < 8 || sendQueueDepth > 1 << 15 || Integer.bitCount(sendQueueDepth) != 1) {
             throw new IllegalArgumentException(SEND_QUEUE_DEPTH + ": " + sendQueueDepth
@@ -69,5 +87,33 @@ final class RdmaShuffleConf {
         if (recvQueueDepth < 1 || recvQueueDepth > 0xFFFF) {
             throw new IllegalArgumentException(RECV_QUEUE_DEPTH + ": " + recvQueueDepth + " (expected: 1-65535)");
         }
+        authTimeoutMillis = positiveTime(conf, AUTH_TIMEOUT, "10s");
+        idleTimeoutMillis = positiveTime(conf, IDLE_TIMEOUT, "120s");
+        writeTimeoutMillis = positiveTime(conf, WRITE_TIMEOUT, "60s");
+        warnIntervalMillis = positiveTime(conf, WARN_INTERVAL, "10s");
+        maxConnections = conf.getInt(MAX_CONNECTIONS, 512);
+        if (maxConnections < 1) {
+            throw new IllegalArgumentException(MAX_CONNECTIONS + ": " + maxConnections + " (expected: >= 1)");
+        }
+        maxRequestsPerConnection = conf.getInt(MAX_REQUESTS_PER_CONNECTION, 256);
+        if (maxRequestsPerConnection < 1) {
+            throw new IllegalArgumentException(MAX_REQUESTS_PER_CONNECTION + ": " + maxRequestsPerConnection
+                    + " (expected: >= 1)");
+        }
+        // A quarter by default: a greedy peer leaves three quarters of the cap to the others.
+        pinnedMemoryPerConnection = conf.getSizeAsBytes(PINNED_MEMORY_PER_CONNECTION,
+                Long.toString(Math.max(1, pinnedMemoryCap / 4)));
+        if (pinnedMemoryPerConnection < 1 || pinnedMemoryPerConnection > pinnedMemoryCap) {
+            throw new IllegalArgumentException(PINNED_MEMORY_PER_CONNECTION + ": " + pinnedMemoryPerConnection
+                    + " (expected: 1-" + pinnedMemoryCap + ", at most " + PINNED_MEMORY_CAP + ")");
+        }
+    }
+
+    private static long positiveTime(SparkConf conf, String key, String defaultValue) {
+        long millis = conf.getTimeAsMs(key, defaultValue);
+        if (millis < 1) {
+            throw new IllegalArgumentException(key + ": " + millis + "ms (expected: > 0)");
+        }
+        return millis;
     }
 }

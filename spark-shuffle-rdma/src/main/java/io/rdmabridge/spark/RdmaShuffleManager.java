@@ -154,7 +154,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                         env.securityManager().isAuthenticationEnabled() ? env.securityManager().getSecretKey() : null);
                 String host = env.blockManager().blockManagerId().host();
                 ShuffleBlockServer server = new ShuffleBlockServer(transport, host, rdmaConf.port,
-                        ExecutorTransport::openShuffleBlock, authenticator, rdmaConf.pinnedMemoryCap, metrics);
+                        ExecutorTransport::openShuffleBlock, authenticator, rdmaConf, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
                         rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);
                 metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);

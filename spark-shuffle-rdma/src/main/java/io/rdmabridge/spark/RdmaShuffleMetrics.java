@@ -27,6 +27,10 @@ final class RdmaShuffleMetrics implements Source {
     final Counter blocksServed = registry.counter("blocksServed");
     /** Connections refused because the peer failed the secret challenge. */
     final Counter authFailures = registry.counter("authFailures");
+    /** Connections a block server refused at once because it had {@code maxConnections} open. */
+    final Counter connectionsRefused = registry.counter("connectionsRefused");
+    /** Block server connections closed by {@code authTimeout}, {@code idleTimeout} or {@code writeTimeout}. */
+    final Counter connectionsTimedOut = registry.counter("connectionsTimedOut");
 
     /**
      * Publishes the transport's copy counters as gauges {@code bytesCopiedOnSend} (bytes this executor wrote that the

@@ -9,6 +9,7 @@ import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.handler.codec.CorruptedFrameException;
+import io.netty.util.AttributeKey;
 import io.netty.util.concurrent.Future;
 import io.netty.util.concurrent.Promise;
 import io.netty.util.concurrent.ScheduledFuture;
@@ -34,6 +35,9 @@ import org.slf4j.LoggerFactory;
  */
 final class ShuffleBlockClient implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockClient.class);
+    /** Why a connection closed, kept on the channel for fetches that reach it after its handlers are gone. */
+    private static final AttributeKey<IOException> CLOSED_CAUSE = AttributeKey.valueOf(ShuffleBlockClient.class,
+            "closedCause");
 
     private final BlockTransport transport;
     private final Bootstrap bootstrap;
@@ -61,8 +65,10 @@ final class ShuffleBlockClient implements AutoCloseable {
                     // A channel that closed meanwhile has already lost its handlers.
                     ConnectionHandler handler = ch.pipeline().get(ConnectionHandler.class);
                     if (handler == null) {
-                        failAll(blockIds, listener, new IOException("connection to shuffle block server " + server
-                                + " closed before the fetch was sent"));
+                        // Say why it closed (the server refused us, say), not only that it did.
+                        IOException why = ch.attr(CLOSED_CAUSE).get();
+                        failAll(blockIds, listener, why != null ? why : new IOException("connection to shuffle block"
+                                + " server " + server + " closed before the fetch was sent"));
                     } else {
                         handler.send(blockIds, listener);
                     }
@@ -243,6 +249,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                 timeoutCheck.cancel(false);
             }
             IOException cause = closedCause();
+            ctx.channel().attr(CLOSED_CAUSE).set(cause);
             ready.tryFailure(cause);
             List<Pending> failed = new ArrayList<>(pending.values());
             pending.clear();

@@ -4,16 +4,22 @@ import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
-import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.handler.codec.CorruptedFrameException;
+import io.netty.util.ReferenceCountUtil;
+import io.netty.util.concurrent.ScheduledFuture;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.util.concurrent.ConcurrentLinkedQueue;
-import java.util.concurrent.atomic.AtomicLong;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.spark.network.buffer.FileSegmentManagedBuffer;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.slf4j.Logger;
@@ -23,12 +29,26 @@ import org.slf4j.LoggerFactory;
  * An executor's shuffle block server: answers FETCH frames with the block's bytes, taken from the shuffle files as
  * file regions (never read into the JVM heap), after the peer has passed the {@link PeerAuthenticator} challenge.
  *
- * <p>Pinned memory: the bytes of responses handed to the transport and not yet completed never exceed
- * {@code pinnedMemoryCap} (one response larger than the cap is let through alone), so the registered chunks an RDMA
- * channel maps for them stay bounded; further requests wait in a queue, in arrival order.
+ * <p>Limits, each a {@code spark.shuffle.rdma.*} key (docs/spark.md, docs/security.md):
+ * <ul>
+ *   <li>Pinned memory: the bytes of responses handed to the transport and not yet completed never exceed
+ *   {@code pinnedMemoryCap} (one response larger than the cap is let through alone), and one connection holds at most
+ *   {@code pinnedMemoryPerConnection} of them (one larger response alone). Connections with responses waiting are
+ *   served round-robin, one response per turn; a response that does not fit the cap keeps its turn until completions
+ *   make room, so large blocks are not starved by small ones.</li>
+ *   <li>Requests: a connection with {@code maxRequestsPerConnection} requests unanswered is not read (nor decoded)
+ *   until half of them are; the peer's sends then wait for credits, as TCP's would for window. Nothing is refused,
+ *   so Spark's own fetcher, which pipelines whatever its flow control allows, is only slowed, never failed.</li>
+ *   <li>Time: a connection that has not answered the challenge within {@code authTimeout}, that has nothing
+ *   outstanding and sent nothing for {@code idleTimeout}, or whose responses have not progressed for
+ *   {@code writeTimeout} (the peer stopped reading) is closed, the last one abortively, releasing its share.</li>
+ *   <li>Connections: beyond {@code maxConnections}, a new connection gets a failure frame naming the key and is
+ *   closed.</li>
+ * </ul>
+ * WARNs a peer can cause again and again are {@link RateLimitedWarning rate-limited}.
  *
- * <p>Threading: each connection's handler runs on its channel's event loop; the in-flight accounting and the waiting
- * queue are shared lock-free across connections.
+ * <p>Threading: each connection's handler runs on its channel's event loop; the pinned-memory accounting and the
+ * round-robin of waiting responses are shared across connections under one lock, held for bookkeeping only.
  */
 final class ShuffleBlockServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockServer.class);
@@ -36,25 +56,51 @@ final class ShuffleBlockServer implements AutoCloseable {
     private final BlockSource source;
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
-    private final long pinnedMemoryCap;
-    private final AtomicLong inFlightBytes = new AtomicLong();
-    private final AtomicLong peakInFlightBytes = new AtomicLong();
-    private final ConcurrentLinkedQueue<Response> waiting = new ConcurrentLinkedQueue<>();
+    private final RdmaShuffleConf conf;
+    private final long authTimeoutNanos;
+    private final long idleTimeoutNanos;
+    private final long writeTimeoutNanos;
+    private final long checkPeriodNanos;
+    private final AtomicInteger openConnections = new AtomicInteger();
+    private final AtomicInteger peakOutstandingRequests = new AtomicInteger();
+    private final RateLimitedWarning refusedWarning;
+    private final RateLimitedWarning closedWarning;
+    private final RateLimitedWarning sendFailedWarning;
+
+    private final Object lock = new Object();
+    /** Connections with responses waiting for room, in their turn; guarded by {@link #lock}. */
+    private final ArrayDeque<ConnectionHandler> ready = new ArrayDeque<>();
+    /** Guarded by {@link #lock}. */
+    private long inFlightBytes;
+    /** Guarded by {@link #lock}. */
+    private long peakInFlightBytes;
     private final Channel serverChannel;
 
     ShuffleBlockServer(BlockTransport transport, String host, int port, BlockSource source,
-                       PeerAuthenticator authenticator, long pinnedMemoryCap, RdmaShuffleMetrics metrics) {
+                       PeerAuthenticator authenticator, RdmaShuffleConf conf, RdmaShuffleMetrics metrics) {
         this.source = source;
         this.authenticator = authenticator;
         this.metrics = metrics;
-        this.pinnedMemoryCap = pinnedMemoryCap;
+        this.conf = conf;
+        authTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(conf.authTimeoutMillis);
+        idleTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(conf.idleTimeoutMillis);
+        writeTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(conf.writeTimeoutMillis);
+        // A timeout fires at most a quarter late.
+        checkPeriodNanos = Math.max(TimeUnit.MILLISECONDS.toNanos(10),
+                Math.min(authTimeoutNanos, Math.min(idleTimeoutNanos, writeTimeoutNanos)) / 4);
+        refusedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
+        closedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
+        sendFailedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
         ServerBootstrap bootstrap = transport.newServerBootstrap()
                 .childHandler(new ChannelInitializer<>() {
                     @Override
                     protected void initChannel(Channel ch) {
                         transport.track(ch);
-                        ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH),
-                                new ConnectionHandler());
+                        boolean admitted = openConnections.incrementAndGet() <= conf.maxConnections;
+                        ch.closeFuture().addListener(f -> openConnections.decrementAndGet());
+                        ConnectionHandler handler = new ConnectionHandler(ch, admitted);
+                        ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH,
+                                handler::isPaused), handler);
                     }
                 });
         serverChannel = bootstrap.bind(host, port).syncUninterruptibly().channel();
@@ -66,7 +112,26 @@ final class ShuffleBlockServer implements AutoCloseable {
 
     /** The most response bytes that were ever in flight at once, for tests of the cap. */
     long peakInFlightBytes() {
-        return peakInFlightBytes.get();
+        synchronized (lock) {
+            return peakInFlightBytes;
+        }
+    }
+
+    /** Response bytes in flight now, summed over connections, for tests. */
+    long inFlightBytes() {
+        synchronized (lock) {
+            return inFlightBytes;
+        }
+    }
+
+    /** The most requests one connection ever had unanswered, for tests of the per-connection bound. */
+    int peakOutstandingRequests() {
+        return peakOutstandingRequests.get();
+    }
+
+    /** Connections open now, those beyond the cap still being refused included, for tests. */
+    int openConnections() {
+        return openConnections.get();
     }
 
     @Override
@@ -74,55 +139,102 @@ final class ShuffleBlockServer implements AutoCloseable {
         serverChannel.close().syncUninterruptibly();
     }
 
+    /** Queues {@code response} on its connection and sends whatever the caps let through now. */
     private void submit(Response response) {
-        if (tryReserve(response.length)) {
-            send(response);
-        } else {
-            waiting.add(response);
-            // A completion may have drained the queue between the failed reservation and the add.
-            drain();
-        }
-    }
-
-    private boolean tryReserve(long length) {
-        while (true) {
-            long current = inFlightBytes.get();
-            if (current > 0 && current + length > pinnedMemoryCap) {
-                return false;
-            }
-            if (inFlightBytes.compareAndSet(current, current + length)) {
-                peakInFlightBytes.accumulateAndGet(current + length, Math::max);
-                return true;
-            }
-        }
-    }
-
-    private void drain() {
-        Response next;
-        while ((next = waiting.peek()) != null && tryReserve(next.length)) {
-            if (waiting.remove(next)) {
-                send(next);
+        ConnectionHandler c = response.connection;
+        List<Response> admitted;
+        synchronized (lock) {
+            if (c.closed) {
+                admitted = null;
             } else {
-                inFlightBytes.addAndGet(-next.length);
+                c.queue.add(response);
+                if (c.queue.size() == 1) {
+                    ready.add(c);
+                }
+                admitted = admit();
             }
         }
+        if (admitted == null) {
+            ReferenceCountUtil.release(response.payload);
+            return;
+        }
+        admitted.forEach(this::send);
+    }
+
+    /**
+     * Takes the responses that fit, one per connection per turn. A connection at its share is passed over (the others
+     * go first); a response that does not fit the cap ends the round and keeps its turn. Caller holds {@link #lock}.
+     */
+    private List<Response> admit() {
+        List<Response> admitted = new ArrayList<>();
+        int passedOver = 0;
+        while (!ready.isEmpty() && passedOver < ready.size()) {
+            ConnectionHandler c = ready.poll();
+            Response next = c.queue.peek();
+            if (c.inFlightBytes > 0 && c.inFlightBytes + next.length > conf.pinnedMemoryPerConnection) {
+                ready.add(c);
+                passedOver++;
+                continue;
+            }
+            if (inFlightBytes > 0 && inFlightBytes + next.length > conf.pinnedMemoryCap) {
+                ready.addFirst(c);
+                break;
+            }
+            c.queue.poll();
+            c.inFlightBytes += next.length;
+            inFlightBytes += next.length;
+            peakInFlightBytes = Math.max(peakInFlightBytes, inFlightBytes);
+            admitted.add(next);
+            if (!c.queue.isEmpty()) {
+                ready.add(c);
+            }
+            passedOver = 0;
+        }
+        return admitted;
+    }
+
+    private void completed(ConnectionHandler c, long length) {
+        List<Response> admitted;
+        synchronized (lock) {
+            c.inFlightBytes -= length;
+            inFlightBytes -= length;
+            admitted = admit();
+        }
+        admitted.forEach(this::send);
+    }
+
+    /** Drops what {@code c} still had waiting, so that its share and its place in the round go to the others. */
+    private void closed(ConnectionHandler c) {
+        List<Response> dropped;
+        List<Response> admitted;
+        synchronized (lock) {
+            c.closed = true;
+            ready.remove(c);
+            dropped = new ArrayList<>(c.queue);
+            c.queue.clear();
+            admitted = admit();
+        }
+        dropped.forEach(r -> ReferenceCountUtil.release(r.payload));
+        admitted.forEach(this::send);
     }
 
     private void send(Response response) {
-        Channel ch = response.channel;
+        ConnectionHandler c = response.connection;
+        Channel ch = c.channel;
         // Header and payload must be adjacent on the wire: write both from one task on the channel's event loop.
         ch.eventLoop().execute(() -> {
+            c.writeStarted();
             ch.write(BlockFrame.blockHeader(ch.alloc(), response.requestId, response.length));
             ch.writeAndFlush(response.payload).addListener(f -> {
-                inFlightBytes.addAndGet(-response.length);
                 if (f.isSuccess()) {
                     metrics.blocksServed.inc();
                     metrics.bytesServed.inc(response.length);
-                } else {
-                    LOG.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
+                } else if (!c.refused) {
+                    sendFailedWarning.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
                             ch.remoteAddress(), f.cause());
                 }
-                drain();
+                completed(c, response.length);
+                c.responseCompleted();
             });
         });
     }
@@ -135,19 +247,88 @@ final class ShuffleBlockServer implements AutoCloseable {
         return Unpooled.wrappedBuffer(block.nioByteBuffer());
     }
 
-    private record Response(Channel channel, long requestId, long length, Object payload) {
+    private record Response(ConnectionHandler connection, long requestId, long length, Object payload) {
     }
 
-    /** One peer connection; confined to its event loop. */
+    /** One peer connection; confined to its event loop, except the fields guarded by the server's lock. */
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
+        final Channel channel;
+        private final boolean admitted;
         private final byte[] nonce = PeerAuthenticator.newNonce();
+        /** Responses admitted from here wait in this queue; guarded by the server's lock, as the next two. */
+        final ArrayDeque<Response> queue = new ArrayDeque<>();
+        long inFlightBytes;
+        boolean closed;
         private boolean authenticated;
-        private boolean refused;
+        /** Set once this side is closing the connection: its failed sends are expected, not worth a WARN. */
+        boolean refused;
+        /** Requests read and not yet answered (queued, in flight, or a failure being written). */
+        private int outstanding;
+        /** Responses handed to the channel and not yet completed. */
+        private int writing;
+        private boolean paused;
+        private long openedNanos;
+        private long lastReadNanos;
+        private long lastWriteProgressNanos;
+        private ScheduledFuture<?> limitCheck;
+
+        ConnectionHandler(Channel channel, boolean admitted) {
+            this.channel = channel;
+            this.admitted = admitted;
+        }
+
+        boolean isPaused() {
+            return paused;
+        }
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
+            if (!admitted) {
+                metrics.connectionsRefused.inc();
+                refusedWarning.warn("Shuffle block server: refusing connection from {}: {} connections open "
+                        + "(raise {} if this many peers are expected)", ctx.channel().remoteAddress(),
+                        conf.maxConnections, RdmaShuffleConf.MAX_CONNECTIONS);
+                closeWith(ctx, "too many connections: " + conf.maxConnections + " open ("
+                        + RdmaShuffleConf.MAX_CONNECTIONS + ")");
+                return;
+            }
+            openedNanos = System.nanoTime();
+            lastReadNanos = openedNanos;
+            limitCheck = ctx.executor().scheduleAtFixedRate(() -> checkLimits(ctx), checkPeriodNanos,
+                    checkPeriodNanos, TimeUnit.NANOSECONDS);
             ctx.writeAndFlush(BlockFrame.challenge(ctx.alloc(), authenticator.isRequired(), nonce));
             ctx.fireChannelActive();
+        }
+
+        private void checkLimits(ChannelHandlerContext ctx) {
+            if (refused) {
+                return;
+            }
+            long now = System.nanoTime();
+            if (!authenticated && now - openedNanos > authTimeoutNanos) {
+                timedOut(ctx, "no answer to the challenge within " + conf.authTimeoutMillis + " ms ("
+                        + RdmaShuffleConf.AUTH_TIMEOUT + ")", false);
+            } else if (writing > 0 && now - lastWriteProgressNanos > writeTimeoutNanos) {
+                timedOut(ctx, "the peer has consumed none of the responses sent to it for " + conf.writeTimeoutMillis
+                        + " ms (" + RdmaShuffleConf.WRITE_TIMEOUT + ")", true);
+            } else if (outstanding == 0 && now - lastReadNanos > idleTimeoutNanos) {
+                timedOut(ctx, "idle for " + conf.idleTimeoutMillis + " ms (" + RdmaShuffleConf.IDLE_TIMEOUT + ")",
+                        false);
+            }
+        }
+
+        private void timedOut(ChannelHandlerContext ctx, String reason, boolean abortive) {
+            metrics.connectionsTimedOut.inc();
+            closedWarning.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(),
+                    reason);
+            if (abortive) {
+                // The peer reads nothing, so a graceful close would wait for it too: reset at once.
+                refused = true;
+                ctx.channel().config().setOption(ChannelOption.SO_LINGER, 0);
+                ctx.close();
+            } else {
+                closeWith(ctx, reason);
+            }
         }
 
         @Override
@@ -156,6 +337,7 @@ final class ShuffleBlockServer implements AutoCloseable {
                 // The connection is closing; whatever the peer pipelined after its answer is not even looked at.
                 return;
             }
+            lastReadNanos = System.nanoTime();
             byte type = BlockFrame.readType(frame);
             if (type == BlockFrame.RESPONSE && !authenticated) {
                 byte[] answer = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "mac");
@@ -169,6 +351,12 @@ final class ShuffleBlockServer implements AutoCloseable {
             } else if (type == BlockFrame.FETCH && authenticated) {
                 long requestId = BlockFrame.readRequestId(frame);
                 String blockId = BlockFrame.readBlockId(frame);
+                peakOutstandingRequests.accumulateAndGet(++outstanding, Math::max);
+                if (outstanding >= conf.maxRequestsPerConnection) {
+                    // Back-pressure, not refusal: decode nothing more and read nothing more until half are answered.
+                    paused = true;
+                    ctx.channel().config().setAutoRead(false);
+                }
                 serve(ctx, requestId, blockId);
             } else {
                 throw new CorruptedFrameException("type=" + type + (authenticated ? " after" : " before")
@@ -183,25 +371,69 @@ final class ShuffleBlockServer implements AutoCloseable {
                 block = source.open(blockId);
                 payload = payloadOf(block);
             } catch (Exception e) {
-                ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), requestId, "cannot serve " + blockId + ": " + e));
+                fail(ctx, requestId, "cannot serve " + blockId + ": " + e);
                 return;
             }
             long length = block.size();
             if (length > BlockFrame.MAX_BLOCK_LENGTH) {
-                io.netty.util.ReferenceCountUtil.release(payload);
-                ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), requestId, "cannot serve " + blockId + ": "
-                        + length + " bytes (expected: at most " + BlockFrame.MAX_BLOCK_LENGTH + " in one block)"));
+                ReferenceCountUtil.release(payload);
+                fail(ctx, requestId, "cannot serve " + blockId + ": " + length + " bytes (expected: at most "
+                        + BlockFrame.MAX_BLOCK_LENGTH + " in one block)");
                 return;
             }
-            submit(new Response(ctx.channel(), requestId, length, payload));
+            submit(new Response(this, requestId, length, payload));
+        }
+
+        /** Answers one request with a failure; it stays outstanding until written, as a block would. */
+        private void fail(ChannelHandlerContext ctx, long requestId, String message) {
+            writeStarted();
+            ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), requestId, message))
+                    .addListener(f -> responseCompleted());
+        }
+
+        void writeStarted() {
+            if (writing++ == 0) {
+                lastWriteProgressNanos = System.nanoTime();
+            }
+        }
+
+        void responseCompleted() {
+            writing--;
+            lastWriteProgressNanos = System.nanoTime();
+            outstanding--;
+            if (paused && outstanding <= conf.maxRequestsPerConnection / 2 && channel.isActive()) {
+                paused = false;
+                // Decode what was held back first; that may pause again.
+                channel.pipeline().fireChannelRead(Unpooled.EMPTY_BUFFER);
+                if (!paused) {
+                    channel.config().setAutoRead(true);
+                }
+            }
         }
 
         private void refuse(ChannelHandlerContext ctx, String reason, Throwable cause) {
+            closedWarning.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(),
+                    reason, cause);
+            closeWith(ctx, reason);
+        }
+
+        /**
+         * Tells the peer why, then closes. The close does not wait for the failure frame to complete: a peer that
+         * reads nothing would hold the connection open for as long as it likes.
+         */
+        private void closeWith(ChannelHandlerContext ctx, String reason) {
             refused = true;
-            LOG.warn("Shuffle block server: closing connection from {}: {}", ctx.channel().remoteAddress(), reason,
-                    cause);
-            ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), BlockFrame.CONNECTION_REQUEST_ID, reason))
-                    .addListener(ChannelFutureListener.CLOSE);
+            ctx.writeAndFlush(BlockFrame.failure(ctx.alloc(), BlockFrame.CONNECTION_REQUEST_ID, reason));
+            ctx.close();
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            if (limitCheck != null) {
+                limitCheck.cancel(false);
+            }
+            closed(this);
+            ctx.fireChannelInactive();
         }
 
         @Override
@@ -209,7 +441,8 @@ final class ShuffleBlockServer implements AutoCloseable {
             if (ctx.channel().isActive() && !refused) {
                 refuse(ctx, "protocol error: " + cause.getMessage(), cause);
             } else {
-                LOG.warn("Shuffle block server: error on the connection from {}", ctx.channel().remoteAddress(), cause);
+                closedWarning.warn("Shuffle block server: error on the connection from {}",
+                        ctx.channel().remoteAddress(), cause);
             }
         }
     }

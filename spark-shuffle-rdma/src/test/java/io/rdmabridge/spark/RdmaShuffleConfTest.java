@@ -32,4 +32,31 @@ class RdmaShuffleConfTest {
                 new SparkConf(false).set("spark.shuffle.rdma.recvQueueDepth", "0")));
         assertEquals("spark.shuffle.rdma.recvQueueDepth: 0 (expected: 1-65535)", recv.getMessage());
     }
+
+    @Test
+    void shouldDefaultTheBlockServerLimits() {
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
+        assertEquals(10_000, conf.authTimeoutMillis);
+        assertEquals(120_000, conf.idleTimeoutMillis);
+        assertEquals(60_000, conf.writeTimeoutMillis);
+        assertEquals(512, conf.maxConnections);
+        assertEquals(256, conf.maxRequestsPerConnection);
+        assertEquals(64L << 20, conf.pinnedMemoryPerConnection);
+        assertEquals(10_000, conf.warnIntervalMillis);
+        // The share follows the cap unless set.
+        assertEquals(8L << 20, new RdmaShuffleConf(new SparkConf(false)
+                .set("spark.shuffle.rdma.pinnedMemoryCap", "32m")).pinnedMemoryPerConnection);
+    }
+
+    @Test
+    void shouldRejectAShareLargerThanTheCapNamingBothKeys() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new RdmaShuffleConf(
+                new SparkConf(false).set("spark.shuffle.rdma.pinnedMemoryCap", "1m")
+                        .set("spark.shuffle.rdma.pinnedMemoryPerConnection", "2m")));
+        assertEquals("spark.shuffle.rdma.pinnedMemoryPerConnection: 2097152 (expected: 1-1048576, at most "
+                + "spark.shuffle.rdma.pinnedMemoryCap)", e.getMessage());
+        IllegalArgumentException zero = assertThrows(IllegalArgumentException.class, () -> new RdmaShuffleConf(
+                new SparkConf(false).set("spark.shuffle.rdma.maxRequestsPerConnection", "0")));
+        assertEquals("spark.shuffle.rdma.maxRequestsPerConnection: 0 (expected: >= 1)", zero.getMessage());
+    }
 }

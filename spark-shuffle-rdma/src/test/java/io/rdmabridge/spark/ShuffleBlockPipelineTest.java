@@ -70,8 +70,14 @@ class ShuffleBlockPipelineTest {
     }
 
     private ShuffleBlockServer server(String secret, long cap) {
-        return new ShuffleBlockServer(transport, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret), cap,
-                serverMetrics);
+        return new ShuffleBlockServer(transport, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
+                conf(cap), serverMetrics);
+    }
+
+    private static RdmaShuffleConf conf(long pinnedMemoryCap) {
+        return new RdmaShuffleConf(new org.apache.spark.SparkConf(false)
+                .set(RdmaShuffleConf.PINNED_MEMORY_CAP, Long.toString(pinnedMemoryCap))
+                .set(RdmaShuffleConf.PINNED_MEMORY_PER_CONNECTION, Long.toString(pinnedMemoryCap)));
     }
 
     private ShuffleBlockClient client(String secret) {
@@ -116,7 +122,7 @@ class ShuffleBlockPipelineTest {
         // A block in a heap buffer has to be copied into registered memory once, and is counted.
         try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "127.0.0.1", 0,
                 id -> new org.apache.spark.network.buffer.NioManagedBuffer(java.nio.ByteBuffer.wrap(bytes, 0, 5000)),
-                new PeerAuthenticator(null), 1 << 20, serverMetrics); ShuffleBlockClient client = client(null)) {
+                new PeerAuthenticator(null), conf(1 << 20), serverMetrics); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(1);
             client.fetch(address(server), new String[] {"heap"}, c);
             c.await();
@@ -291,7 +297,7 @@ class ShuffleBlockPipelineTest {
     }
 
     /** Keeps what Spark's fetch iterator would: the bytes (read through the stream view) and a retained buffer. */
-    private static final class Collector implements BlockFetchingListener {
+    static final class Collector implements BlockFetchingListener {
         final Map<String, byte[]> received = new ConcurrentHashMap<>();
         final Map<String, FetchedBlockBuffer> buffers = new ConcurrentHashMap<>();
         final Map<String, Throwable> failures = new ConcurrentHashMap<>();

@@ -321,10 +321,21 @@ final class DisniCmId implements RdmaCmId {
             return;
         }
         disconnected = true;
-        try {
-            id.disconnect();
-        } catch (IOException e) {
-            // Not connected (yet or any more): nothing to tear down.
+        shutdown();
+    }
+
+    /**
+     * {@code rdma_disconnect}: sends a DREQ, or the DREP that answers the peer's, and moves the queue pair to ERROR,
+     * "which will flush any posted work requests" (rdma_disconnect(3)). It is also how work posted once the queue
+     * pair is in ERROR gets flushed: devices differ there (rxe's user-space provider writes a receive into the queue
+     * without telling the kernel, so nothing ever flushes it), but a transition to ERROR flushes what the queues
+     * hold, ERROR to ERROR included (the InfiniBand QP state machine allows it from every state), and librdmacm
+     * makes that transition on every call before it asks the kernel to disconnect. A repeated call's kernel part
+     * fails (nothing is left to disconnect) and changes nothing, so the result is not looked at.
+     */
+    void shutdown() {
+        if (!closed && !nativeDestroyed) {
+            channel.disniProvider().dispatcher()._disconnect(handle);
         }
     }
 
@@ -381,9 +392,14 @@ final class DisniCmId implements RdmaCmId {
         }
     }
 
-    /** The peer or we disconnected; called on the owner thread. */
+    /**
+     * The peer or we disconnected; called on the owner thread. rdma_cm leaves the answer to a peer's DREQ to the
+     * application: without our {@code rdma_disconnect} the peer waits for its DREQ to time out, and our queue pair
+     * stays in RTS with its work requests unflushed. After our own disconnect the call flushes what was posted since.
+     */
     void disconnected() {
         disconnected = true;
+        shutdown();
         failed();
     }
 

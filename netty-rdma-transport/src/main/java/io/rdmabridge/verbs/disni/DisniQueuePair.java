@@ -44,6 +44,13 @@ import java.util.List;
  * completion means). Once the queue pair is in {@link QpState#ERROR} the device flushes everything and the count is
  * dropped.
  *
+ * <h2>Flush in ERROR</h2>
+ * The SPI promises a {@link WcStatus#WR_FLUSH_ERR} completion for every work request outstanding in ERROR and for
+ * every one posted later. Devices keep the first promise, not always the second (rxe never flushes a receive posted
+ * in ERROR). So when this queue pair learns that it is in ERROR (an error completion, a failed or ended connection),
+ * and after every post while it is in ERROR, it asks for the transition to ERROR again through
+ * {@link DisniCmId#shutdown()}; the device then flushes, in posting order, what it holds.
+ *
  * <p>Threading: owned by one thread, which also polls its completion queues.
  */
 final class DisniQueuePair implements QueuePair {
@@ -181,12 +188,17 @@ final class DisniQueuePair implements QueuePair {
         }
     }
 
-    /** rdma_cm moved the queue pair to the error state (disconnect, reject, unreachable) or a completion failed. */
+    /**
+     * rdma_cm moved the queue pair to the error state (disconnect, reject, unreachable) or a completion failed. On
+     * the first notice the queue pair is moved to ERROR explicitly, which flushes receives posted since the device
+     * failed it and tells the peer with a DREQ: an RC connection whose queue pair failed is over.
+     */
     void failed() {
-        if (state != QpState.DESTROYED) {
+        if (state != QpState.DESTROYED && state != QpState.ERROR) {
             state = QpState.ERROR;
             sendOutstanding = 0;
             recvOutstanding = 0;
+            cmId.shutdown();
         }
     }
 
@@ -271,6 +283,8 @@ final class DisniQueuePair implements QueuePair {
         if (s != QpState.ERROR) {
             sendSignaled[(sendHead + sendOutstanding) % sendSignaled.length] = wr.isSignaled();
             sendOutstanding++;
+        } else {
+            cmId.shutdown();
         }
     }
 
@@ -307,6 +321,8 @@ final class DisniQueuePair implements QueuePair {
         }
         if (s != QpState.ERROR) {
             recvOutstanding++;
+        } else {
+            cmId.shutdown();
         }
     }
 

@@ -50,7 +50,9 @@ final class ScatterGatherLists {
 
     /**
      * {@link WcStatus#LOC_PROT_ERR} when a non-empty entry of slot {@code i} does not lie in a region of {@code pd},
-     * found by its lkey, that grants {@code access}; otherwise {@link WcStatus#SUCCESS}.
+     * found by its lkey, that grants {@code access}; otherwise {@link WcStatus#SUCCESS}. An unknown lkey is
+     * LOC_PROT_ERR too, as ibv_poll_cq(3) and mlx5 have it; rxe says LOC_QP_OP_ERR there, and the conformance suite
+     * accepts both, but the status that names the cause is the one to test applications against.
      */
     int check(int i, MemoryKeyTable localKeys, SoftProtectionDomain pd, int access) {
         int base = i * maxSge;

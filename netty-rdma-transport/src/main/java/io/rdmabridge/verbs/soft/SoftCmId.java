@@ -62,6 +62,10 @@ final class SoftCmId implements RdmaCmId {
     SoftCmId listenId;
     SoftCmId directPeer;
     TcpLink tcpLink;
+    /** A listener's accepted sockets still waiting for their connect request (see TcpLink.accepted). */
+    final java.util.concurrent.atomic.AtomicInteger pendingHandshakes = new java.util.concurrent.atomic.AtomicInteger();
+    // The connect timeout, cancelled once the attempt ends so that the timer does not keep this id (and its link).
+    private volatile java.util.concurrent.ScheduledFuture<?> connectTimeout;
 
     SoftCmId(SoftEventChannel channel) {
         this.channel = channel;
@@ -276,7 +280,7 @@ final class SoftCmId implements RdmaCmId {
     @Override
     public RdmaDevice device() {
         synchronized (this) {
-            return phase == Phase.IDLE || phase == Phase.BOUND || phase == Phase.CLOSED ? null : engine.device;
+            return phase == Phase.IDLE || phase == Phase.BOUND || phase == Phase.CLOSED ? null : channel.device;
         }
     }
 
@@ -288,7 +292,7 @@ final class SoftCmId implements RdmaCmId {
             throw new IllegalArgumentException("pd/sendCq/recvCq: not of the soft provider (expected: resources of"
                     + " device soft0)");
         }
-        capabilities.checkAgainst(engine.device.attributes());
+        capabilities.checkAgainst(SoftDevice.ATTRIBUTES);
         SoftProtectionDomain spd = (SoftProtectionDomain) pd;
         SoftCompletionQueue scq = (SoftCompletionQueue) sendCq;
         SoftCompletionQueue rcq = (SoftCompletionQueue) recvCq;
@@ -351,7 +355,7 @@ final class SoftCmId implements RdmaCmId {
             }
             if (passive != null) {
                 passive.emit(CmEventType.CONNECT_REQUEST, parameters.privateData(), 0, null);
-                engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
+                connectTimeout = engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
                 return;
             }
         }
@@ -376,6 +380,18 @@ final class SoftCmId implements RdmaCmId {
                 + " ms (expected: a soft RDMA listener at that address)");
     }
 
+    void connectTimeout(java.util.concurrent.ScheduledFuture<?> timeout) {
+        connectTimeout = timeout;
+    }
+
+    private void connectAttemptEnded() {
+        java.util.concurrent.ScheduledFuture<?> timeout = connectTimeout;
+        if (timeout != null) {
+            connectTimeout = null;
+            timeout.cancel(false);
+        }
+    }
+
     /** The active side's connect failed: REJECTED or CONNECT_ERROR. */
     void connectFailed(CmEventType type, byte[] privateData, int status, String detail) {
         synchronized (this) {
@@ -385,6 +401,7 @@ final class SoftCmId implements RdmaCmId {
             phase = Phase.RESOLVED;
             tcpLink = null;
         }
+        connectAttemptEnded();
         emit(type, privateData, status, detail);
     }
 
@@ -394,16 +411,26 @@ final class SoftCmId implements RdmaCmId {
             if (phase != Phase.CONNECTING || tcpLink != link) {
                 return false;
             }
+            // From here the queue pair holds the link; the id must not keep it (or a closed one) reachable.
+            tcpLink = null;
             phase = Phase.CONNECTED;
             peerParams = peer;
             local = localAddress;
         }
+        connectAttemptEnded();
         return true;
     }
 
     @Override
     public void accept(ConnectionParameters parameters) throws RdmaException {
         checkPrivateData(parameters, ConnectionParameters.MAX_ACCEPT_PRIVATE_DATA, "accept");
+        int length = parameters.privateData().length;
+        if (length != 0 && !channel.deliversPrivateData()) {
+            // DiSNI 2.1's accept has no private data argument; this mode refuses it the same way.
+            throw new RdmaException("privateData: " + length + " bytes on accept (expected: 0 with "
+                    + SoftProvider.PRIVATE_DATA_PROPERTY + "=none, which behaves like DiSNI 2.1: exchange it in the"
+                    + " first message instead)");
+        }
         SoftQueuePair q;
         synchronized (this) {
             if (phase != Phase.REQUESTED) {
@@ -431,6 +458,7 @@ final class SoftCmId implements RdmaCmId {
                 active.phase = Phase.CONNECTED;
                 active.peerParams = parameters;
             }
+            active.connectAttemptEnded();
             synchronized (this) {
                 phase = Phase.CONNECTED;
             }
@@ -442,9 +470,12 @@ final class SoftCmId implements RdmaCmId {
             emit(CmEventType.ESTABLISHED, null, 0, null);
             return;
         }
-        TcpLink link = tcpLink;
+        TcpLink link;
         synchronized (this) {
             phase = Phase.CONNECTED;
+            link = tcpLink;
+            // The queue pair holds the link from now on.
+            tcpLink = null;
         }
         link.accept(this, q, parameters);
     }
@@ -462,7 +493,8 @@ final class SoftCmId implements RdmaCmId {
             }
             phase = Phase.DISCONNECTED;
         }
-        rejectPeer(data);
+        // DiSNI 2.1 rejects without private data (it destroys the request's id); this mode sends none either.
+        rejectPeer(channel.deliversPrivateData() ? data : new byte[0]);
     }
 
     private void rejectPeer(byte[] data) {
@@ -513,6 +545,7 @@ final class SoftCmId implements RdmaCmId {
                 break;
             }
             case CONNECTING:
+                connectAttemptEnded();
                 if (pending != null) {
                     pending.abortHandshake();
                 }
@@ -538,9 +571,10 @@ final class SoftCmId implements RdmaCmId {
         }
     }
 
+    /** {@code null} also when the provider delivers no private data: the peer's parameters travel with it. */
     @Override
     public ConnectionParameters peerParameters() {
-        return peerParams;
+        return channel.deliversPrivateData() ? peerParams : null;
     }
 
     @Override

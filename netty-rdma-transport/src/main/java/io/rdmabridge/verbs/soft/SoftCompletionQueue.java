@@ -18,6 +18,7 @@ import java.util.concurrent.atomic.AtomicLongArray;
  */
 final class SoftCompletionQueue implements CompletionQueue {
     private final SoftEngine engine;
+    private final SoftDevice device;
     private final EventNotifier notifier;
     private final int capacity;
     private final int mask;
@@ -38,7 +39,8 @@ final class SoftCompletionQueue implements CompletionQueue {
     final AtomicInteger users = new AtomicInteger();
     private long head;
 
-    SoftCompletionQueue(SoftEngine engine, int entries, EventNotifier notifier) {
+    SoftCompletionQueue(SoftDevice device, SoftEngine engine, int entries, EventNotifier notifier) {
+        this.device = device;
         this.engine = engine;
         this.notifier = notifier;
         int c = Integer.highestOneBit(entries);
@@ -104,7 +106,7 @@ final class SoftCompletionQueue implements CompletionQueue {
 
     @Override
     public RdmaDevice device() {
-        return engine.device;
+        return device;
     }
 
     @Override

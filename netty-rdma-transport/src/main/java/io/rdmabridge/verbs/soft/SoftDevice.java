@@ -11,7 +11,11 @@ import io.rdmabridge.verbs.RdmaProvider;
 import java.net.InetAddress;
 import java.util.List;
 
-/** The software device {@code soft0}, one per JVM. Thread-safe. */
+/**
+ * The software device {@code soft0} as one {@link SoftProvider} instance sees it: every instance has its own device
+ * object (so {@link #provider()} names it, and the resources made through it answer this device), all of them over
+ * the one JVM-wide {@link SoftEngine}. Thread-safe.
+ */
 final class SoftDevice implements RdmaDevice {
     static final String NAME = "soft0";
     static final int MAX_QP_WR = 16384;
@@ -22,7 +26,7 @@ final class SoftDevice implements RdmaDevice {
 
     private final SoftProvider provider;
     private final SoftEngine engine;
-    private final DeviceAttributes attributes = new DeviceAttributes(NAME, "software (TCP / in-JVM)", 1 << 16,
+    static final DeviceAttributes ATTRIBUTES = new DeviceAttributes(NAME, "software (TCP / in-JVM)", 1 << 16,
             MAX_QP_WR, MAX_SGE, MAX_CQE, MAX_INLINE_DATA, 1L << 40, 1 << 20, MAX_RD_ATOM);
     private final List<PortAttributes> ports = List.of(new PortAttributes(1, "ACTIVE", "software", 4096,
             InetAddress.getLoopbackAddress().getHostAddress()));
@@ -44,7 +48,7 @@ final class SoftDevice implements RdmaDevice {
 
     @Override
     public DeviceAttributes attributes() {
-        return attributes;
+        return ATTRIBUTES;
     }
 
     @Override
@@ -54,7 +58,7 @@ final class SoftDevice implements RdmaDevice {
 
     @Override
     public ProtectionDomain allocProtectionDomain() throws RdmaException {
-        return new SoftProtectionDomain(engine);
+        return new SoftProtectionDomain(this, engine);
     }
 
     @Override
@@ -62,7 +66,7 @@ final class SoftDevice implements RdmaDevice {
         if (entries < 1 || entries > MAX_CQE) {
             throw new IllegalArgumentException("entries: " + entries + " (expected: 1.." + MAX_CQE + ")");
         }
-        return new SoftCompletionQueue(engine, entries, notifier);
+        return new SoftCompletionQueue(this, engine, entries, notifier);
     }
 
     @Override

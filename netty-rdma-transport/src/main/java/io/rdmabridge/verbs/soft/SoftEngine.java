@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs.soft;
 
+import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.ResourceUsage;
 import java.io.IOException;
@@ -14,6 +15,7 @@ import java.util.Iterator;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -21,7 +23,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The JVM-wide state of the software device: the device itself, the memory-key tables, the in-JVM listener registry,
+ * The JVM-wide state of the software device: the memory-key tables, the in-JVM listener registry,
  * the live links, the resource counters and the two provider threads.
  *
  * <h2>Threads</h2>
@@ -41,7 +43,6 @@ final class SoftEngine {
 
     final ResourceUsage usage = new ResourceUsage();
     final SoftFaults faults = new SoftFaults(this);
-    final SoftDevice device;
     final MemoryKeyTable localKeys = new MemoryKeyTable();
     final MemoryKeyTable remoteKeys = new MemoryKeyTable();
     /** Listening ids by bound port: connects to a local address with that port take the direct path. */
@@ -56,8 +57,7 @@ final class SoftEngine {
     private volatile Selector selector;
     private volatile ScheduledThreadPoolExecutor timer;
 
-    private SoftEngine(SoftProvider provider) {
-        device = new SoftDevice(provider, this);
+    private SoftEngine() {
     }
 
     /**
@@ -69,13 +69,13 @@ final class SoftEngine {
         return 32768 + Math.floorMod(nextDirectPort.getAndIncrement(), 60999 - 32768 + 1);
     }
 
-    static SoftEngine get(SoftProvider provider) {
+    static SoftEngine get() {
         SoftEngine e = instance;
         if (e == null) {
             synchronized (SoftEngine.class) {
                 e = instance;
                 if (e == null) {
-                    e = new SoftEngine(provider);
+                    e = new SoftEngine();
                     instance = e;
                 }
             }
@@ -92,14 +92,22 @@ final class SoftEngine {
         }
     }
 
-    /** Registers a region under two fresh random keys, unique among live regions and never 0. */
+    /**
+     * Registers a region under a fresh random lkey, and a fresh random rkey when it grants remote access; keys are
+     * unique among live regions and never 0. A region without remote access gets rkey 0, which names no region: the
+     * InfiniBand specification returns an R_Key only for remote access, and rxe does exactly this (mlx5 reports the
+     * lkey's value instead); 0 makes a misused key fail at once rather than look valid.
+     */
     SoftMemoryRegion register(SoftProtectionDomain pd, long address, long length, int access) {
         synchronized (keyLock) {
             int lkey = freshKey(localKeys);
-            int rkey = freshKey(remoteKeys);
+            boolean remote = (access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) != 0;
+            int rkey = remote ? freshKey(remoteKeys) : 0;
             SoftMemoryRegion mr = new SoftMemoryRegion(pd, address, length, access, lkey, rkey);
             localKeys.put(lkey, mr);
-            remoteKeys.put(rkey, mr);
+            if (remote) {
+                remoteKeys.put(rkey, mr);
+            }
             usage.memoryRegistered(length);
             return mr;
         }
@@ -108,7 +116,9 @@ final class SoftEngine {
     void deregister(SoftMemoryRegion mr) {
         synchronized (keyLock) {
             localKeys.remove(mr.lkey());
-            remoteKeys.remove(mr.rkey());
+            if (mr.rkey() != 0) {
+                remoteKeys.remove(mr.rkey());
+            }
             usage.memoryDeregistered(mr.length());
         }
     }
@@ -162,6 +172,11 @@ final class SoftEngine {
 
     static boolean loopbackIsDirect() {
         return !"tcp".equalsIgnoreCase(System.getProperty("rdmabridge.soft.loopback", "direct").trim());
+    }
+
+    /** Accepted sockets of one listener that may wait for their connect request at once; more are closed. */
+    static int maxPendingHandshakesPerListener() {
+        return Integer.getInteger("rdmabridge.soft.maxPendingHandshakes", 64);
     }
 
     static long handshakeTimeoutMillis() {
@@ -220,8 +235,9 @@ final class SoftEngine {
         return t;
     }
 
-    void schedule(Runnable task, long delayNanos) {
-        timer().schedule(() -> runSafely(task), Math.max(0, delayNanos), TimeUnit.NANOSECONDS);
+    ScheduledFuture<?> schedule(Runnable task, long delayNanos) {
+        // Cancelling removes the task from the timer's queue (remove-on-cancel), so it pins nothing afterwards.
+        return timer().schedule(() -> runSafely(task), Math.max(0, delayNanos), TimeUnit.NANOSECONDS);
     }
 
     /** Runs {@code task} on the timer thread now. */

@@ -13,7 +13,8 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * A connection-manager event channel: a queue of events that provider threads add to and the owner polls.
+ * A connection-manager event channel: a queue of events that provider threads add to and the owner polls. Private
+ * data reaches the events only when the channel's provider delivers it ({@link SoftProvider.PrivateDataMode}).
  * {@link #emit} is thread-safe; {@link #poll} belongs to the owner.
  */
 final class SoftEventChannel implements RdmaEventChannel {
@@ -21,15 +22,20 @@ final class SoftEventChannel implements RdmaEventChannel {
                          String detail) {
     }
 
+    private static final byte[] NO_DATA = new byte[0];
+
     final SoftEngine engine;
+    /** The device of the provider instance that made this channel: what its ids answer for {@code device()}. */
+    final SoftDevice device;
     private final SoftProvider provider;
     private final EventNotifier notifier;
     private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
     final Set<SoftCmId> ids = ConcurrentHashMap.newKeySet();
     private final AtomicBoolean closed = new AtomicBoolean();
 
-    SoftEventChannel(SoftProvider provider, SoftEngine engine, EventNotifier notifier) {
+    SoftEventChannel(SoftProvider provider, SoftDevice device, SoftEngine engine, EventNotifier notifier) {
         this.provider = provider;
+        this.device = device;
         this.engine = engine;
         this.notifier = notifier;
         engine.usage.eventChannels(1);
@@ -39,10 +45,16 @@ final class SoftEventChannel implements RdmaEventChannel {
         if (closed.get()) {
             return;
         }
-        events.add(new Event(type, id, listenId, privateData, status, detail));
+        byte[] data = provider.deliversPrivateData() ? privateData : NO_DATA;
+        events.add(new Event(type, id, listenId, data, status, detail));
         if (notifier != null) {
             notifier.signal();
         }
+    }
+
+    /** Whether this channel's provider instance delivers private data. */
+    boolean deliversPrivateData() {
+        return provider.deliversPrivateData();
     }
 
     @Override

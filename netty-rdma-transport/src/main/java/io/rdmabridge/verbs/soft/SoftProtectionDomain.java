@@ -11,24 +11,26 @@ import java.util.concurrent.atomic.AtomicInteger;
 /** A protection domain of the software device. Thread-safe. */
 final class SoftProtectionDomain implements ProtectionDomain {
     final SoftEngine engine;
+    private final SoftDevice device;
     final AtomicInteger memoryRegions = new AtomicInteger();
     final AtomicInteger queuePairs = new AtomicInteger();
     private final AtomicBoolean closed = new AtomicBoolean();
 
-    SoftProtectionDomain(SoftEngine engine) {
+    SoftProtectionDomain(SoftDevice device, SoftEngine engine) {
+        this.device = device;
         this.engine = engine;
         engine.usage.protectionDomains(1);
     }
 
     @Override
     public RdmaDevice device() {
-        return engine.device;
+        return device;
     }
 
     @Override
     public MemoryRegion register(long address, long length, int access) throws RdmaException {
         Access.validate(access);
-        long max = engine.device.attributes().maxMrSize();
+        long max = SoftDevice.ATTRIBUTES.maxMrSize();
         if (length < 1 || length > max) {
             throw new IllegalArgumentException("length: " + length + " (expected: 1.." + max + ")");
         }

@@ -8,6 +8,7 @@ import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.ResourceUsage;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * The software RDMA provider: a user-space RDMA device ({@code soft0}) in the spirit of the kernel's soft-RoCE and
@@ -17,18 +18,75 @@ import java.util.List;
  *
  * <p>Every instance drives the same JVM-wide device: memory regions, listeners, queue pairs, the
  * {@link ResourceUsage} and the {@link SoftFaults} are shared, so instances created by different
- * {@link java.util.ServiceLoader}s see one device.
+ * {@link java.util.ServiceLoader}s see one device. Each instance has its own {@link RdmaDevice} object, whose
+ * {@link RdmaDevice#provider()} is that instance.
  *
- * <p>System properties: {@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp} forces the TCP
- * wire path even between queue pairs of one JVM; {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
+ * <h2>Connection-manager private data</h2>
+ * An instance either delivers private data as rdma_cm does ({@link PrivateDataMode#DELIVER}, the default) or behaves
+ * like DiSNI 2.1, which delivers none ({@link PrivateDataMode#NONE}): {@link #deliversPrivateData()} is then false,
+ * every {@link io.rdmabridge.verbs.CmEvent#privateData()} of its event channels is empty,
+ * {@link io.rdmabridge.verbs.RdmaCmId#peerParameters()} is {@code null}, {@code accept} with private data is refused
+ * with an {@link RdmaException}, and {@code reject} sends its private data nowhere. Connect still sends its private
+ * data on the wire, as DiSNI does; a peer in {@code deliver} mode receives it. The mode lets everything above the
+ * verbs SPI be tested without private data, on any machine. It is fixed when the instance is created: by
+ * {@link #SoftProvider(PrivateDataMode)}, or by the zero-argument constructor (the one {@link java.util.ServiceLoader}
+ * calls) from the system property {@value #PRIVATE_DATA_PROPERTY} = {@code deliver} (default) or {@code none}, read
+ * at that moment. Instances in both modes can live in one JVM and connect to each other.
+ *
+ * <p>Other system properties: {@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp} forces the
+ * TCP wire path even between queue pairs of one JVM; {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
  * bounds how long an accepted socket may take to send its connect request. Thread-safe.
  */
 public final class SoftProvider implements RdmaProvider {
     /** The name users choose it by: {@code rdmabridge.provider=soft}. */
     public static final String NAME = "soft";
+    /**
+     * System property read by {@link #SoftProvider()}: {@code deliver} (default) or {@code none}, see
+     * {@link PrivateDataMode}.
+     */
+    public static final String PRIVATE_DATA_PROPERTY = "rdmabridge.soft.privateData";
 
-    /** Creates a handle on the JVM-wide software device; cheap, opens nothing. */
+    /** Whether an instance delivers connection-manager private data. */
+    public enum PrivateDataMode {
+        /** Private data of connect, accept and reject reaches the peer's events, as with rdma_cm. */
+        DELIVER,
+        /** No private data is ever delivered, as with DiSNI 2.1; {@link #deliversPrivateData()} is false. */
+        NONE
+    }
+
+    private final PrivateDataMode privateData;
+    /** Why the instance cannot be used although the JVM could run it: a bad {@value #PRIVATE_DATA_PROPERTY}. */
+    private final RdmaException configurationCause;
+    private volatile SoftDevice device;
+
+    /**
+     * Creates a handle on the JVM-wide software device, in the private-data mode that the system property
+     * {@value #PRIVATE_DATA_PROPERTY} names now; cheap, opens nothing, never throws. An unknown value makes the
+     * instance unavailable, with a cause that names the property and its values.
+     */
     public SoftProvider() {
+        String value = System.getProperty(PRIVATE_DATA_PROPERTY, "deliver").trim();
+        PrivateDataMode mode = null;
+        for (PrivateDataMode m : PrivateDataMode.values()) {
+            if (m.name().equalsIgnoreCase(value)) {
+                mode = m;
+            }
+        }
+        privateData = mode == null ? PrivateDataMode.DELIVER : mode;
+        configurationCause = mode != null ? null : new RdmaException(PRIVATE_DATA_PROPERTY + "=" + value
+                + " (expected: deliver or none): fix the system property, or remove it for the default, deliver");
+    }
+
+    /**
+     * Creates a handle on the JVM-wide software device in private-data mode {@code privateData}, whatever the system
+     * property says; cheap, opens nothing.
+     */
+    public SoftProvider(PrivateDataMode privateData) {
+        if (privateData == null) {
+            throw new IllegalArgumentException("privateData: null (expected: DELIVER or NONE)");
+        }
+        this.privateData = privateData;
+        this.configurationCause = null;
     }
 
     @Override
@@ -46,13 +104,27 @@ public final class SoftProvider implements RdmaProvider {
         return 0;
     }
 
+    /** True in {@link PrivateDataMode#DELIVER}, false in {@link PrivateDataMode#NONE}. */
+    @Override
+    public boolean deliversPrivateData() {
+        return privateData == PrivateDataMode.DELIVER;
+    }
+
+    /** The private-data mode fixed when this instance was created. */
+    public PrivateDataMode privateDataMode() {
+        return privateData;
+    }
+
     @Override
     public boolean isAvailable() {
-        return DirectMemory.unavailabilityCause() == null;
+        return unavailabilityCause() == null;
     }
 
     @Override
     public Throwable unavailabilityCause() {
+        if (configurationCause != null) {
+            return configurationCause;
+        }
         Throwable cause = DirectMemory.unavailabilityCause();
         if (cause == null) {
             return null;
@@ -66,31 +138,47 @@ public final class SoftProvider implements RdmaProvider {
         if (cause != null) {
             throw new RdmaException(cause.getMessage(), cause);
         }
-        return SoftEngine.get(this);
+        return SoftEngine.get();
+    }
+
+    /** This instance's view of {@code soft0}; created on first use. */
+    SoftDevice device() throws RdmaException {
+        SoftDevice d = device;
+        if (d == null) {
+            SoftEngine engine = engine();
+            synchronized (this) {
+                d = device;
+                if (d == null) {
+                    d = new SoftDevice(this, engine);
+                    device = d;
+                }
+            }
+        }
+        return d;
     }
 
     @Override
     public List<RdmaDevice> devices() throws RdmaException {
-        return List.of(engine().device);
+        return List.of(device());
     }
 
     @Override
     public RdmaEventChannel createEventChannel(EventNotifier notifier) throws RdmaException {
-        return new SoftEventChannel(this, engine(), notifier);
+        return new SoftEventChannel(this, device(), engine(), notifier);
     }
 
     @Override
     public ResourceUsage resourceUsage() {
-        return SoftEngine.get(this).usage;
+        return SoftEngine.get().usage;
     }
 
     /** The fault-injection hooks of the JVM-wide software device, for tests; never {@code null}. */
     public SoftFaults faults() {
-        return SoftEngine.get(this).faults;
+        return SoftEngine.get().faults;
     }
 
     @Override
     public String toString() {
-        return "SoftProvider{soft0}";
+        return "SoftProvider{soft0, privateData=" + privateData.name().toLowerCase(Locale.ROOT) + '}';
     }
 }

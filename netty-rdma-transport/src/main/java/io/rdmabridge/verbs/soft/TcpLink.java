@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
@@ -16,6 +17,7 @@ import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -46,6 +48,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     /** Accepted sockets that have not finished their handshake, across the JVM; more are closed at once. */
     static final int MAX_PENDING_HANDSHAKES = 1024;
     private static final AtomicInteger PENDING_HANDSHAKES = new AtomicInteger();
+    /** A flood of sockets can refuse thousands a second: one WARN per interval says how many. */
+    static final RateLimitedWarning REFUSALS = new RateLimitedWarning(SoftEngine.logger, 10_000);
 
     static final int ACTIVE_CONNECTING = 0;
     static final int ACTIVE_WAIT_REPLY = 1;
@@ -69,6 +73,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private long readAddress = DirectMemory.address(readBuf);
     private long writeAddress = DirectMemory.address(writeBuf);
     private boolean pendingHandshake;
+    private volatile ScheduledFuture<?> handshakeTimeout;
     private final SoftFrame inFrame = new SoftFrame();
     private final SoftFrame outFrame = new SoftFrame();
     private final SoftHandshake handshake = new SoftHandshake();
@@ -158,7 +163,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             id.connectFailed(CmEventType.CONNECT_ERROR, null, -1, e.getMessage());
             return;
         }
-        engine.schedule(id::connectTimedOut, timeoutMillis * 1_000_000L);
+        id.connectTimeout(engine.schedule(id::connectTimedOut, timeoutMillis * 1_000_000L));
     }
 
     private void startConnect(java.nio.channels.Selector selector, InetSocketAddress target) {
@@ -207,10 +212,22 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         SoftEngine engine = listener.engine;
         TcpLink link = new TcpLink(engine, PASSIVE_WAIT_REQUEST, listener, null);
         link.ch = c;
+        // Per listener first, so silent sockets aimed at one port cannot block the others; the JVM-wide cap bounds
+        // the sum.
+        int perListener = SoftEngine.maxPendingHandshakesPerListener();
+        if (listener.pendingHandshakes.incrementAndGet() > perListener) {
+            listener.pendingHandshakes.decrementAndGet();
+            REFUSALS.warn("soft0: refusing connections to {}: {} handshakes already pending on it (connected sockets "
+                    + "that sent no connect request yet; raise rdmabridge.soft.maxPendingHandshakes if legitimate)",
+                    listener.localAddress(), perListener);
+            link.closeNow();
+            return;
+        }
         if (PENDING_HANDSHAKES.incrementAndGet() > MAX_PENDING_HANDSHAKES) {
             PENDING_HANDSHAKES.decrementAndGet();
-            SoftEngine.logger.warn("soft0: refusing a connection to {}: {} handshakes already pending", listener
-                    .localAddress(), MAX_PENDING_HANDSHAKES);
+            listener.pendingHandshakes.decrementAndGet();
+            REFUSALS.warn("soft0: refusing connections to {}: {} handshakes already pending in this JVM",
+                    listener.localAddress(), MAX_PENDING_HANDSHAKES);
             link.closeNow();
             return;
         }
@@ -226,9 +243,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         long timeout = SoftEngine.handshakeTimeoutMillis();
-        engine.schedule(() -> engine.execute(() -> {
+        link.handshakeTimeout = engine.schedule(() -> engine.execute(() -> {
             if (link.phase == PASSIVE_WAIT_REQUEST) {
-                SoftEngine.logger.warn("soft0: closing the connection from {}: handshake not completed within {} ms",
+                REFUSALS.warn("soft0: closing the connection from {}: handshake not completed within {} ms",
                         link.peer, timeout);
                 link.closeNow();
             }
@@ -242,7 +259,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
                 return;
             }
-            attach(q, parameters, q.peerParams, false);
+            try {
+                attach(q, parameters, q.peerParams, false);
+            } catch (Throwable t) {
+                // Out of direct memory, say: this connection fails, its socket and the peer's wait end now.
+                closeNow();
+                passiveId.onDisconnected("accepting the connection from " + peer + " failed: " + t);
+                return;
+            }
             handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
             phase = CONNECTED;
             engine.links.add(this);
@@ -652,6 +676,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     return;
                 }
                 if (length > q.rLength[r]) {
+                    // ibv_poll_cq(3)'s pair, as mlx5 reports it (rxe: LOC_QP_OP_ERR / REM_OP_ERR; both allowed).
                     q.failRecvLocked(recv, WcStatus.LOC_LEN_ERR);
                     fail("SEND of " + length + " bytes larger than the posted receive of " + q.rLength[r] + " bytes",
                             SoftFrame.NAK, psn, WcStatus.REM_INV_REQ_ERR);
@@ -779,7 +804,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (attempt > q.localParams.rnrRetryCount()) {
                     q.sStatus[i] = WcStatus.RNR_RETRY_EXC_ERR;
                 } else {
-                    long delay = SoftQueuePair.rnrDelayNanos(attempt);
+                    long delay = SoftQueuePair.RNR_TIMER_NANOS;
                     resumeAt = System.nanoTime() + delay;
                     rewindSeq = seq;
                     engine.schedule(pumpTask, delay);
@@ -1179,9 +1204,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void handshakeDone() {
+        ScheduledFuture<?> timeout = handshakeTimeout;
+        if (timeout != null) {
+            handshakeTimeout = null;
+            timeout.cancel(false);
+        }
         if (pendingHandshake) {
             pendingHandshake = false;
             PENDING_HANDSHAKES.decrementAndGet();
+            listener.pendingHandshakes.decrementAndGet();
         }
     }
 

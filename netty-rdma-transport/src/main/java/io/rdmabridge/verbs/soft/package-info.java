@@ -16,5 +16,17 @@
  *       field by field; bounded buffers; cumulative ACKs; RNR NAK with go-back retransmission.</li>
  *   <li>{@link io.rdmabridge.verbs.soft.SoftCompletionQueue}: lock-free many-producer, single-consumer ring.</li>
  * </ul>
+ *
+ * <h2>Modes</h2>
+ * <ul>
+ *   <li>{@code rdmabridge.soft.privateData} = {@code deliver} (default) or {@code none}: in {@code none} the provider
+ *       behaves like DiSNI 2.1 and delivers no connection-manager private data ({@code deliversPrivateData()} is
+ *       false, events carry none, accept with private data is refused, reject sends none), so that protocols above
+ *       the SPI are tested as they run on DiSNI. Read when a {@link io.rdmabridge.verbs.soft.SoftProvider} is
+ *       created with its zero-argument constructor (the {@link java.util.ServiceLoader} path); tests that need both
+ *       modes in one JVM construct {@code new SoftProvider(SoftProvider.PrivateDataMode.NONE)} instead.</li>
+ *   <li>{@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp}: the TCP wire path even between
+ *       queue pairs of one JVM.</li>
+ * </ul>
  */
 package io.rdmabridge.verbs.soft;

@@ -36,7 +36,7 @@ import org.junit.jupiter.api.Test;
 
 /** Queue pairs in two processes: one-sided WRITE/READ into the other JVM's memory, then that JVM is killed. */
 class SoftCrossProcessTest {
-    private final SoftProvider provider = new SoftProvider();
+    private final SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
 
     @Test
     void shouldMoveBytesAcrossProcessesAndFlushWhenThePeerDies() throws Exception {

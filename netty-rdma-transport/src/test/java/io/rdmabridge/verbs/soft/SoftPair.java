@@ -29,7 +29,7 @@ import java.util.List;
 final class SoftPair implements AutoCloseable {
     static final long TIMEOUT_NANOS = 10_000_000_000L;
 
-    final SoftProvider provider = new SoftProvider();
+    final SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
     final RdmaDevice device;
     final Side client;
     final Side server;

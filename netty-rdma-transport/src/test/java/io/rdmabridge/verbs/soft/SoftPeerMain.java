@@ -28,7 +28,7 @@ public final class SoftPeerMain {
     }
 
     public static void main(String[] args) throws Exception {
-        SoftProvider provider = new SoftProvider();
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         RdmaDevice device = provider.devices().get(0);
         EventNotifier notifier = new EventNotifier();
         RdmaEventChannel channel = provider.createEventChannel(notifier);

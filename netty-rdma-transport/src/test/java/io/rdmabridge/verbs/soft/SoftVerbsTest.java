@@ -20,6 +20,7 @@ import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.QpState;
 import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaEventChannel;
 import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.RecvWorkRequest;
@@ -39,7 +40,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /** The soft provider's verbs semantics on both paths: in-JVM direct ({@code false}) and TCP ({@code true}). */
 class SoftVerbsTest {
-    private final SoftProvider provider = new SoftProvider();
+    private final SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
     private final SendWorkRequest swr = new SendWorkRequest(4);
     private final RecvWorkRequest rwr = new RecvWorkRequest(4);
 
@@ -68,7 +69,43 @@ class SoftVerbsTest {
         assertFalse(provider.isHardware());
         assertTrue(provider.isAvailable());
         assertEquals("soft", provider.name());
-        assertTrue(new SoftProvider().devices().get(0) == provider.devices().get(0), "one device per JVM");
+        // One device per JVM, seen by each instance through a device object of its own.
+        SoftProvider other = new SoftProvider(SoftProvider.PrivateDataMode.NONE);
+        RdmaDevice otherDevice = other.devices().get(0);
+        assertTrue(otherDevice.provider() == other, "device of another instance names that instance");
+        assertEquals(provider.devices().get(0).name(), otherDevice.name());
+        assertTrue(other.resourceUsage() == provider.resourceUsage(), "one resource count per JVM");
+    }
+
+    @Test
+    void shouldReadThePrivateDataModeWhenCreated() {
+        String saved = System.getProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
+        try {
+            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "none");
+            SoftProvider none = new SoftProvider();
+            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "DELIVER");
+            SoftProvider deliver = new SoftProvider();
+            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "sometimes");
+            SoftProvider wrong = new SoftProvider();
+            System.clearProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
+            SoftProvider unset = new SoftProvider();
+
+            assertFalse(none.deliversPrivateData(), "created with none");
+            assertEquals(SoftProvider.PrivateDataMode.NONE, none.privateDataMode(), "fixed at creation");
+            assertTrue(deliver.deliversPrivateData(), "created with DELIVER (any case)");
+            assertTrue(unset.deliversPrivateData(), "the default");
+            assertFalse(wrong.isAvailable(), "an unknown mode makes the instance unusable");
+            String cause = String.valueOf(wrong.unavailabilityCause().getMessage());
+            assertTrue(cause.contains("rdmabridge.soft.privateData=sometimes (expected: deliver or none)"), cause);
+            RdmaException e = assertThrows(RdmaException.class, () -> wrong.createEventChannel(null));
+            assertEquals(cause, e.getMessage());
+        } finally {
+            if (saved == null) {
+                System.clearProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
+            } else {
+                System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, saved);
+            }
+        }
     }
 
     @ParameterizedTest(name = "tcp={0}")
@@ -433,7 +470,7 @@ class SoftVerbsTest {
             assertNotEquals(0, mrs[i].lkey());
             assertTrue(keys.add(mrs[i].rkey()), "rkey reused among live regions");
         }
-        SoftEngine engine = SoftEngine.get(provider);
+        SoftEngine engine = SoftEngine.get();
         int rkey = mrs[0].rkey();
         assertTrue(engine.remoteKeys.get(rkey) != null);
         for (MemoryRegion mr : mrs) {

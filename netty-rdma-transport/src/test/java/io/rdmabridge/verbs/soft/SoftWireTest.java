@@ -44,7 +44,7 @@ class SoftWireTest {
     private static final int GUARD = 1024;
     private static final int REGION = 4096;
 
-    private final SoftProvider provider = new SoftProvider();
+    private final SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
     private final EventNotifier notifier = new EventNotifier();
     private RdmaEventChannel channel;
     private RdmaCmId listenId;

@@ -1,0 +1,397 @@
+package io.rdmabridge.netty;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.ByteBufAllocator;
+import io.netty.channel.EventLoop;
+import io.netty.channel.RecvByteBufAllocator;
+import io.netty.channel.socket.ChannelInputShutdownEvent;
+import io.netty.channel.socket.ChannelInputShutdownReadComplete;
+import io.rdmabridge.connection.RdmaConnection;
+import io.rdmabridge.connection.ReceiveBuffers;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.RdmaException;
+
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicIntegerArray;
+
+/**
+ * The read path of an {@link RdmaSocketChannel}: hands received messages up the pipeline (eager frames as the
+ * receive buffers they landed in, rendezvous messages once their READ has completed), slices them to the read's
+ * {@code guess()}, copies when the application holds most receive buffers, tells the peer's end of stream
+ * ({@code ChannelInputShutdownEvent} or a close), drops what arrives after {@code shutdownInput()}, and reposts the
+ * receive buffers the application releases.
+ *
+ * <p>Threading: the channel's event loop, except {@link #receiveReleased} and {@link #clearReadPending}, which any
+ * thread may call: they hand their work to the loop through a preallocated task (a released buffer only marks its
+ * slot), so receiving allocates nothing per message and takes no lock.
+ *
+ * <p>It never posts a send nor touches the outbound buffer; it closes the channel only as Netty's reads do (end of
+ * stream, a failed rendezvous), and leaves the queue pair and receive buffers to the channel's set-up and close.
+ */
+final class RdmaChannelInbound {
+    private final RdmaSocketChannel channel;
+    private final Runnable readTask = this::scheduledRead;
+    // Received buffers released on other threads, reposted by one task on the loop.
+    private final Runnable releaseTask = this::releaseMarkedSlots;
+    private final AtomicBoolean releaseScheduled = new AtomicBoolean();
+    private volatile AtomicIntegerArray releasedElsewhere;
+
+    private boolean readPending;
+    private boolean readScheduled;
+    private ReceiveBuffers recv;
+    private RdmaReceivedByteBuf[] slotBuffers;
+    private int pressureThreshold;
+    private ByteBuf rendezvousTarget;
+    // Bytes of the loop's rendezvous budget held for rendezvousTarget; whether this channel waits for budget.
+    private int budgetHeld;
+    private long budgetSince;
+    private boolean awaitingBudget;
+    // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
+    private ByteBuf partial;
+    private volatile boolean inputShutdown;
+    private boolean inputEndSeen;
+
+    RdmaChannelInbound(RdmaSocketChannel channel) {
+        this.channel = channel;
+    }
+
+    /** The channel became active: one reusable buffer per receive slot of {@code recv}. */
+    void activate(ReceiveBuffers recv, int receiveQueueDepth) {
+        this.recv = recv;
+        pressureThreshold = Math.max(1, receiveQueueDepth * 3 / 4);
+        ByteBufAllocator alloc = channel.config().getAllocator();
+        slotBuffers = new RdmaReceivedByteBuf[recv.count()];
+        releasedElsewhere = new AtomicIntegerArray(recv.count());
+        for (int i = 0; i < slotBuffers.length; i++) {
+            slotBuffers[i] = new RdmaReceivedByteBuf(alloc, recv.payloadView(i), this, i);
+        }
+    }
+
+    boolean isInputShutdown() {
+        return inputShutdown;
+    }
+
+    boolean isReadPending() {
+        return readPending;
+    }
+
+    /** Whether a rendezvous READ is under way (its completion is inbound work, whatever the poll's events). */
+    boolean isReadingRendezvous() {
+        return rendezvousTarget != null;
+    }
+
+    /** {@code doBeginRead}: reads once the loop is free, if anything waits. */
+    void beginRead() {
+        if (inputShutdown && inputEndSeen) {
+            return;
+        }
+        readPending = true;
+        RdmaConnection c = channel.connection;
+        if (c != null && (hasInbound(c) || channel.closing.isPeerGone()) && !readScheduled) {
+            readScheduled = true;
+            channel.eventLoop().execute(readTask);
+        }
+    }
+
+    /** {@code autoRead} was turned off (any thread). */
+    void clearReadPending() {
+        if (channel.isRegistered() && channel.eventLoop().inEventLoop()) {
+            readPending = false;
+        } else if (channel.isRegistered()) {
+            channel.eventLoop().execute(() -> readPending = false);
+        } else {
+            readPending = false;
+        }
+    }
+
+    private void scheduledRead() {
+        readScheduled = false;
+        if (readPending && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
+            readNow();
+            RdmaConnection c = channel.connection;
+            if (channel.closing.isPeerGone() && c != null && !hasInbound(c)) {
+                channel.closing.closeAfterPeerGone();
+            }
+        }
+    }
+
+    /** Whether a message, or the rest of one, waits to be handed up. */
+    boolean hasInbound(RdmaConnection c) {
+        return partial != null || c.hasInbound();
+    }
+
+    /** Hands up what has arrived, as far as the read's allocator handle allows; drops it after shutdownInput(). */
+    void readNow() {
+        RdmaConnection c = channel.connection;
+        if (inputShutdown) {
+            dropInbound(c);
+            return;
+        }
+        RecvByteBufAllocator.Handle allocHandle = channel.unsafe().recvBufAllocHandle();
+        allocHandle.reset(channel.config());
+        boolean delivered = false;
+        boolean endOfStream = false;
+        do {
+            ByteBuf buf = partial;
+            partial = null;
+            if (buf == null) {
+                int kind = c.pollInbound();
+                if (kind == RdmaConnection.NONE) {
+                    break;
+                }
+                if (kind == RdmaConnection.END_OF_STREAM) {
+                    endOfStream = true;
+                    break;
+                }
+                if (kind == RdmaConnection.RENDEZVOUS) {
+                    if (!startRendezvousRead(c)) {
+                        break;
+                    }
+                    continue;
+                }
+                buf = received(c, kind);
+            }
+            delivered = true;
+            fireRead(buf, allocHandle);
+            if (channel.state != RdmaSocketChannel.STATE_ACTIVE) {
+                break;
+            }
+        } while (allocHandle.continueReading());
+        if (delivered) {
+            allocHandle.readComplete();
+            channel.pipeline().fireChannelReadComplete();
+        }
+        if (endOfStream) {
+            inputEnded();
+        }
+    }
+
+    /** The message {@code pollInbound()} just returned as {@code kind}, as a buffer to hand up. */
+    private ByteBuf received(RdmaConnection c, int kind) {
+        int length = c.inboundLength();
+        RdmaChannelMetrics metrics = channel.metrics();
+        ByteBuf buf;
+        if (kind == RdmaConnection.DATA) {
+            buf = slotBuffers[c.inboundSlot()].reuse(length);
+            if (recv.held() > pressureThreshold) {
+                // The application holds most receive buffers: copy, so the peer keeps its credits.
+                ByteBuf copy;
+                try {
+                    copy = channel.config().getAllocator().buffer(length);
+                } catch (Throwable t) {
+                    // Out of memory, say: the receive buffer goes back before the channel fails.
+                    buf.release();
+                    throw t;
+                }
+                copy.writeBytes(buf);
+                buf.release();
+                buf = copy;
+                metrics.addReceivedCopied(length);
+                channel.handler.metrics().addReceivedCopied(length);
+            }
+        } else {
+            buf = rendezvousTarget;
+            rendezvousTarget = null;
+            // Handed up, the bytes are the application's (its reads pace the peer from here).
+            releaseBudget();
+            buf.writerIndex(length);
+        }
+        metrics.addReceived(length);
+        channel.handler.metrics().addReceived(length);
+        return buf;
+    }
+
+    /** Input shut down: drops everything that has arrived, so the peer gets its credits back, up to end of stream. */
+    private void dropInbound(RdmaConnection c) {
+        if (partial != null) {
+            partial.release();
+            partial = null;
+        }
+        for (;;) {
+            int kind = c.pollInbound();
+            if (kind == RdmaConnection.NONE) {
+                return;
+            }
+            if (kind == RdmaConnection.END_OF_STREAM) {
+                inputEnded();
+                return;
+            }
+            if (kind == RdmaConnection.RENDEZVOUS) {
+                c.discardRendezvous();
+            } else if (kind == RdmaConnection.DATA) {
+                c.releaseReceive(c.inboundSlot());
+            } else {
+                rendezvousTarget.release();
+                rendezvousTarget = null;
+                releaseBudget();
+            }
+        }
+    }
+
+    /** Hands up {@code buf}, or its first {@code guess()} bytes as a slice when it holds more (the rest waits). */
+    private void fireRead(ByteBuf buf, RecvByteBufAllocator.Handle allocHandle) {
+        int guess = Math.max(1, allocHandle.guess());
+        ByteBuf piece = buf;
+        if (buf.readableBytes() > guess) {
+            piece = buf.readRetainedSlice(guess);
+            partial = buf;
+        }
+        int bytes = piece.readableBytes();
+        allocHandle.attemptedBytesRead(bytes);
+        allocHandle.lastBytesRead(bytes);
+        allocHandle.incMessagesRead(1);
+        readPending = false;
+        channel.pipeline().fireChannelRead(piece);
+    }
+
+    /** Allocates a registered buffer for the pending rendezvous and posts the READ. */
+    private boolean startRendezvousRead(RdmaConnection c) {
+        int length = c.inboundLength();
+        RdmaDomain domain = channel.domain;
+        if (rendezvousTarget == null) {
+            // Memory is granted, never taken: the advertisement waits until the loop's budget allows.
+            if (!channel.handler.reserveRendezvous(this, length)) {
+                if (!awaitingBudget) {
+                    awaitingBudget = true;
+                    channel.handler.awaitRendezvousBudget(this);
+                }
+                return false;
+            }
+            budgetHeld = length;
+            budgetSince = System.nanoTime();
+            ByteBuf target;
+            try {
+                target = domain.allocator.directBuffer(length, length);
+            } catch (Throwable t) {
+                releaseBudget();
+                throw t;
+            }
+            MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
+            if (mr == null) {
+                target.release();
+                releaseBudget();
+                channel.closing.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
+                        + " bytes (the device refused the registration); closing"));
+                return false;
+            }
+            rendezvousTarget = target;
+        }
+        long address = ByteBufAddress.of(rendezvousTarget, 0, length);
+        MemoryRegion mr = domain.memory.regions().find(address, length);
+        return c.readRendezvous(address, mr.lkey());
+    }
+
+    /**
+     * Like epoll's RDHUP: the peer's end of stream is told at once when every byte before it has been read, even
+     * with no read pending ({@code autoRead=false}).
+     */
+    void endOfStreamIfNext(RdmaConnection c) {
+        if (channel.state == RdmaSocketChannel.STATE_ACTIVE && !inputEndSeen && partial == null
+                && c.endOfStreamNext()) {
+            c.pollInbound();
+            inputEnded();
+        }
+    }
+
+    private void inputEnded() {
+        inputEndSeen = true;
+        if (channel.config().isAllowHalfClosure()) {
+            if (!inputShutdown) {
+                inputShutdown = true;
+                channel.pipeline().fireUserEventTriggered(ChannelInputShutdownEvent.INSTANCE);
+            }
+            channel.pipeline().fireUserEventTriggered(ChannelInputShutdownReadComplete.INSTANCE);
+            if (channel.closing.isOutputShutdown()) {
+                channel.unsafe().close(channel.voidPromise());
+            }
+        } else {
+            inputShutdown = true;
+            channel.unsafe().close(channel.voidPromise());
+        }
+    }
+
+    /** {@code shutdownInput()} on an active channel: drops what has arrived, and later frames as they come. */
+    void shutdownInput() {
+        inputShutdown = true;
+        // Drop what has arrived so the peer keeps its credits; later frames are dropped as they come.
+        if (channel.connection != null) {
+            readNow();
+        }
+    }
+
+    /** A received buffer was released (any thread). */
+    void receiveReleased(int slot) {
+        EventLoop loop = channel.eventLoop();
+        if (loop.inEventLoop()) {
+            releaseSlot(slot);
+            return;
+        }
+        // Mark the slot and wake the loop with the one shared task: no object per released buffer.
+        releasedElsewhere.set(slot, 1);
+        if (!releaseScheduled.compareAndSet(false, true)) {
+            return;
+        }
+        try {
+            loop.execute(releaseTask);
+        } catch (RejectedExecutionException e) {
+            // The loop is gone; nothing else touches the connection now.
+            releaseMarkedSlots();
+        }
+    }
+
+    private void releaseMarkedSlots() {
+        releaseScheduled.set(false);
+        AtomicIntegerArray marked = releasedElsewhere;
+        for (int i = 0; i < marked.length(); i++) {
+            if (marked.get(i) != 0 && marked.getAndSet(i, 0) != 0) {
+                releaseSlot(i);
+            }
+        }
+    }
+
+    private void releaseBudget() {
+        if (budgetHeld != 0) {
+            channel.handler.releaseRendezvous(this, budgetHeld);
+            budgetHeld = 0;
+        }
+    }
+
+    /** The loop's rendezvous budget grew: read the waiting rendezvous if a read is pending. Loop thread. */
+    void budgetMayBeAvailable() {
+        awaitingBudget = false;
+        if (channel.state == RdmaSocketChannel.STATE_ACTIVE && readPending) {
+            readNow();
+        }
+    }
+
+    /** When this channel's READ took its share of the budget ({@link System#nanoTime()}). */
+    long budgetSince() {
+        return budgetSince;
+    }
+
+    int budgetBytes() {
+        return budgetHeld;
+    }
+
+    RdmaIoHandle ioHandle() {
+        return (RdmaIoHandle) channel.unsafe();
+    }
+
+    private void releaseSlot(int slot) {
+        channel.connection.releaseReceive(slot);
+    }
+
+    /** Frees the rendezvous target and the rest of a message handed up in part (the queue pair is gone). */
+    void releaseBuffers() {
+        if (rendezvousTarget != null) {
+            rendezvousTarget.release();
+            rendezvousTarget = null;
+        }
+        releaseBudget();
+        if (partial != null) {
+            partial.release();
+            partial = null;
+        }
+    }
+}

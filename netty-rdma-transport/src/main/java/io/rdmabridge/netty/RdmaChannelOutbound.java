@@ -1,0 +1,239 @@
+package io.rdmabridge.netty;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.ChannelOutboundBuffer;
+import io.netty.channel.FileRegion;
+import io.rdmabridge.connection.FileChunkCache;
+import io.rdmabridge.connection.RdmaConnection;
+import io.rdmabridge.connection.RegisteredMemory;
+
+import java.io.IOException;
+
+/**
+ * The write path of an {@link RdmaSocketChannel}: each flush hands the flushed messages not yet posted to the
+ * {@link RdmaWriteProcessor}, which posts them; as the operations complete, in posting order, this frees their
+ * staging copies and file chunks, removes their bytes from the {@link ChannelOutboundBuffer} and so completes their
+ * promises. Also adds the connection's flow-control counters (credit stalls, receiver not ready) to the metrics.
+ *
+ * <p>Threading: the channel's event loop only. The operation ring is sized once, when the channel becomes active,
+ * and the flush task is preallocated: writing and completing allocate nothing per message.
+ *
+ * <p>It does not read, close or shut down: a connection that can no longer send fails the write with an exception,
+ * which Netty turns into failed promises (and, with {@code AUTO_CLOSE}, a close); the close path calls
+ * {@link #releaseOperations()} once the queue pair is gone.
+ */
+final class RdmaChannelOutbound implements RdmaConnection.Listener {
+    private final RdmaSocketChannel channel;
+    private final RdmaWriteProcessor processor;
+    private final Runnable flushTask = this::scheduledFlush;
+
+    // Per operation: the outbound bytes it carries, the staging block or file chunk it holds (if any), and whether
+    // its bytes belong to a file region.
+    private long[] opBytes;
+    private Object[] opRelease;
+    private boolean[] opFile;
+    private int opMask;
+    // Bytes posted and not yet completed: a flush skips them at the head of the outbound buffer.
+    private long postedBytes;
+    // Completed bytes of the file region at the head of the outbound buffer (reported as progress, not removed).
+    private long fileSent;
+    private boolean flushScheduled;
+
+    // Flow-control counters of the connection already added to the metrics.
+    private long reportedStalls;
+    private long reportedRnr;
+
+    RdmaChannelOutbound(RdmaSocketChannel channel) {
+        this.channel = channel;
+        processor = new RdmaWriteProcessor(channel, this);
+    }
+
+    /** The channel became active: one ring slot per operation the send queue can hold in flight, twice over. */
+    void activate(int sendQueueDepth) {
+        int opCapacity = Integer.highestOneBit(sendQueueDepth) * 2;
+        opBytes = new long[opCapacity];
+        opRelease = new Object[opCapacity];
+        opFile = new boolean[opCapacity];
+        opMask = opCapacity - 1;
+    }
+
+    /** {@code doWrite}: posts what was flushed after the bytes already posted. */
+    void write(ChannelOutboundBuffer in) throws Exception {
+        RdmaConnection c = channel.connection;
+        if (c == null || channel.closing.isCloseRequested() || channel.closing.isOutputShutdown()) {
+            return;
+        }
+        if (c.isLost() || channel.closing.isPeerGone()) {
+            throw new IOException("connection reset by peer " + channel.remote + ": the queue pair is disconnected,"
+                    + " nothing more can be sent");
+        }
+        if (postedBytes == 0) {
+            removeEmptyHead(in);
+        }
+        if (in.isEmpty()) {
+            return;
+        }
+        processor.start(c, postedBytes, channel.config().getWriteSpinCount());
+        in.forEachFlushedMessage(processor);
+        processor.finish();
+        c.flush();
+        if (c.failure() != null) {
+            throw c.failure();
+        }
+        if (processor.yielded() && !flushScheduled) {
+            // Spin count used up with work left: let the loop's other channels go first.
+            flushScheduled = true;
+            channel.eventLoop().execute(flushTask);
+        }
+    }
+
+    private void scheduledFlush() {
+        flushScheduled = false;
+        writeMore();
+    }
+
+    /** Posts more of what is flushed, if anything is (completions or credits made room). */
+    void writeMore() {
+        ChannelOutboundBuffer in = channel.unsafe().outboundBuffer();
+        if (in != null && !in.isEmpty() && channel.isActive()) {
+            channel.flushNow();
+        }
+    }
+
+    /** Adds the connection's new credit stalls and receiver-not-ready retries to the metrics. */
+    void accountFlowControl(RdmaConnection c) {
+        if (c.creditStalls() == reportedStalls && c.receiverNotReady() == reportedRnr) {
+            return;
+        }
+        long stalls = c.creditStalls() - reportedStalls;
+        long rnr = c.receiverNotReady() - reportedRnr;
+        reportedStalls = c.creditStalls();
+        reportedRnr = c.receiverNotReady();
+        RdmaChannelMetrics metrics = channel.metrics();
+        if (stalls > 0) {
+            metrics.addCreditStalls(stalls);
+            channel.handler.metrics().addCreditStalls(stalls);
+        }
+        if (rnr > 0) {
+            metrics.addReceiverNotReady(rnr);
+            channel.handler.metrics().addReceiverNotReady(rnr);
+        }
+    }
+
+    /** Completed bytes of the file region at the head of the outbound buffer. */
+    long fileSent() {
+        return fileSent;
+    }
+
+    /** Operation {@code op} was posted: it carries {@code bytes} outbound bytes and holds {@code release}. */
+    void record(long op, long bytes, Object release, boolean file) {
+        int i = (int) (op & opMask);
+        opBytes[i] = bytes;
+        opRelease[i] = release;
+        opFile[i] = file;
+        postedBytes += bytes;
+    }
+
+    /** The connection reports operation {@code op} done, in posting order. */
+    @Override
+    public void sendCompleted(long op) {
+        int i = (int) (op & opMask);
+        long bytes = opBytes[i];
+        Object release = opRelease[i];
+        if (release != null) {
+            opRelease[i] = null;
+            release(release);
+        }
+        ChannelOutboundBuffer in = channel.unsafe().outboundBuffer();
+        if (in == null) {
+            postedBytes -= bytes;
+            return;
+        }
+        if (opFile[i]) {
+            removeEmptyHead(in);
+            fileProgress(in, bytes);
+        } else {
+            removeSent(in, bytes);
+        }
+        removeEmptyHead(in);
+    }
+
+    /**
+     * Removes {@code bytes} sent bytes from the head of {@code in}, as {@link ChannelOutboundBuffer#removeBytes}
+     * does, but keeps {@link #postedBytes} in step before each message's promise completes: a listener may write and
+     * flush at once, and the {@link #write} it runs skips exactly the bytes still posted.
+     */
+    private void removeSent(ChannelOutboundBuffer in, long bytes) {
+        while (bytes > 0) {
+            Object msg = in.current();
+            if (!(msg instanceof ByteBuf)) {
+                // Posted bytes are always flushed buffer bytes; only a close (which failed them) gets here.
+                postedBytes -= bytes;
+                return;
+            }
+            ByteBuf buf = (ByteBuf) msg;
+            int readable = buf.readableBytes();
+            if (readable <= bytes) {
+                bytes -= readable;
+                postedBytes -= readable;
+                in.progress(readable);
+                in.remove();
+            } else {
+                buf.readerIndex(buf.readerIndex() + (int) bytes);
+                postedBytes -= bytes;
+                in.progress(bytes);
+                return;
+            }
+        }
+    }
+
+    /** Empty buffers and regions carry no bytes, so no completion will ever remove them: remove them at the head. */
+    private static void removeEmptyHead(ChannelOutboundBuffer in) {
+        for (;;) {
+            Object msg = in.current();
+            if (msg instanceof ByteBuf && !((ByteBuf) msg).isReadable()) {
+                in.remove();
+            } else if (msg instanceof FileRegion && ((FileRegion) msg).count() == 0) {
+                in.remove();
+            } else {
+                return;
+            }
+        }
+    }
+
+    private void fileProgress(ChannelOutboundBuffer in, long bytes) {
+        postedBytes -= bytes;
+        Object msg = in.current();
+        if (msg instanceof FileRegion) {
+            FileRegion region = (FileRegion) msg;
+            fileSent += bytes;
+            in.progress(bytes);
+            if (fileSent >= region.count()) {
+                fileSent = 0;
+                in.remove();
+            }
+        }
+    }
+
+    private static void release(Object o) {
+        if (o instanceof RegisteredMemory.Block) {
+            ((RegisteredMemory.Block) o).free();
+        } else {
+            ((FileChunkCache.Chunk) o).release();
+        }
+    }
+
+    /** Frees every staging copy and file chunk still held by posted operations (the queue pair is gone). */
+    void releaseOperations() {
+        if (opRelease != null) {
+            for (int i = 0; i < opRelease.length; i++) {
+                if (opRelease[i] != null) {
+                    release(opRelease[i]);
+                    opRelease[i] = null;
+                }
+            }
+        }
+        postedBytes = 0;
+        processor.close();
+    }
+}

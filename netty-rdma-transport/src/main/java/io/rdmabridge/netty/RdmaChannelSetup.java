@@ -1,0 +1,495 @@
+package io.rdmabridge.netty;
+
+import io.netty.channel.ChannelFutureListener;
+import io.netty.channel.ChannelPromise;
+import io.netty.channel.ConnectTimeoutException;
+import io.netty.util.internal.logging.InternalLogger;
+import io.netty.util.internal.logging.InternalLoggerFactory;
+import io.rdmabridge.connection.ConnectionConfig;
+import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.connection.RdmaConnection;
+import io.rdmabridge.connection.ReceiveBuffers;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DeviceAttributes;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaException;
+
+import java.net.BindException;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.channels.AlreadyConnectedException;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ConnectionPendingException;
+import java.nio.channels.UnresolvedAddressException;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Connection establishment of an {@link RdmaSocketChannel}: binding and resolving its connection-manager id,
+ * connecting, accepting (for a channel of an {@link RdmaServerSocketChannel}), creating the completion queue,
+ * receive buffers and queue pair, the HELLO handshake on the queue pair, the connect and handshake timeouts, and
+ * activation once both sides' HELLOs are in. Owns the id, the queue pair, its completion queue and receive buffers,
+ * and destroys them when the channel closes.
+ *
+ * <p>Threading: the channel's event loop. For an accepted channel the id belongs to the listener's loop: operations
+ * on it hop there ({@link #runOnIdOwner}), and its events hop back before they reach {@link #connectEvent}.
+ *
+ * <p>It does not read, write or decide how to close: on activation it hands the receive buffers and queue depths
+ * to the inbound and outbound paths, and a failed set-up closes through the channel's unsafe or
+ * {@link RdmaChannelClosing}.
+ */
+final class RdmaChannelSetup {
+    // Logs under the channel's name, the one users configure.
+    private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
+    private static final int CONTROL_CREDITS = 8;
+
+    private final RdmaSocketChannel channel;
+    // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
+    private RdmaCmId id;
+    private RdmaIoHandler idOwner;
+    private ConnectionConfig connectionConfig;
+    private CompletionQueue cq;
+    private volatile QueuePair qp;
+    private ReceiveBuffers recv;
+    private ChannelPromise connectPromise;
+    private ScheduledFuture<?> connectTimeoutFuture;
+    // An accepted channel once it has answered the connect request: the peer may count itself connected.
+    private boolean acceptIssued;
+    private InetSocketAddress requestedRemote;
+
+    /** For an unconnected channel ({@code id} {@code null}), or an accepted one whose id {@code idOwner} owns. */
+    RdmaChannelSetup(RdmaSocketChannel channel, RdmaCmId id, RdmaIoHandler idOwner) {
+        this.channel = channel;
+        this.id = id;
+        this.idOwner = idOwner;
+    }
+
+    /** The queue pair, once created. */
+    QueuePair queuePair() {
+        return qp;
+    }
+
+    /** Receive buffers handed up and not yet released; call on the event loop. */
+    int heldReceiveBuffers() {
+        return recv == null ? 0 : recv.held();
+    }
+
+    /** Whether this accepted channel has answered its connect request (its peer may count itself connected). */
+    boolean isAcceptIssued() {
+        return acceptIssued;
+    }
+
+    /** Registered, with the handlers in: an accepted channel accepts now. */
+    void registered() {
+        if (id != null && channel.connection == null && qp == null
+                && channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+            startAccept();
+        }
+    }
+
+    /** Creates the id on this loop's event channel and binds it; a later connect resolves from it. */
+    void bind(SocketAddress localAddress) throws Exception {
+        if (!(localAddress instanceof InetSocketAddress)) {
+            throw new IllegalArgumentException("localAddress: " + localAddress + " (expected: an InetSocketAddress)");
+        }
+        InetSocketAddress requested = (InetSocketAddress) localAddress;
+        int state = channel.state;
+        if (id != null || state != RdmaSocketChannel.STATE_OPEN) {
+            throw new BindException("cannot bind to " + requested + ": the channel is already "
+                    + (id != null && state == RdmaSocketChannel.STATE_OPEN ? "bound to " + channel.local
+                            : "connecting or connected")
+                    + " (expected: one bind, before connect)");
+        }
+        RdmaCmId created = null;
+        try {
+            created = channel.handler.eventChannel().createId();
+            channel.local = created.bind(requested);
+        } catch (RdmaException | RuntimeException e) {
+            if (created != null) {
+                created.close();
+            }
+            BindException bindException = new BindException("cannot bind to " + requested + ": " + e.getMessage());
+            bindException.initCause(e);
+            throw bindException;
+        }
+        id = created;
+        idOwner = channel.handler;
+        created.attach(channel.unsafe());
+    }
+
+    /** The unsafe's connect, once the promise is known uncancelled and the channel open. */
+    void connect(SocketAddress remoteAddress, SocketAddress localAddress, ChannelPromise promise) {
+        // The promise stays cancellable: the connection manager's connect is non-blocking, and cancelling it
+        // closes the channel (the listener below), as Netty's NIO and epoll channels do.
+        if (connectPromise != null) {
+            promise.setFailure(new ConnectionPendingException());
+            return;
+        }
+        if (channel.state == RdmaSocketChannel.STATE_ACTIVE) {
+            promise.setFailure(new AlreadyConnectedException());
+            return;
+        }
+        if (!(remoteAddress instanceof InetSocketAddress)) {
+            promise.setFailure(new IllegalArgumentException("remoteAddress: " + remoteAddress
+                    + " (expected: an InetSocketAddress)"));
+            return;
+        }
+        InetSocketAddress target = (InetSocketAddress) remoteAddress;
+        if (target.isUnresolved()) {
+            promise.setFailure(new UnresolvedAddressException());
+            return;
+        }
+        if (localAddress != null) {
+            // Like NIO: bind first; a failure fails the connect and leaves the channel open and unbound.
+            try {
+                bind(localAddress);
+            } catch (Exception e) {
+                promise.setFailure(e);
+                return;
+            }
+        }
+        requestedRemote = target;
+        channel.remote = target;
+        int timeout = channel.config().getConnectTimeoutMillis();
+        try {
+            if (id == null) {
+                id = channel.handler.eventChannel().createId();
+                idOwner = channel.handler;
+                id.attach(channel.unsafe());
+            }
+            channel.state = RdmaSocketChannel.STATE_CONNECTING;
+            id.resolve(target, timeout > 0 ? timeout : 30_000);
+        } catch (RdmaException | RuntimeException e) {
+            promise.tryFailure(channel.annotateConnectException(
+                    connectException("cannot connect to " + target + ": " + e.getMessage(), e), target));
+            channel.unsafe().close(channel.voidPromise());
+            return;
+        }
+        connectPromise = promise;
+        if (timeout > 0) {
+            connectTimeoutFuture = channel.eventLoop().schedule(() -> {
+                ChannelPromise p = connectPromise;
+                if (p != null && !p.isDone() && p.tryFailure(new ConnectTimeoutException(
+                        "connection timed out after " + timeout + " ms: " + target))) {
+                    connectPromise = null;
+                    channel.unsafe().close(channel.voidPromise());
+                }
+            }, timeout, TimeUnit.MILLISECONDS);
+        }
+        promise.addListener((ChannelFutureListener) future -> {
+            if (future.isCancelled()) {
+                cancelConnectTimeout();
+                connectPromise = null;
+                channel.unsafe().close(channel.voidPromise());
+            }
+        });
+    }
+
+    /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
+    private void createQueuePair() throws RdmaException {
+        RdmaDomain d = channel.domain;
+        RdmaChannelConfig config = channel.config();
+        connectionConfig = config.connectionConfig();
+        DeviceAttributes attributes = d.device.attributes();
+        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        int recvDepth = connectionConfig.receiveQueueDepth() + CONTROL_CREDITS;
+        if (recvDepth > attributes.maxQpWr()) {
+            throw new RdmaException("RECEIVE_QUEUE_DEPTH: " + connectionConfig.receiveQueueDepth() + " (expected: <= "
+                    + (attributes.maxQpWr() - CONTROL_CREDITS) + ", the limit of device " + attributes.name() + ")");
+        }
+        int inline = Math.min(config.inlineThreshold(), attributes.maxInlineData());
+        QpCapabilities caps = new QpCapabilities(sendDepth, recvDepth, Math.min(16, attributes.maxSge()), 1, inline);
+        cq = d.device.createCompletionQueue(sendDepth + recvDepth, channel.handler.notifier());
+        recv = new ReceiveBuffers(d.memory, connectionConfig.receiveBufferSize(), recvDepth);
+    }
+
+    private Handshake localHandshake() {
+        ConnectionConfig c = connectionConfig;
+        return new Handshake(c.receiveBufferSize(), c.receiveQueueDepth(), CONTROL_CREDITS, c.maxMessageSize());
+    }
+
+    private QpCapabilities capabilities() {
+        DeviceAttributes attributes = channel.domain.device.attributes();
+        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        int inline = Math.min(channel.config().inlineThreshold(), attributes.maxInlineData());
+        return new QpCapabilities(sendDepth, recv.count(), Math.min(16, attributes.maxSge()), 1, inline);
+    }
+
+    /** Accepted channel, on its own loop: prepare, then let the id's owner create the queue pair and accept. */
+    private void startAccept() {
+        try {
+            createQueuePair();
+        } catch (RdmaException | RuntimeException e) {
+            rejectAndClose(e);
+            return;
+        }
+        QpCapabilities caps = capabilities();
+        RdmaDomain d = channel.domain;
+        CompletionQueue completionQueue = cq;
+        ReceiveBuffers receiveBuffers = recv;
+        acceptIssued = true;
+        int timeout = channel.config().getConnectTimeoutMillis();
+        if (timeout > 0) {
+            // A peer that connects and never sends its HELLO must not hold a queue pair for ever.
+            connectTimeoutFuture = channel.eventLoop().schedule(() -> {
+                if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+                    failConnect(new ConnectTimeoutException("no rdma-bridge handshake from " + channel.remote
+                            + " within " + timeout + " ms (CONNECT_TIMEOUT_MILLIS of the server's child options): "
+                            + "closing the accepted connection; is the peer an rdma-bridge endpoint?"));
+                }
+            }, timeout, TimeUnit.MILLISECONDS);
+        }
+        runOnIdOwner(() -> {
+            try {
+                QueuePair created = id.createQueuePair(d.pd, completionQueue, completionQueue, caps);
+                qp = created;
+                RdmaConnection.postReceives(created, receiveBuffers);
+                id.accept(ConnectionParameters.DEFAULT);
+            } catch (RdmaException | RuntimeException e) {
+                channel.eventLoop().execute(() -> rejectAndClose(e));
+            }
+        });
+    }
+
+    private void rejectAndClose(Throwable cause) {
+        logger.debug("Accepting an RDMA connection from {} failed", channel.remote, cause);
+        channel.pipeline().fireExceptionCaught(cause);
+        channel.closing.forceClose();
+    }
+
+    private void runOnIdOwner(Runnable task) {
+        RdmaIoHandler owner = idOwner;
+        if (owner == null || owner.inLoop()) {
+            task.run();
+            return;
+        }
+        try {
+            owner.execute(task);
+        } catch (RejectedExecutionException e) {
+            // The listener's loop is gone (group shutting down): nobody else uses the id any more.
+            task.run();
+        }
+    }
+
+    /** An event of the id, on the channel's loop. */
+    void connectEvent(RdmaCmIoEvent event) {
+        switch (event.type()) {
+            case ADDR_RESOLVED:
+                if (channel.state != RdmaSocketChannel.STATE_CONNECTING) {
+                    return;
+                }
+                try {
+                    createQueuePair();
+                    qp = id.createQueuePair(channel.domain.pd, cq, cq, capabilities());
+                    RdmaConnection.postReceives(qp, recv);
+                    id.connect(ConnectionParameters.DEFAULT);
+                } catch (RdmaException | RuntimeException e) {
+                    failConnect(connectException("cannot set up the queue pair for " + requestedRemote + ": "
+                            + e.getMessage(), e));
+                }
+                return;
+            case ESTABLISHED:
+                established();
+                return;
+            case REJECTED:
+                failConnect(connectException("connection refused: " + requestedRemote
+                        + (event.detail() != null ? " (" + event.detail() + ")" : ""), null));
+                return;
+            case UNREACHABLE:
+                failConnect(new ConnectTimeoutException("connection timed out: " + requestedRemote
+                        + (event.detail() != null ? " (" + event.detail() + ")" : "")));
+                return;
+            case ADDR_ERROR:
+            case CONNECT_ERROR:
+                failConnect(connectException("cannot connect to " + requestedRemote + ": " + event.describe(), null));
+                return;
+            case DISCONNECTED:
+            case DEVICE_REMOVAL:
+                if (channel.state == RdmaSocketChannel.STATE_CONNECTING && channel.connection != null) {
+                    // The peer's HELLO, and what it sent after it, may have landed before it disconnected (a server
+                    // that closes in channelActive): deliver that first, as TCP delivers data before the FIN.
+                    channel.pollConnection();
+                }
+                if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+                    failConnect(connectException("connection to " + channel.remote + " lost while connecting: "
+                            + event.describe(), null));
+                } else {
+                    channel.closing.peerGone();
+                    channel.pollConnection();
+                }
+                return;
+            default:
+                logger.debug("Unexpected connection-manager event on {}: {}", channel, event.describe());
+        }
+    }
+
+    private static ConnectException connectException(String message, Throwable cause) {
+        ConnectException e = new ConnectException(message);
+        if (cause != null) {
+            e.initCause(cause);
+        }
+        return e;
+    }
+
+    /**
+     * The connection manager says the queue pair is connected: send this side's HELLO. The channel becomes active
+     * once the peer's HELLO has arrived ({@link #activate()}), which may already have happened.
+     */
+    private void established() {
+        if (channel.state != RdmaSocketChannel.STATE_CONNECTING || channel.connection != null) {
+            return;
+        }
+        try {
+            RdmaConnection c = new RdmaConnection(qp, cq, recv, channel.domain.memory, localHandshake(),
+                    connectionConfig, channel.outbound);
+            channel.connection = c;
+            c.start();
+        } catch (RdmaException | RuntimeException e) {
+            failConnect(connectException("cannot set up the connection to " + channel.remote + ": "
+                    + e.getMessage(), e));
+            return;
+        }
+        // The peer's HELLO (and frames after it) may have landed before the event reached this loop.
+        channel.pollConnection();
+    }
+
+    /**
+     * A poll while connecting found the peer's HELLO missing: fails the connect if it never comes.
+     *
+     * @return whether the handshake failed
+     */
+    boolean handshakeFailed(RdmaConnection c) {
+        if (c.failure() == null && !c.isLost()) {
+            return false;
+        }
+        String cause = c.failure() != null ? c.failure().getMessage() : "the queue pair was disconnected";
+        failConnect(connectException("handshake with " + channel.remote + " failed: " + cause, c.failure()));
+        return true;
+    }
+
+    /** Both handshakes are done: the channel becomes active. */
+    void activate() {
+        channel.outbound.activate(connectionConfig.sendQueueDepth());
+        channel.inbound.activate(recv, connectionConfig.receiveQueueDepth());
+        InetSocketAddress l = id.localAddress();
+        InetSocketAddress r = id.remoteAddress();
+        if (l != null) {
+            channel.local = l;
+        }
+        if (r != null) {
+            channel.remote = r;
+        }
+        channel.state = RdmaSocketChannel.STATE_ACTIVE;
+        channel.handler.updateBusyPoll();
+        cancelConnectTimeout();
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        if (promise != null) {
+            // Like NIO: fire channelActive even when the user cancelled the promise meanwhile, then close.
+            boolean promiseSet = promise.trySuccess();
+            channel.pipeline().fireChannelActive();
+            if (!promiseSet) {
+                channel.unsafe().close(channel.voidPromise());
+            }
+        } else {
+            channel.pipeline().fireChannelActive();
+            channel.closing.activated();
+        }
+    }
+
+    private void failConnect(Throwable cause) {
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        cancelConnectTimeout();
+        if (promise != null) {
+            promise.tryFailure(cause);
+            channel.unsafe().close(channel.voidPromise());
+        } else if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+            // An accepted channel whose handshake did not complete.
+            rejectAndClose(cause);
+        }
+    }
+
+    private void cancelConnectTimeout() {
+        if (connectTimeoutFuture != null) {
+            connectTimeoutFuture.cancel(false);
+            connectTimeoutFuture = null;
+        }
+    }
+
+    /** The channel closed: a connect still under way fails. */
+    void closed() {
+        cancelConnectTimeout();
+        ChannelPromise promise = connectPromise;
+        connectPromise = null;
+        if (promise != null) {
+            promise.tryFailure(new ClosedChannelException());
+        }
+    }
+
+    /** An abortive close: disconnects without end of stream, which the peer sees as a reset. */
+    void disconnect() {
+        RdmaCmId cmId = id;
+        if (cmId != null) {
+            runOnIdOwner(cmId::disconnect);
+        }
+    }
+
+    /** Asks for a wake-up on the next completion, once connected. */
+    void arm() {
+        CompletionQueue q = cq;
+        if (q != null && channel.connection != null) {
+            q.requestNotify();
+        }
+    }
+
+    /** Destroys the connection and its queue pair (or, before there is one, the queue pair and receive buffers). */
+    void destroyQueuePair() {
+        RdmaConnection c = channel.connection;
+        if (c != null) {
+            c.closing();
+            c.destroy();
+        } else {
+            QueuePair q = qp;
+            if (q != null) {
+                q.close();
+            }
+            if (recv != null) {
+                recv.close();
+            }
+        }
+    }
+
+    /** Destroys the completion queue and the id (once the queue pair is gone). */
+    void destroyCompletionQueueAndId() {
+        if (cq != null) {
+            try {
+                cq.close();
+            } catch (RuntimeException e) {
+                logger.warn("Failed to destroy the completion queue of {}", channel, e);
+            }
+            cq = null;
+        }
+        RdmaCmId cmId = id;
+        id = null;
+        if (cmId != null) {
+            runOnIdOwner(() -> {
+                try {
+                    cmId.disconnect();
+                } catch (RuntimeException e) {
+                    logger.debug("Disconnecting {} failed", cmId, e);
+                }
+                try {
+                    cmId.close();
+                } catch (RuntimeException e) {
+                    logger.debug("Destroying {} failed", cmId, e);
+                }
+            });
+        }
+    }
+}

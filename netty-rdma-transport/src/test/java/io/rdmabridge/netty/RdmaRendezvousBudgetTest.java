@@ -1,0 +1,188 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.rdmabridge.connection.FrameHeader;
+import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.RdmaProviders;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.soft.SoftProvider;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Memory for rendezvous READs is granted from the event loop's budget, never taken because a peer advertised a size:
+ * peers that each advertise 16 MiB get it one READ after another (the budget fits one), every byte still arrives
+ * intact, and a READ the peer never answers fails its connection after the READ timeout and frees its share.
+ * (Thirty advertisements of 16 MiB used to commit 480 MiB at once and exhaust direct memory.)
+ */
+class RdmaRendezvousBudgetTest {
+    private static final int MESSAGE = 16 * 1024 * 1024;
+    private static final long BUDGET = 20L * 1024 * 1024;
+
+    private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
+    private EventLoopGroup group;
+    private String oldBudget;
+    private String oldTimeout;
+
+    @BeforeEach
+    void setUp() {
+        oldBudget = System.setProperty(RdmaIoHandler.RENDEZVOUS_BUDGET_PROPERTY, String.valueOf(BUDGET));
+        oldTimeout = System.setProperty(RdmaIoHandler.RENDEZVOUS_READ_TIMEOUT_PROPERTY, "1000");
+        group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        provider.faults().reset();
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        restore(RdmaIoHandler.RENDEZVOUS_BUDGET_PROPERTY, oldBudget);
+        restore(RdmaIoHandler.RENDEZVOUS_READ_TIMEOUT_PROPERTY, oldTimeout);
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    private static void restore(String key, String value) {
+        if (value == null) {
+            System.clearProperty(key);
+        } else {
+            System.setProperty(key, value);
+        }
+    }
+
+    private RdmaIoHandler handlerOf(Channel ch) {
+        return ((RdmaSocketChannel) ch).handler;
+    }
+
+    @Test
+    void shouldReadAdvertisedMessagesWithinTheLoopsBudget() throws Exception {
+        int peers = 4;
+        ConcurrentHashMap<Integer, byte[]> received = new ConcurrentHashMap<>();
+        CountDownLatch all = new CountDownLatch(peers);
+        LinkedBlockingQueue<Channel> children = new LinkedBlockingQueue<>();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelActive(ChannelHandlerContext ctx) {
+                        children.add(ctx.channel());
+                    }
+
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ByteBuf buf = (ByteBuf) msg;
+                        byte[] bytes = new byte[buf.readableBytes()];
+                        buf.readBytes(bytes);
+                        buf.release();
+                        received.put((int) bytes[0], bytes);
+                        all.countDown();
+                    }
+
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                })
+                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        List<RawVerbsPeer> raws = new ArrayList<>();
+        try {
+            // READ requests reach their target 300 ms late, so several would be in flight at once without a budget.
+            provider.faults().delaySends(300_000_000L);
+            List<byte[]> sent = new ArrayList<>();
+            for (int p = 0; p < peers; p++) {
+                RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress());
+                raws.add(raw);
+                assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
+                        new Handshake(4096, 4, 4, MESSAGE).encode()));
+                byte[] contents = new byte[MESSAGE];
+                Arrays.fill(contents, (byte) p);
+                contents[MESSAGE - 1] = (byte) (100 + p);
+                sent.add(contents);
+                MemoryRegion region = raw.exposeForRead(contents);
+                assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            }
+            RdmaIoHandler handler = handlerOf(children.poll(10, TimeUnit.SECONDS));
+            long most = 0;
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (all.getCount() > 0 && System.nanoTime() < deadline) {
+                most = Math.max(most, handler.rendezvousCommitted());
+                Thread.sleep(5);
+            }
+            assertEquals(0, all.getCount(), "messages not delivered: " + all.getCount());
+            assertTrue(most <= BUDGET, "committed at once: " + most + " bytes (budget " + BUDGET + ")");
+            assertTrue(most > 0, "the budget was never used");
+            for (int p = 0; p < peers; p++) {
+                assertArrayEquals(sent.get(p), received.get(p), "message of peer " + p);
+            }
+            assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+        } finally {
+            provider.faults().reset();
+            raws.forEach(RawVerbsPeer::close);
+            server.close().sync();
+        }
+    }
+
+    @Test
+    void shouldFailAConnectionWhoseReadIsNeverAnswered() throws Exception {
+        LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+        LinkedBlockingQueue<Channel> children = new LinkedBlockingQueue<>();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelActive(ChannelHandlerContext ctx) {
+                        children.add(ctx.channel());
+                    }
+
+                    @Override
+                    public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                        failures.add(cause);
+                    }
+
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                })
+                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
+                    .encode()));
+            MemoryRegion region = raw.exposeForRead(new byte[MESSAGE]);
+            Channel child = children.poll(10, TimeUnit.SECONDS);
+            assertNotNull(child);
+            // Every work request now reaches its peer 3 s late: the advertisement, then the server's READ, which
+            // outlives the 1 s READ timeout. To the server, a peer that stalls its answer.
+            provider.faults().delaySends(3_000_000_000L);
+            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            Throwable cause = failures.poll(15, TimeUnit.SECONDS);
+            assertNotNull(cause, "the stalled READ did not fail its connection");
+            assertTrue(cause.getMessage().contains("did not answer an RDMA READ of " + MESSAGE + " bytes"),
+                    cause.getMessage());
+            provider.faults().reset();
+            assertTrue(child.closeFuture().await(15, TimeUnit.SECONDS), "the connection was not closed");
+            assertEquals(0, handlerOf(child).rendezvousCommitted(), "the stalled READ kept its budget");
+        } finally {
+            provider.faults().reset();
+            server.close().sync();
+        }
+    }
+}
