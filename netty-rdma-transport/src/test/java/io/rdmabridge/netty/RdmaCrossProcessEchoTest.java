@@ -17,6 +17,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 
@@ -48,6 +49,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * echoed size (default 1024; the rxe profile's 64 suits its slow guest); time limits grow with
  * {@code rdmabridge.test.slowdown}.
  */
+// Runs on a real device too: the rxe stage selects the device tag (rxe/steps).
+@Tag("device")
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class RdmaCrossProcessEchoTest {
     private static final long ECHO_BYTES = Long.getLong("rdmabridge.test.echo.mib", 1024) << 20;

@@ -1,6 +1,7 @@
 package io.rdmabridge.tools;
 
 import io.rdmabridge.verbs.RdmaProviders;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 import java.io.ByteArrayOutputStream;
@@ -15,6 +16,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * ({@code rdmabridge.provider}: the soft provider here, DiSNI in the rxe guest, where the address must come from the
  * active RDMA port's interface, never 127.0.0.1).
  */
+// Runs on a real device too: the rxe stage selects the device tag (rxe/steps).
+@Tag("device")
 class RdmaDoctorProviderTest {
 
     @Test

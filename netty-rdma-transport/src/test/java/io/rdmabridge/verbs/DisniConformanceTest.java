@@ -1,5 +1,7 @@
 package io.rdmabridge.verbs;
 
+import org.junit.jupiter.api.Tag;
+
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
@@ -15,6 +17,8 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  * with the reason, because DiSNI 2.1 delivers none; {@code shouldDeliverNoPrivateDataWhereNoneIsDeclared} runs
  * instead.
  */
+// The rxe stage selects the device tag (rxe/steps).
+@Tag("device")
 class DisniConformanceTest extends AbstractProviderConformanceTest {
 
     @Override
