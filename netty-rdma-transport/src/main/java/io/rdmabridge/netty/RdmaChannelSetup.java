@@ -224,7 +224,8 @@ final class RdmaChannelSetup {
     private void startAccept() {
         try {
             createQueuePair();
-        } catch (RdmaException | RuntimeException e) {
+        } catch (Throwable e) {
+            // Out of memory included: this connection fails and releases what it has; its peer sees a reject.
             rejectAndClose(e);
             return;
         }
@@ -250,7 +251,7 @@ final class RdmaChannelSetup {
                 qp = created;
                 RdmaConnection.postReceives(created, receiveBuffers);
                 id.accept(ConnectionParameters.DEFAULT);
-            } catch (RdmaException | RuntimeException e) {
+            } catch (Throwable e) {
                 channel.eventLoop().execute(() -> rejectAndClose(e));
             }
         });

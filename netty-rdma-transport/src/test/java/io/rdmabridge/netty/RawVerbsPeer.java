@@ -78,6 +78,39 @@ final class RawVerbsPeer implements AutoCloseable {
         }
     }
 
+    /**
+     * Connects to {@code target}, running {@code beforeConnect} once this side's queue pair and receives are set up;
+     * the outcome (ESTABLISHED, REJECTED, ...) is {@link #outcome()}. Close the peer either way.
+     */
+    static RawVerbsPeer attempt(RdmaProvider provider, InetSocketAddress target, Runnable beforeConnect)
+            throws Exception {
+        RawVerbsPeer peer = new RawVerbsPeer(provider);
+        try {
+            peer.id = peer.events.createId();
+            peer.id.resolve(target, 5000);
+            peer.await(CmEventType.ADDR_RESOLVED);
+            peer.setUpQueuePair(peer.id);
+            beforeConnect.run();
+            peer.id.connect(ConnectionParameters.DEFAULT);
+            long deadline = System.nanoTime() + TIMEOUT_NANOS;
+            while (!peer.events.poll(peer.event)) {
+                if (System.nanoTime() > deadline) {
+                    fail("no connection-manager event within 10 s");
+                }
+                LockSupport.parkNanos(100_000);
+            }
+            return peer;
+        } catch (Exception | Error e) {
+            peer.close();
+            throw e;
+        }
+    }
+
+    /** The last connection-manager event, e.g. how {@link #attempt} ended. */
+    CmEventType outcome() {
+        return event.type();
+    }
+
     /** Listens on {@code address} (port 0: any); {@link #acceptOne()} takes the first connect request. */
     static RawVerbsPeer listen(RdmaProvider provider, InetSocketAddress address) throws Exception {
         RawVerbsPeer peer = new RawVerbsPeer(provider);

@@ -63,4 +63,35 @@ class RdmaPeerGoneTest extends AbstractSoftChannelTest {
         assertNotNull(reset, "no reset reported");
         assertTrue(reset.getMessage().startsWith("connection reset by peer"), reset.getMessage());
     }
+
+    @Test
+    void shouldReleaseEverythingAndRefuseThePeerWhenAcceptingFails() throws Exception {
+        LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+        Channel server = listen(new ServerBootstrap().childHandler(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                failures.add(cause);
+            }
+
+            @Override
+            public boolean isSharable() {
+                return true;
+            }
+        }));
+        // The peer is set up; then the accepted channel's receive buffers cannot be registered: accepting fails
+        // half-way, after the child exists and has its completion queue.
+        try (RawVerbsPeer raw = RawVerbsPeer.attempt(provider, (InetSocketAddress) server.localAddress(),
+                () -> provider.faults().failRegistrations(1))) {
+            assertEquals(io.rdmabridge.verbs.CmEventType.REJECTED, raw.outcome(), "the peer was not refused");
+        } finally {
+            provider.faults().reset();
+        }
+        Throwable cause = failures.poll(10, TimeUnit.SECONDS);
+        assertNotNull(cause, "the accepted channel reported nothing");
+        assertTrue(cause.getMessage().contains("injected fault"), cause.getMessage());
+        // The listener still serves, and the after-test check finds every resource back at zero.
+        RdmaSocketChannel good = connect(new io.netty.bootstrap.Bootstrap().handler(new ChannelInboundHandlerAdapter()),
+                server);
+        assertTrue(good.isActive());
+    }
 }
