@@ -288,6 +288,10 @@ final class DisniCmId implements RdmaCmId {
         } catch (IOException e) {
             throw new RdmaException("rdma_accept failed: " + DisniErrors.clean(e), e);
         }
+        // librdmacm's rdma_accept moves the passive side's queue pair through RTR to RTS before it replies, so work
+        // may be posted from here on, as with the soft provider; waiting for ESTABLISHED raced a peer that posts at
+        // once (seen on rxe: "queue pair is INIT" in shouldCarryTrafficOnManyQueuePairs).
+        queuePair.established();
     }
 
     private static RdmaConnParam connParam(ConnectionParameters parameters) throws RdmaException {
