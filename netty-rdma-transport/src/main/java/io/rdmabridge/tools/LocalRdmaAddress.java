@@ -1,17 +1,13 @@
 package io.rdmabridge.tools;
 
 import io.rdmabridge.verbs.RdmaProvider;
-import java.io.IOException;
+import io.rdmabridge.verbs.Sysfs;
 import java.net.Inet4Address;
 import java.net.InetAddress;
 import java.net.NetworkInterface;
 import java.net.SocketException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.DirectoryStream;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
@@ -73,7 +69,7 @@ public final class LocalRdmaAddress {
      * through {@code ipv4Of} (tests give a fake sysfs tree and fake interfaces).
      */
     static LocalRdmaAddress find(Path classInfiniband, Function<String, List<InetAddress>> ipv4Of) {
-        List<Path> devices = list(classInfiniband);
+        List<Path> devices = Sysfs.list(classInfiniband);
         if (devices.isEmpty()) {
             return notFound("no RDMA device: " + classInfiniband + " lists none (no RDMA driver is loaded); "
                     + PASS_ADDRESS + ", load the device's driver (e.g. mlx5_ib) or create a soft-RoCE device"
@@ -85,7 +81,7 @@ public final class LocalRdmaAddress {
         List<LocalRdmaAddress> found = new ArrayList<>();
         for (Path device : devices) {
             String deviceName = device.getFileName().toString();
-            List<Path> ports = list(device.resolve("ports"));
+            List<Path> ports = Sysfs.list(device.resolve("ports"));
             ports.sort((a, b) -> Integer.compare(index(a), index(b)));
             for (Path portDir : ports) {
                 int port = index(portDir);
@@ -100,7 +96,7 @@ public final class LocalRdmaAddress {
                 }
                 Set<String> interfaces = interfacesOf(device, portDir, port);
                 if (interfaces.isEmpty()) {
-                    String linkLayer = read(portDir.resolve("link_layer"));
+                    String linkLayer = Sysfs.read(portDir.resolve("link_layer"));
                     withoutInterface.add(where + (linkLayer == null ? "" : " (" + linkLayer + ")"));
                     continue;
                 }
@@ -161,7 +157,7 @@ public final class LocalRdmaAddress {
 
     /** {@code ports/<n>/state} reads e.g. {@code 4: ACTIVE}. */
     private static String portState(Path portDir) {
-        String state = read(portDir.resolve("state"));
+        String state = Sysfs.read(portDir.resolve("state"));
         if (state == null) {
             return "in an unknown state (no readable " + portDir.resolve("state") + ")";
         }
@@ -176,10 +172,10 @@ public final class LocalRdmaAddress {
      */
     private static Set<String> interfacesOf(Path device, Path portDir, int port) {
         Set<String> names = new LinkedHashSet<>();
-        List<Path> ndevs = list(portDir.resolve("gid_attrs").resolve("ndevs"));
+        List<Path> ndevs = Sysfs.list(portDir.resolve("gid_attrs").resolve("ndevs"));
         ndevs.sort((a, b) -> Integer.compare(index(a), index(b)));
         for (Path ndev : ndevs) {
-            String name = read(ndev);
+            String name = Sysfs.read(ndev);
             if (name != null && !name.isEmpty()) {
                 names.add(name);
             }
@@ -187,8 +183,8 @@ public final class LocalRdmaAddress {
         if (!names.isEmpty()) {
             return names;
         }
-        for (Path net : list(device.resolve("device").resolve("net"))) {
-            String devPort = read(net.resolve("dev_port"));
+        for (Path net : Sysfs.list(device.resolve("device").resolve("net"))) {
+            String devPort = Sysfs.read(net.resolve("dev_port"));
             if (devPort == null || devPort.equals(Integer.toString(port - 1))) {
                 names.add(net.getFileName().toString());
             }
@@ -218,27 +214,7 @@ public final class LocalRdmaAddress {
         }
     }
 
-    private static List<Path> list(Path dir) {
-        List<Path> entries = new ArrayList<>();
-        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir)) {
-            for (Path p : stream) {
-                entries.add(p);
-            }
-        } catch (IOException | RuntimeException e) {
-            return entries; // no such directory: nothing listed
-        }
-        Collections.sort(entries);
-        return entries;
-    }
 
-    // Some sysfs files refuse to be read (a GID entry without an interface answers EINVAL): null then.
-    private static String read(Path file) {
-        try {
-            return new String(Files.readAllBytes(file), StandardCharsets.US_ASCII).trim();
-        } catch (IOException | RuntimeException e) {
-            return null;
-        }
-    }
 
     /** Whether an address was found. */
     public boolean isFound() {

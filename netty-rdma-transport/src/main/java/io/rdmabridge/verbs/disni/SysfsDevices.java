@@ -1,8 +1,8 @@
 package io.rdmabridge.verbs.disni;
 
 import io.rdmabridge.verbs.PortAttributes;
+import io.rdmabridge.verbs.Sysfs;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -45,15 +45,15 @@ final class SysfsDevices {
             return null;
         }
         for (String device : deviceNames()) {
-            for (Path port : list(CLASS_INFINIBAND.resolve(device).resolve("ports"))) {
-                for (Path ndev : list(port.resolve("gid_attrs").resolve("ndevs"))) {
-                    if (ifName.equals(read(ndev))) {
+            for (Path port : Sysfs.list(CLASS_INFINIBAND.resolve(device).resolve("ports"))) {
+                for (Path ndev : Sysfs.list(port.resolve("gid_attrs").resolve("ndevs"))) {
+                    if (ifName.equals(Sysfs.read(ndev))) {
                         return device;
                     }
                 }
             }
         }
-        List<Path> parents = list(CLASS_NET.resolve(ifName).resolve("device").resolve("infiniband"));
+        List<Path> parents = Sysfs.list(CLASS_NET.resolve(ifName).resolve("device").resolve("infiniband"));
         return parents.size() == 1 ? parents.get(0).getFileName().toString() : null;
     }
 
@@ -62,7 +62,7 @@ final class SysfsDevices {
         if (device == null) {
             return "unknown (DiSNI 2.1 cannot query the device)";
         }
-        String nodeType = read(CLASS_INFINIBAND.resolve(device).resolve("node_type"));
+        String nodeType = Sysfs.read(CLASS_INFINIBAND.resolve(device).resolve("node_type"));
         if (nodeType != null && nodeType.contains("RNIC")) {
             return "iWARP";
         }
@@ -79,7 +79,7 @@ final class SysfsDevices {
         if (device == null) {
             return ports;
         }
-        for (Path port : list(CLASS_INFINIBAND.resolve(device).resolve("ports"))) {
+        for (Path port : Sysfs.list(CLASS_INFINIBAND.resolve(device).resolve("ports"))) {
             int number;
             try {
                 number = Integer.parseInt(port.getFileName().toString());
@@ -87,11 +87,11 @@ final class SysfsDevices {
                 continue;
             }
             // "state" reads e.g. "4: ACTIVE".
-            String state = read(port.resolve("state"));
+            String state = Sysfs.read(port.resolve("state"));
             if (state != null && state.indexOf(':') >= 0) {
                 state = state.substring(state.indexOf(':') + 1).trim();
             }
-            String linkLayer = read(port.resolve("link_layer"));
+            String linkLayer = Sysfs.read(port.resolve("link_layer"));
             ports.add(new PortAttributes(number, state == null ? "unknown" : state,
                     linkLayer == null ? "unknown" : linkLayer, 0, null));
         }
@@ -99,24 +99,5 @@ final class SysfsDevices {
         return ports;
     }
 
-    private static List<Path> list(Path dir) {
-        List<Path> entries = new ArrayList<>();
-        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir)) {
-            for (Path p : stream) {
-                entries.add(p);
-            }
-        } catch (IOException | RuntimeException e) {
-            // Missing directory: nothing to list.
-        }
-        entries.sort(null);
-        return entries;
-    }
 
-    private static String read(Path file) {
-        try {
-            return new String(Files.readAllBytes(file), StandardCharsets.US_ASCII).trim();
-        } catch (IOException | RuntimeException e) {
-            return null;
-        }
-    }
 }
