@@ -26,27 +26,13 @@ class RdmaPeerGoneTest extends AbstractSoftChannelTest {
 
     @Test
     void shouldCloseWhenThePeerDisconnectsAfterAdvertisingARendezvousThatWasNeverRead() throws Exception {
-        LinkedBlockingQueue<Channel> children = new LinkedBlockingQueue<>();
-        LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<Channel> children = recorder.children;
+        LinkedBlockingQueue<Throwable> failures = recorder.failures;
         // autoRead off: the advertisement waits unread, as behind a slow application.
         Channel server = listen(new ServerBootstrap()
                 .childOption(ChannelOption.AUTO_READ, false)
-                .childHandler(new ChannelInboundHandlerAdapter() {
-                    @Override
-                    public void channelActive(ChannelHandlerContext ctx) {
-                        children.add(ctx.channel());
-                    }
-
-                    @Override
-                    public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-                        failures.add(cause);
-                    }
-
-                    @Override
-                    public boolean isSharable() {
-                        return true;
-                    }
-                }));
+                .childHandler(recorder));
         Channel child;
         try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
             assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,

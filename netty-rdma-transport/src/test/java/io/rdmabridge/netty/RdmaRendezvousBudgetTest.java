@@ -143,25 +143,11 @@ class RdmaRendezvousBudgetTest {
 
     @Test
     void shouldFailAConnectionWhoseReadIsNeverAnswered() throws Exception {
-        LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
-        LinkedBlockingQueue<Channel> children = new LinkedBlockingQueue<>();
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<Channel> children = recorder.children;
+        LinkedBlockingQueue<Throwable> failures = recorder.failures;
         Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                .childHandler(new ChannelInboundHandlerAdapter() {
-                    @Override
-                    public void channelActive(ChannelHandlerContext ctx) {
-                        children.add(ctx.channel());
-                    }
-
-                    @Override
-                    public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-                        failures.add(cause);
-                    }
-
-                    @Override
-                    public boolean isSharable() {
-                        return true;
-                    }
-                })
+                .childHandler(recorder)
                 .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
         try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
             assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
