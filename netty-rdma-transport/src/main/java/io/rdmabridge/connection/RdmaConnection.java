@@ -41,7 +41,11 @@ import java.nio.ByteOrder;
  * {@code maxSendSge - 1} payload segments straight from the caller's registered memory (inline when the whole
  * frame fits the queue pair's inline limit). Larger messages are advertised in a RENDEZVOUS frame (address, length,
  * rkey); the receiver RDMA READs them into its own registered buffer and acknowledges, and only then does the sender
- * release the buffer. READ-based rendezvous is chosen over receiver-advertised WRITE_WITH_IMM because the receiver
+ * release the buffer. The rkey is that of a region registered for exactly the advertised bytes
+ * ({@link RegisteredMemory#exposeForRead}) and deregistered when the acknowledgement arrives or the connection
+ * fails or is destroyed, whichever comes first: an rkey is valid for every queue pair of the protection domain, so
+ * this is what keeps a peer (or any other connection of the domain) from reading anything but the bytes being sent
+ * to it, and from reading them after the transfer. READ-based rendezvous is chosen over receiver-advertised WRITE_WITH_IMM because the receiver
  * picks its own buffer and pace (an application that is not reading never has memory written into it, so
  * {@code autoRead=false} bounds memory on both sides), it needs no extra round trip to ask for a target, and it
  * keeps the receive queue for frames only.
@@ -144,6 +148,10 @@ public final class RdmaConnection {
     private long opNext;
     private long opHead;
     private final long[] rendezvousOps;
+    // Per operation slot: the region exposing a rendezvous in flight, kept once withdrawn for the next one to reuse.
+    private final MemoryRegion[] exposure;
+    private final boolean[] exposed;
+    private int exposedCount;
     private long rendezvousHead;
     private long rendezvousTail;
 
@@ -219,6 +227,8 @@ public final class RdmaConnection {
         opMask = opCapacity - 1;
         opState = new byte[opCapacity];
         rendezvousOps = new long[opCapacity];
+        exposure = new MemoryRegion[opCapacity];
+        exposed = new boolean[opCapacity];
 
         dataReturnThreshold = Math.max(1, local.dataCredits() / 4);
         controlReturnThreshold = Math.max(1, local.controlCredits() / 2);
@@ -429,11 +439,27 @@ public final class RdmaConnection {
         return op;
     }
 
-    /** Advertises {@code [address, address + length)} of a region the peer may READ. @return its operation number */
-    public long sendRendezvous(long address, int length, int rkey) {
+    /**
+     * Advertises {@code [address, address + length)} for the peer to READ: registers exactly those bytes for remote
+     * read until the peer acknowledges (or the connection fails or is destroyed). The memory must stay allocated
+     * until the operation completes or the connection is destroyed.
+     *
+     * @return its operation number
+     * @throws RdmaException when the device refuses the registration; nothing was posted
+     */
+    public long sendRendezvous(long address, int length) throws RdmaException {
+        int slot = (int) (opNext & opMask);
+        if (exposed[slot]) {
+            throw new IllegalStateException("operation " + opNext + " would reuse the slot of a rendezvous in flight"
+                    + " (expected: check canSendData() first)");
+        }
+        MemoryRegion mr = memory.exposeForRead(exposure[slot], address, length);
+        exposure[slot] = mr;
+        exposed[slot] = true;
+        exposedCount++;
         long seq = wrNext;
         writeHeader(seq, FrameHeader.RENDEZVOUS, FrameHeader.RENDEZVOUS_BODY_LENGTH);
-        txHeader.rendezvous(address, length, rkey);
+        txHeader.rendezvous(address, length, mr.rkey());
         int frameLength = FrameHeader.HEADER_LENGTH + FrameHeader.RENDEZVOUS_BODY_LENGTH;
         SendWorkRequest wr = nextWr();
         wr.reset().opcode(WrOpcode.SEND).flags(frameLength <= maxInline ? SendWorkRequest.INLINE : 0)
@@ -722,6 +748,9 @@ public final class RdmaConnection {
                 }
             }
         } while (n == wc.capacity() && --rounds > 0);
+        if (lost && exposedCount > 0) {
+            withdrawAll();
+        }
         reportOps();
         sendControlIfDue();
         flush();
@@ -798,6 +827,8 @@ public final class RdmaConnection {
         for (int k = 0; k < acks; k++) {
             long op = rendezvousOps[(int) (rendezvousHead++ & opMask)];
             opState[(int) (op & opMask)] |= OP_ACKED;
+            // The peer has read it: from now on no queue pair may.
+            withdraw((int) (op & opMask));
         }
         boolean dataFrame = type == FrameHeader.DATA || type == FrameHeader.RENDEZVOUS;
         if (dataFrame) {
@@ -936,6 +967,27 @@ public final class RdmaConnection {
             failure = cause;
         }
         events |= EVENT_FAILED;
+        withdrawAll();
+    }
+
+    private void withdraw(int slot) {
+        if (exposed[slot]) {
+            exposed[slot] = false;
+            exposedCount--;
+            memory.withdraw(exposure[slot]);
+        }
+    }
+
+    /** No rendezvous of a connection that failed, was lost or is destroyed will be read: expose none any longer. */
+    private void withdrawAll() {
+        for (int i = 0; exposedCount > 0 && i < exposed.length; i++) {
+            withdraw(i);
+        }
+    }
+
+    /** Rendezvous whose bytes are exposed for the peer's READ right now (advertised, not yet acknowledged). */
+    public int exposedRendezvous() {
+        return exposedCount;
     }
 
     // ------------------------------------------------------------------------------------------------ teardown
@@ -971,6 +1023,7 @@ public final class RdmaConnection {
         }
         destroyed = true;
         closing = true;
+        withdrawAll();
         qp.close();
         memory.deregister(headerMr);
         DirectBuffers.free(headerRing);

@@ -17,6 +17,15 @@ import java.util.concurrent.atomic.AtomicLong;
  * buffers and large or foreign memory. Every region is entered in one {@link MemoryRegionMap}, so a buffer's keys are
  * found by its address.
  *
+ * <p>None of these regions grants a peer anything: they are registered for local access only. A rendezvous exposes
+ * exactly the bytes it advertises, for as long as it is in flight, through a region of its own
+ * ({@link #exposeForRead}, withdrawn with {@link #withdraw}). The reason: an rkey is valid for every queue pair of
+ * the protection domain (every connection of the event loop group), over its whole region, until the region is
+ * deregistered; a slab registered for remote read would let any connection that saw one advertisement READ every
+ * block of the slab, other connections' bytes included, for as long as the slab lives. Registering per transfer
+ * costs an {@code ibv_reg_mr} (pinning, microseconds on a NIC) per rendezvous, which only messages above the
+ * rendezvous threshold pay; memory windows bound to a queue pair would avoid it but DiSNI has no verb to bind them.
+ *
  * <p>Blocks are handed out and given back lock-free ({@link IndexQueue} per slab) by any thread; a slab is
  * deregistered and freed when the arena is closed and its last block has come back, so memory a peer may still read
  * is never reused under it. Registered memory is pinned (counted against memlock on hardware), so a slab that no one
@@ -26,8 +35,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * takes no lock.
  */
 public final class RegisteredMemory implements AutoCloseable {
-    /** Access of every region: local write (receives, READ targets) and remote read (rendezvous sources). */
-    public static final int ACCESS = Access.LOCAL_WRITE | Access.REMOTE_READ;
+    /** Access of the slabs and single registrations: local write (receives, READ targets), nothing remote. */
+    public static final int ACCESS = Access.LOCAL_WRITE;
 
     static final int MIN_BLOCK_SHIFT = 8;   // 256 B
     static final int MAX_BLOCK_SHIFT = 20;  // 1 MiB
@@ -41,6 +50,7 @@ public final class RegisteredMemory implements AutoCloseable {
     private final SizeClass[] classes = new SizeClass[MAX_BLOCK_SHIFT - MIN_BLOCK_SHIFT + 1];
     private final AtomicLong pooledBytes = new AtomicLong();
     private final AtomicLong dedicatedBytes = new AtomicLong();
+    private final AtomicInteger exposedRegions = new AtomicInteger();
     private volatile boolean closed;
     private volatile Runnable onReleased;
     private final long idleReleaseNanos;
@@ -132,13 +142,39 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     /**
-     * Registers {@code [address, address + length)} the caller owns for reading only (mapped file chunks: the
-     * device sends from them and peers READ them, nothing writes them).
+     * Registers {@code [address, address + length)} the caller owns for the device to read only (mapped file chunks:
+     * the device sends from them, nothing writes them; a rendezvous exposes its part with {@link #exposeForRead}).
      */
     public MemoryRegion registerReadOnly(long address, long length) throws RdmaException {
-        MemoryRegion mr = pd.register(address, length, Access.REMOTE_READ);
+        MemoryRegion mr = pd.register(address, length, 0);
         regions.add(mr);
         return mr;
+    }
+
+    /**
+     * Registers exactly {@code [address, address + length)} for remote read, the bytes one rendezvous advertises;
+     * withdraw it with {@link #withdraw} as soon as the transfer ends. The memory must stay allocated until then.
+     * Not entered in {@link #regions()} (local work requests use the memory's own region). Allocates nothing on the
+     * soft provider when {@code reuse} is the caller's previous, withdrawn region.
+     *
+     * @param reuse a region this caller withdrew and no longer uses, or {@code null}
+     */
+    public MemoryRegion exposeForRead(MemoryRegion reuse, long address, int length) throws RdmaException {
+        MemoryRegion mr = pd.registerReusing(reuse, address, length, Access.REMOTE_READ);
+        exposedRegions.incrementAndGet();
+        return mr;
+    }
+
+    /** Deregisters a region of {@link #exposeForRead}: its rkey fails every later READ, from any queue pair. */
+    public void withdraw(MemoryRegion exposed) {
+        exposed.close();
+        exposedRegions.decrementAndGet();
+        regionRemoved();
+    }
+
+    /** Regions of {@link #exposeForRead} not yet withdrawn: rendezvous in flight. */
+    public int exposedRegions() {
+        return exposedRegions.get();
     }
 
     public void deregister(MemoryRegion mr) {
@@ -157,7 +193,7 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     private void regionRemoved() {
-        if (closed && regions.size() == 0) {
+        if (closed && regions.size() == 0 && exposedRegions.get() == 0) {
             Runnable action;
             synchronized (this) {
                 action = onReleased;
@@ -214,9 +250,9 @@ public final class RegisteredMemory implements AutoCloseable {
         return released;
     }
 
-    /** Whether every slab has been deregistered (nothing is still allocated). */
+    /** Whether every slab has been deregistered and every exposed region withdrawn (nothing is still allocated). */
     public boolean isReleased() {
-        return pooledBytes.get() == 0 && dedicatedBytes.get() == 0;
+        return pooledBytes.get() == 0 && dedicatedBytes.get() == 0 && exposedRegions.get() == 0;
     }
 
     private final class SizeClass {

@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.channel.DefaultFileRegion;
 import io.rdmabridge.connection.FileChunkCache;
 import io.rdmabridge.connection.RegisteredMemory;
+import io.rdmabridge.verbs.RdmaException;
 
 import java.io.IOException;
 import java.lang.invoke.MethodHandles;
@@ -12,7 +13,9 @@ import java.nio.channels.FileChannel;
 /**
  * Sends {@link DefaultFileRegion}s from registered, memory-mapped chunks of the file ({@link FileChunkCache}): the
  * bytes go from the page cache to the device without a heap copy, by eager SEND below the rendezvous threshold and
- * by rendezvous above it. Owned by the channel's event loop.
+ * by rendezvous above it. The chunks are registered for local access only: a rendezvous exposes just the bytes it
+ * advertises ({@link io.rdmabridge.connection.RdmaConnection#sendRendezvous}), never the rest of the chunk, which
+ * may hold other blocks of the file. Owned by the channel's event loop.
  */
 final class RdmaFileWriter {
     /** Mapped chunks per channel: bounds the registered (pinned) file memory to 8 x 4 MiB. */
@@ -82,6 +85,7 @@ final class RdmaFileWriter {
 
         int maxRendezvousLength();
 
-        void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous);
+        /** Posts {@code [address, address + length)} of {@code chunk}, which it now holds (released on failure). */
+        void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous) throws RdmaException;
     }
 }

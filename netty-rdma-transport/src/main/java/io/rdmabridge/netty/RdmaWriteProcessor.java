@@ -127,16 +127,22 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 // The peer announced the largest message it accepts: a larger write goes as several.
                 int part = Math.min(length, c.maxRendezvousLength());
                 long address = ByteBufAddress.of(buf, index, part);
-                MemoryRegion mr = address == 0 ? null : channel.domain.memory.regions().find(address, part);
                 RegisteredMemory.Block staging = null;
-                if (mr == null) {
+                if (address == 0 || channel.domain.memory.regions().find(address, part) == null) {
                     staging = channel.domain.memory.allocate(part);
                     copy(buf, index, part, staging.buffer(), 0);
                     address = staging.address();
-                    mr = staging.memoryRegion();
                     copied(part);
                 }
-                long op = c.sendRendezvous(address, part, mr.rkey());
+                long op;
+                try {
+                    op = c.sendRendezvous(address, part);
+                } catch (RdmaException | RuntimeException e) {
+                    if (staging != null) {
+                        staging.free();
+                    }
+                    throw e;
+                }
                 outbound.record(op, part, staging, false);
                 metrics.addRendezvous(part);
                 channel.handler.metrics().addRendezvous(part);
@@ -237,7 +243,12 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             copied(length);
             long op;
             if (length >= config.rendezvousThreshold() || length > c.maxFramePayload()) {
-                op = c.sendRendezvous(block.address(), length, block.memoryRegion().rkey());
+                try {
+                    op = c.sendRendezvous(block.address(), length);
+                } catch (RdmaException | RuntimeException e) {
+                    block.free();
+                    throw e;
+                }
                 metrics.addRendezvous(length);
                 channel.handler.metrics().addRendezvous(length);
             } else {
@@ -276,10 +287,15 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
     }
 
     @Override
-    public void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous) {
+    public void send(long address, int length, FileChunkCache.Chunk chunk, boolean rendezvous) throws RdmaException {
         long op;
         if (rendezvous) {
-            op = c.sendRendezvous(address, length, chunk.memoryRegion().rkey());
+            try {
+                op = c.sendRendezvous(address, length);
+            } catch (RdmaException | RuntimeException e) {
+                chunk.release();
+                throw e;
+            }
             metrics.addRendezvous(length);
             channel.handler.metrics().addRendezvous(length);
         } else {

@@ -16,9 +16,11 @@ public interface MemoryRegion extends AutoCloseable {
     int lkey();
 
     /**
-     * Key a peer names in RDMA READ and WRITE; unguessable. Meaningful only for a region registered with
+     * Key a peer names in RDMA READ and WRITE. Meaningful only for a region registered with
      * {@link Access#REMOTE_READ} or {@link Access#REMOTE_WRITE}: without them devices differ (rxe and the soft
-     * provider answer 0, mlx5 the lkey's value), and no device lets a peer use it.
+     * provider answer 0, mlx5 the lkey's value), and no device lets a peer use it. Not a secret (devices build it
+     * from a table index and a few varying bits), and valid for every queue pair of the protection domain over the
+     * whole region until {@link #close()}: limit what is registered with remote access, and for how long.
      */
     int rkey();
 

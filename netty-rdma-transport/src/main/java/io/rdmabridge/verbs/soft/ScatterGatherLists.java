@@ -54,15 +54,14 @@ final class ScatterGatherLists {
      * LOC_PROT_ERR too, as ibv_poll_cq(3) and mlx5 have it; rxe says LOC_QP_OP_ERR there, and the conformance suite
      * accepts both, but the status that names the cause is the one to test applications against.
      */
-    int check(int i, MemoryKeyTable localKeys, SoftProtectionDomain pd, int access) {
+    int check(int i, MemoryKeyTable keys, SoftProtectionDomain pd, int access) {
         int base = i * maxSge;
         for (int j = 0, n = numSge[i]; j < n; j++) {
             int len = length[base + j];
             if (len == 0) {
                 continue;
             }
-            SoftMemoryRegion mr = localKeys.get(lkey[base + j]);
-            if (mr == null || !mr.permits(pd, address[base + j], len, access)) {
+            if (!keys.permits(lkey[base + j], pd, address[base + j], len, access)) {
                 return WcStatus.LOC_PROT_ERR;
             }
         }

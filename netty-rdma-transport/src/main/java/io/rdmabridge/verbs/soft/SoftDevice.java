@@ -27,7 +27,7 @@ final class SoftDevice implements RdmaDevice {
     private final SoftProvider provider;
     private final SoftEngine engine;
     static final DeviceAttributes ATTRIBUTES = new DeviceAttributes(NAME, "software (TCP / in-JVM)", 1 << 16,
-            MAX_QP_WR, MAX_SGE, MAX_CQE, MAX_INLINE_DATA, 1L << 40, 1 << 20, MAX_RD_ATOM);
+            MAX_QP_WR, MAX_SGE, MAX_CQE, MAX_INLINE_DATA, 1L << 40, MemoryKeyTable.MAX_REGIONS, MAX_RD_ATOM);
     private final List<PortAttributes> ports = List.of(new PortAttributes(1, "ACTIVE", "software", 4096,
             InetAddress.getLoopbackAddress().getHostAddress()));
 

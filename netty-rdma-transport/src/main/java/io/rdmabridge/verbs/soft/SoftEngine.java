@@ -1,6 +1,5 @@
 package io.rdmabridge.verbs.soft;
 
-import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.ResourceUsage;
 import java.io.IOException;
@@ -10,7 +9,6 @@ import java.net.NetworkInterface;
 import java.net.SocketException;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
-import java.security.SecureRandom;
 import java.util.Iterator;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -43,13 +41,12 @@ final class SoftEngine {
 
     final ResourceUsage usage = new ResourceUsage();
     final SoftFaults faults = new SoftFaults(this);
-    final MemoryKeyTable localKeys = new MemoryKeyTable();
-    final MemoryKeyTable remoteKeys = new MemoryKeyTable();
+    /** Every live region's lkey and rkey (one key per region, as mlx5 has it). */
+    final MemoryKeyTable keys = new MemoryKeyTable();
     /** Listening ids by bound port: connects to a local address with that port take the direct path. */
     final ConcurrentHashMap<Integer, SoftCmId> listeners = new ConcurrentHashMap<>();
     final Set<SoftLink> links = ConcurrentHashMap.newKeySet();
 
-    private final SecureRandom random = new SecureRandom();
     private final Object keyLock = new Object();
     private final AtomicInteger nextQpNumber = new AtomicInteger();
     private final AtomicInteger nextDirectPort = new AtomicInteger();
@@ -93,42 +90,28 @@ final class SoftEngine {
     }
 
     /**
-     * Registers a region under a fresh random lkey, and a fresh random rkey when it grants remote access; keys are
-     * unique among live regions and never 0. A region without remote access gets rkey 0, which names no region: the
-     * InfiniBand specification returns an R_Key only for remote access, and rxe does exactly this (mlx5 reports the
-     * lkey's value instead); 0 makes a misused key fail at once rather than look valid.
+     * Registers {@code mr} (new, or closed by its owner) under a fresh key ({@link MemoryKeyTable}): its lkey, and
+     * its rkey too when it grants remote access. A region without remote access gets rkey 0, which names no region:
+     * the InfiniBand specification returns an R_Key only for remote access, and rxe does exactly this (mlx5 reports
+     * the lkey's value instead); 0 makes a misused key fail at once rather than look valid. Allocates nothing.
      */
-    SoftMemoryRegion register(SoftProtectionDomain pd, long address, long length, int access) {
+    void register(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
         synchronized (keyLock) {
-            int lkey = freshKey(localKeys);
-            boolean remote = (access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) != 0;
-            int rkey = remote ? freshKey(remoteKeys) : 0;
-            SoftMemoryRegion mr = new SoftMemoryRegion(pd, address, length, access, lkey, rkey);
-            localKeys.put(lkey, mr);
-            if (remote) {
-                remoteKeys.put(rkey, mr);
+            int key = keys.add(mr);
+            if (key == 0) {
+                throw new RdmaException("soft0: " + MemoryKeyTable.MAX_REGIONS + " memory regions are registered"
+                        + " already, the device's limit (expected: deregister regions no longer used)");
             }
+            mr.open(address, length, access, key);
             usage.memoryRegistered(length);
-            return mr;
         }
     }
 
-    void deregister(SoftMemoryRegion mr) {
+    /** Frees the key of a region whose live key was {@code key} (already cleared). */
+    void deregister(SoftMemoryRegion mr, int key) {
         synchronized (keyLock) {
-            localKeys.remove(mr.lkey());
-            if (mr.rkey() != 0) {
-                remoteKeys.remove(mr.rkey());
-            }
+            keys.remove(key);
             usage.memoryDeregistered(mr.length());
-        }
-    }
-
-    private int freshKey(MemoryKeyTable table) {
-        for (;;) {
-            int key = random.nextInt();
-            if (key != 0 && table.get(key) == null) {
-                return key;
-            }
         }
     }
 

@@ -29,6 +29,33 @@ final class SoftProtectionDomain implements ProtectionDomain {
 
     @Override
     public MemoryRegion register(long address, long length, int access) throws RdmaException {
+        validate(address, length, access);
+        SoftMemoryRegion mr = new SoftMemoryRegion(this);
+        open(mr, address, length, access);
+        return mr;
+    }
+
+    /**
+     * Registers {@code closed} again, its object reused, so that a registration per transfer allocates nothing; a
+     * region of another domain or provider is not reused (a new one is registered).
+     */
+    @Override
+    public MemoryRegion registerReusing(MemoryRegion closed, long address, long length, int access)
+            throws RdmaException {
+        if (!(closed instanceof SoftMemoryRegion) || ((SoftMemoryRegion) closed).pd != this) {
+            return register(address, length, access);
+        }
+        SoftMemoryRegion mr = (SoftMemoryRegion) closed;
+        if (!mr.isClosed()) {
+            throw new IllegalArgumentException("region to reuse is still registered: " + mr
+                    + " (expected: a region its owner closed and no longer uses)");
+        }
+        validate(address, length, access);
+        open(mr, address, length, access);
+        return mr;
+    }
+
+    private void validate(long address, long length, int access) throws RdmaException {
         Access.validate(access);
         long max = SoftDevice.ATTRIBUTES.maxMrSize();
         if (length < 1 || length > max) {
@@ -45,8 +72,11 @@ final class SoftProtectionDomain implements ProtectionDomain {
             throw new RdmaException("injected fault: registration of " + length
                     + " bytes refused (SoftFaults.failRegistrations)");
         }
+    }
+
+    private void open(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
+        engine.register(mr, address, length, access);
         memoryRegions.incrementAndGet();
-        return engine.register(this, address, length, access);
     }
 
     @Override

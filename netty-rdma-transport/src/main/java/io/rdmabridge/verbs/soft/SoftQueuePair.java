@@ -312,12 +312,12 @@ final class SoftQueuePair implements QueuePair {
 
     /** {@link WcStatus#LOC_PROT_ERR} when a gather/scatter entry of send slot {@code i} is not ours to use. */
     int checkLocal(int i) {
-        return sSges.check(i, engine.localKeys, pd, sOpcode[i] == WrOpcode.RDMA_READ ? Access.LOCAL_WRITE : 0);
+        return sSges.check(i, engine.keys, pd, sOpcode[i] == WrOpcode.RDMA_READ ? Access.LOCAL_WRITE : 0);
     }
 
     /** {@link WcStatus#LOC_PROT_ERR} when a scatter entry of receive slot {@code r} is not writable by us. */
     int checkRecv(int r) {
-        return rSges.check(r, engine.localKeys, pd, Access.LOCAL_WRITE);
+        return rSges.check(r, engine.keys, pd, Access.LOCAL_WRITE);
     }
 
     /** Copies {@code len} bytes of send slot {@code i}'s payload, from {@code offset}, to native {@code dst}. */
@@ -342,10 +342,12 @@ final class SoftQueuePair implements QueuePair {
         rSges.scatter(r, offset, src, len);
     }
 
-    /** The region behind {@code rkey} when it grants {@code access} to {@code [addr, addr + len)}, else null. */
-    SoftMemoryRegion remoteRegion(int rkey, long addr, long len, int access) {
-        SoftMemoryRegion mr = engine.remoteKeys.get(rkey);
-        return mr != null && mr.permits(pd, addr, len, access) ? mr : null;
+    /**
+     * Whether {@code rkey} names a live region of this queue pair's domain that grants {@code access} to
+     * {@code [addr, addr + len)}.
+     */
+    boolean remotePermits(int rkey, long addr, long len, int access) {
+        return engine.keys.permits(rkey, pd, addr, len, access);
     }
 
     // ------------------------------------------------------------------ completions
@@ -555,7 +557,7 @@ final class SoftQueuePair implements QueuePair {
                     }
                     if (len > 0) {
                         long addr = req.sRemote[i];
-                        if (remoteRegion(req.sRkey[i], addr, len, Access.REMOTE_WRITE) == null) {
+                        if (!remotePermits(req.sRkey[i], addr, len, Access.REMOTE_WRITE)) {
                             markError();
                             return WcStatus.REM_ACCESS_ERR;
                         }
@@ -569,7 +571,7 @@ final class SoftQueuePair implements QueuePair {
                 case WrOpcode.RDMA_READ: {
                     if (len > 0) {
                         long addr = req.sRemote[i];
-                        if (remoteRegion(req.sRkey[i], addr, len, Access.REMOTE_READ) == null) {
+                        if (!remotePermits(req.sRkey[i], addr, len, Access.REMOTE_READ)) {
                             markError();
                             return WcStatus.REM_ACCESS_ERR;
                         }

@@ -629,7 +629,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     violation("READ_REQUEST without LAST flag");
                     return;
                 }
-                if (length > 0 && q.remoteRegion(f.rkey(), f.address(), length, Access.REMOTE_READ) == null) {
+                if (length > 0 && !q.remotePermits(f.rkey(), f.address(), length, Access.REMOTE_READ)) {
                     q.markError();
                     fail("RDMA READ of " + length + " bytes at 0x" + Long.toHexString(f.address()) + " with rkey 0x"
                             + Integer.toHexString(f.rkey()) + " refused", SoftFrame.NAK, psn, WcStatus.REM_ACCESS_ERR);
@@ -661,7 +661,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
             }
             if (write) {
-                if (length > 0 && q.remoteRegion(f.rkey(), f.address(), length, Access.REMOTE_WRITE) == null) {
+                if (length > 0 && !q.remotePermits(f.rkey(), f.address(), length, Access.REMOTE_WRITE)) {
                     q.markError();
                     fail("RDMA WRITE of " + length + " bytes at 0x" + Long.toHexString(f.address()) + " with rkey 0x"
                             + Integer.toHexString(f.rkey()) + " refused", SoftFrame.NAK, psn, WcStatus.REM_ACCESS_ERR);
@@ -711,7 +711,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (payload > 0) {
             if (write) {
                 long dst = msgAddress + msgOffset;
-                if (q.remoteRegion(msgRkey, dst, payload, Access.REMOTE_WRITE) == null) {
+                if (!q.remotePermits(msgRkey, dst, payload, Access.REMOTE_WRITE)) {
                     q.markError();
                     fail("RDMA WRITE into a region deregistered mid-message", SoftFrame.NAK, psn,
                             WcStatus.REM_ACCESS_ERR);
@@ -1032,7 +1032,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             long src = rrAddress[k] + rrOffset;
             if (c > 0) {
-                if (q.remoteRegion(rrRkey[k], src, c, Access.REMOTE_READ) == null) {
+                if (!q.remotePermits(rrRkey[k], src, c, Access.REMOTE_READ)) {
                     readResponseFailed = true;
                     readResponseFailedPsn = rrPsn[k];
                     rrHead = rrTail;
