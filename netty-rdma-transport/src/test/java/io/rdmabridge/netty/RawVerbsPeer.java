@@ -33,7 +33,8 @@ import static org.junit.jupiter.api.Assertions.fail;
 /**
  * A peer that speaks raw verbs instead of the rdma-bridge protocol, to drive a channel with frames a well-behaved
  * endpoint never sends. It connects (as a client) or accepts (as a listener), posts receives as the protocol asks,
- * and then sends exactly the frames a test writes. Single-threaded; closes everything it made.
+ * and then sends exactly the frames a test writes, and RDMA READs whatever a test names (as a peer that hunts for
+ * other connections' memory would). Single-threaded; closes everything it made.
  */
 final class RawVerbsPeer implements AutoCloseable {
     private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(10);
@@ -142,7 +143,8 @@ final class RawVerbsPeer implements AutoCloseable {
         pd = cmId.device().allocProtectionDomain();
         cq = cmId.device().createCompletionQueue(64, notifier);
         qp = cmId.createQueuePair(pd, cq, cq, new QpCapabilities(16, RECEIVES, 1, 1, 0));
-        memory = ByteBuffer.allocateDirect(SLOT * (RECEIVES + 1)).order(ByteOrder.LITTLE_ENDIAN);
+        // Slot 0 sends, slots 1..RECEIVES receive, the last one is the target of READs.
+        memory = ByteBuffer.allocateDirect(SLOT * (RECEIVES + 2)).order(ByteOrder.LITTLE_ENDIAN);
         mr = pd.register(memory, Access.LOCAL_WRITE);
         RecvWorkRequest recv = new RecvWorkRequest(1);
         for (int i = 1; i <= RECEIVES; i++) {
@@ -171,14 +173,45 @@ final class RawVerbsPeer implements AutoCloseable {
         return post(body);
     }
 
+    /** Sends a CREDIT frame returning {@code data} and {@code control} credits and acknowledging {@code acks}. */
+    int sendCredits(int data, int control, int acks) {
+        memory.clear();
+        new FrameHeader().wrap(memory, 0).set(FrameHeader.CREDIT, control, data, acks, 0);
+        return post(new byte[0]);
+    }
+
+    /**
+     * RDMA READs {@code length} bytes (at most 4096) at {@code address} of the peer under {@code rkey}.
+     *
+     * @return the completion status; the bytes are {@link #readBytes(int)}
+     */
+    int read(long address, int length, int rkey) {
+        int target = SLOT * (RECEIVES + 1);
+        for (int i = 0; i < SLOT; i++) {
+            memory.put(target + i, (byte) 0);
+        }
+        return complete(new SendWorkRequest(1).reset().opcode(WrOpcode.RDMA_READ).flags(SendWorkRequest.SIGNALED)
+                .wrId(0).addSge(mr.address() + target, length, mr.lkey()).remote(address, rkey));
+    }
+
+    /** The first {@code length} bytes of the last {@link #read} target (zeros where nothing landed). */
+    byte[] readBytes(int length) {
+        byte[] b = new byte[length];
+        memory.get(SLOT * (RECEIVES + 1), b);
+        return b;
+    }
+
     private int post(byte[] body) {
         memory.put(FrameHeader.HEADER_LENGTH, body);
-        SendWorkRequest wr = new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
-                .wrId(0).addSge(mr.address(), FrameHeader.HEADER_LENGTH + body.length, mr.lkey());
+        return complete(new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                .wrId(0).addSge(mr.address(), FrameHeader.HEADER_LENGTH + body.length, mr.lkey()));
+    }
+
+    private int complete(SendWorkRequest wr) {
         try {
             qp.postSend(wr);
         } catch (Exception e) {
-            return fail("posting the raw frame failed", e);
+            return fail("posting the raw work request failed", e);
         }
         WorkCompletions wc = new WorkCompletions(8);
         long deadline = System.nanoTime() + TIMEOUT_NANOS;
@@ -192,7 +225,7 @@ final class RawVerbsPeer implements AutoCloseable {
             }
             LockSupport.parkNanos(100_000);
         }
-        return fail("no completion for the raw frame within 10 s");
+        return fail("no completion for the raw work request within 10 s");
     }
 
     /** Registers {@code contents} (copied into direct memory) for remote READ; its region goes with {@link #close()}. */
@@ -212,6 +245,11 @@ final class RawVerbsPeer implements AutoCloseable {
 
     /** Waits for the next received frame and returns its type. */
     byte receivedFrameType() {
+        return receivedFrame().type();
+    }
+
+    /** Waits for the next received frame and returns its header (and body), valid until the next frame is read. */
+    FrameHeader receivedFrame() {
         WorkCompletions wc = new WorkCompletions(1);
         long deadline = System.nanoTime() + TIMEOUT_NANOS;
         while (System.nanoTime() < deadline) {
@@ -219,11 +257,11 @@ final class RawVerbsPeer implements AutoCloseable {
             if (early != null || cq.poll(wc) == 1) {
                 long slot = early != null ? early : wc.status(0) == WcStatus.SUCCESS ? wc.wrId(0) : -1L - wc.status(0);
                 assertTrue(slot > 0, () -> "receive failed: " + WcStatus.name((int) (-1L - slot)));
-                return new FrameHeader().wrap(memory, (int) slot * SLOT).type();
+                return new FrameHeader().wrap(memory, (int) slot * SLOT);
             }
             LockSupport.parkNanos(100_000);
         }
-        return (byte) fail("no frame received within 10 s");
+        return fail("no frame received within 10 s");
     }
 
     /** Waits for the next connection-manager event, which must be {@code type}. */

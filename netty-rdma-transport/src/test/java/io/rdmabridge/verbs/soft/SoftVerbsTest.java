@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -471,12 +472,51 @@ class SoftVerbsTest {
             assertTrue(keys.add(mrs[i].rkey()), "rkey reused among live regions");
         }
         SoftEngine engine = SoftEngine.get();
+        SoftProtectionDomain softPd = (SoftProtectionDomain) pd;
         int rkey = mrs[0].rkey();
-        assertTrue(engine.remoteKeys.get(rkey) != null);
+        long address = mrs[0].address();
+        assertTrue(engine.keys.permits(rkey, softPd, address, 16, Access.REMOTE_READ));
         for (MemoryRegion mr : mrs) {
             mr.close();
         }
-        assertEquals(null, engine.remoteKeys.get(rkey));
+        assertFalse(engine.keys.permits(rkey, softPd, address, 16, Access.REMOTE_READ));
+        pd.close();
+    }
+
+    /**
+     * A registration per transfer: re-registering a closed region reuses its object, gives it a new key, and leaves
+     * the old key dead; over 10,000 re-registrations no key comes back (a peer that kept one cannot wait for it).
+     */
+    @Test
+    void shouldReuseAClosedRegionUnderAFreshKeyThatDoesNotComeBackSoon() throws Exception {
+        SoftProtectionDomain pd = (SoftProtectionDomain) provider.devices().get(0).allocProtectionDomain();
+        ByteBuffer b = ByteBuffer.allocateDirect(4096);
+        long base = DirectMemory.address(b);
+        long regionsBefore = provider.resourceUsage().memoryRegions();
+        MemoryRegion mr = pd.register(base, 64, Access.REMOTE_READ);
+        MemoryRegion open = pd.register(base, 64, Access.REMOTE_READ);
+        assertThrows(IllegalArgumentException.class, () -> pd.registerReusing(open, base, 64, Access.REMOTE_READ),
+                "reusing a region that is still registered");
+        java.util.Set<Integer> seen = new java.util.HashSet<>();
+        SoftEngine engine = SoftEngine.get();
+        long at = base;
+        for (int i = 0; i < 10_000; i++) {
+            int old = mr.rkey();
+            long oldAt = at;
+            assertTrue(seen.add(old), "rkey 0x" + Integer.toHexString(old) + " came back after " + i);
+            mr.close();
+            assertFalse(engine.keys.permits(old, pd, oldAt, 64, Access.REMOTE_READ), "closed key still valid");
+            at = oldAt == base ? base + 64 : base;
+            MemoryRegion again = pd.registerReusing(mr, at, 64, Access.REMOTE_READ);
+            assertSame(mr, again, "the closed region's object is reused");
+            assertFalse(engine.keys.permits(old, pd, at, 64, Access.REMOTE_READ), "old key names the new range");
+            assertTrue(engine.keys.permits(mr.rkey(), pd, at, 64, Access.REMOTE_READ));
+            assertFalse(engine.keys.permits(mr.rkey(), pd, oldAt, 64, Access.REMOTE_READ),
+                    "new key reaches the old range");
+        }
+        assertEquals(regionsBefore + 2, provider.resourceUsage().memoryRegions());
+        mr.close();
+        open.close();
         pd.close();
     }
 
