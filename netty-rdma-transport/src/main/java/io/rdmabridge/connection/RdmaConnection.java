@@ -58,7 +58,9 @@ import java.nio.ByteOrder;
  * <h2>Threading</h2>
  * Owned by one thread (the event loop of its channel, which owns the queue pair): every method must be called from
  * it. The hot paths (posting, polling, receiving, reposting) allocate nothing per message and take no locks; only
- * failures allocate (their exception).
+ * failures allocate (their exception). A rendezvous also registers and deregisters its bytes, which is the
+ * provider's work: on the soft provider it reuses the previous region object of its operation slot and allocates
+ * nothing (the emulated device serialises its key table with a short lock); DiSNI allocates per registration.
  */
 public final class RdmaConnection {
     /** {@link #pollInbound()}: nothing to deliver now. */

@@ -107,11 +107,11 @@ final class SoftEngine {
         }
     }
 
-    /** Frees the key of a region whose live key was {@code key} (already cleared). */
-    void deregister(SoftMemoryRegion mr, int key) {
+    /** Frees {@code key}, the cleared key of a region of {@code length} bytes. */
+    void deregister(int key, long length) {
         synchronized (keyLock) {
             keys.remove(key);
-            usage.memoryDeregistered(mr.length());
+            usage.memoryDeregistered(length);
         }
     }
 

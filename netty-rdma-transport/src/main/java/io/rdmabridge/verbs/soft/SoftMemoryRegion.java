@@ -105,8 +105,10 @@ final class SoftMemoryRegion implements MemoryRegion {
     @Override
     public void close() {
         int key = liveKey;
+        // Read before the key is cleared: from then on the owner may register the object again.
+        long bytes = length;
         if (key != 0 && LIVE_KEY.compareAndSet(this, key, 0)) {
-            pd.engine.deregister(this, key);
+            pd.engine.deregister(key, bytes);
             pd.memoryRegions.decrementAndGet();
         }
     }
