@@ -45,10 +45,10 @@ import java.nio.ByteOrder;
  * ({@link RegisteredMemory#exposeForRead}) and deregistered when the acknowledgement arrives or the connection
  * fails or is destroyed, whichever comes first: an rkey is valid for every queue pair of the protection domain, so
  * this is what keeps a peer (or any other connection of the domain) from reading anything but the bytes being sent
- * to it, and from reading them after the transfer. READ-based rendezvous is chosen over receiver-advertised WRITE_WITH_IMM because the receiver
- * picks its own buffer and pace (an application that is not reading never has memory written into it, so
- * {@code autoRead=false} bounds memory on both sides), it needs no extra round trip to ask for a target, and it
- * keeps the receive queue for frames only.
+ * to it, and from reading them after the transfer. READ-based rendezvous is chosen over receiver-advertised
+ * WRITE_WITH_IMM because the receiver picks its own buffer and pace (an application that is not reading never has
+ * memory written into it, so {@code autoRead=false} bounds memory on both sides), it needs no extra round trip to
+ * ask for a target, and it keeps the receive queue for frames only.
  *
  * <h2>Completions</h2>
  * One send in {@code signalInterval} is signaled, and so is the last of every batch ({@link #flush()}); on RC a
@@ -987,10 +987,6 @@ public final class RdmaConnection {
         }
     }
 
-    /** Rendezvous whose bytes are exposed for the peer's READ right now (advertised, not yet acknowledged). */
-    public int exposedRendezvous() {
-        return exposedCount;
-    }
 
     // ------------------------------------------------------------------------------------------------ teardown
 

@@ -24,8 +24,8 @@ public interface ProtectionDomain extends AutoCloseable {
      * Registers {@code [address, address + length)} as {@link #register(long, long, int)} does, and may hand back the
      * object of {@code closed} for it: a region of this domain that its owner closed and no longer uses anywhere.
      * For a registration per transfer (exposing exactly the bytes a peer may READ, for as long as it may): the soft
-     * provider reuses the object, so that registering allocates nothing; the default registers a new region, as
-     * DiSNI must (it has no re-registration verb). The old keys stay dead either way.
+     * provider reuses the object, so that registering allocates nothing; the default, which the DiSNI provider
+     * uses, registers a new region. The old keys stay dead either way.
      *
      * @param closed a closed region of this domain, or {@code null}
      * @throws IllegalArgumentException as {@link #register(long, long, int)}, or when {@code closed} is still open

@@ -1,6 +1,7 @@
 package io.rdmabridge.netty;
 
 import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
@@ -11,6 +12,7 @@ import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.connection.RegisteredMemory;
 import io.rdmabridge.verbs.WcStatus;
+import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -136,6 +138,34 @@ class RdmaRemoteReadScopeTest extends AbstractSoftChannelTest {
         assertTrue(write.isDone() && !write.isSuccess(), "the write to a peer that disconnected succeeded");
         assertEquals(0, memoryOf(child).exposedRegions(), "exposed after the connection died");
         assertUnreadable(server, advert.address, PROBE, advert.rkey, "the rendezvous of a dead connection, from B");
+    }
+
+    /**
+     * The device refuses the per-transfer registration (memlock exhausted, on a NIC): the write fails naming the
+     * refusal, nothing is advertised or exposed, and the buffer and staging memory go back (the base class and the
+     * leak detector check).
+     */
+    @Test
+    void aRefusedRegistrationFailsTheWriteAndExposesNothing() throws Exception {
+        byte[] secret = randomBytes(SECRET, 15);
+        InetSocketAddress server = serverWriting(ch -> {
+            ByteBuf buf = ch.alloc().directBuffer(SECRET).writeBytes(secret);
+            // The buffer's slab is registered by now: the next registration is the rendezvous's.
+            provider.faults().failRegistrations(1);
+            return buf;
+        });
+        try (RawVerbsPeer a = helloFrom(server)) {
+            ChannelFuture write = awaitWrite();
+            assertNotNull(write.cause(), "the write succeeded without its registration");
+            assertTrue(write.cause().getMessage().contains("registration of " + SECRET + " bytes refused"),
+                    write.cause().getMessage());
+            assertEquals(0, memoryOf(awaitChild()).exposedRegions());
+        }
+    }
+
+    @AfterEach
+    void resetFaults() {
+        provider.faults().reset();
     }
 
     /** B: a fresh connection to the server READs and must get a remote access error and no byte. */
