@@ -98,7 +98,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             setAllowHalfClosure((Boolean) value);
         } else if (option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH) {
-            receiveQueueDepth = checkRange("RECEIVE_QUEUE_DEPTH", (Integer) value, 1, 0xFFFF);
+            // The control buffers are posted too, and the whole receive queue must fit the header's frame count.
+            receiveQueueDepth = checkRange("RECEIVE_QUEUE_DEPTH", (Integer) value, 1,
+                    Handshake.MAX_RECEIVE_QUEUE_DEPTH - RdmaChannelSetup.CONTROL_CREDITS);
         } else if (option == RdmaChannelOption.RECEIVE_BUFFER_SIZE) {
             rdmaReceiveBufferSize = checkRange("RECEIVE_BUFFER_SIZE", (Integer) value,
                     Handshake.MIN_RECEIVE_BUFFER_SIZE, Handshake.MAX_RECEIVE_BUFFER_SIZE);
