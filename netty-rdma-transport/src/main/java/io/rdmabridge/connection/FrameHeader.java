@@ -13,7 +13,7 @@ import java.nio.ByteOrder;
  * +---------------+---------------+-------------------------------+
  * |     type      |control credits|          data credits         |
  * +---------------+---------------+-------------------------------+
- * |        rendezvous acks        |          reserved (0)         |
+ * |        rendezvous acks        |  frames received (mod 65536)  |
  * +-------------------------------+-------------------------------+
  * |                          body length                          |
  * +---------------------------------------------------------------+
@@ -29,6 +29,12 @@ import java.nio.ByteOrder;
  *       last frame, for control and for data frames (piggy-backed credit return).</li>
  *   <li>{@code rendezvous acks}: rendezvous buffers of the peer the sender has finished reading, in advertising
  *       order; the peer may release that many of its oldest advertised buffers.</li>
+ *   <li>{@code frames received}: how many frames (of every type, HELLO included) the sender had received from the
+ *       peer when it wrote this header, modulo 65536. It tells the peer which of its frames arrived before anything
+ *       in this frame was sent, which the peer's own send completions may tell later than this frame arrives
+ *       (see {@link RdmaConnection}, "Completions"). Unambiguous because the frames one side has sent and the other
+ *       has not yet counted never outnumber the receive buffers the other side posts, at most 65535
+ *       ({@link Handshake}).</li>
  * </ul>
  * Not thread-safe: one instance per thread, rewrapped per frame; allocates nothing.
  */
@@ -43,7 +49,7 @@ public final class FrameHeader {
     public static final int CONTROL_CREDITS_FIELD_OFFSET = 1;
     public static final int DATA_CREDITS_FIELD_OFFSET = 2;
     public static final int RENDEZVOUS_ACKS_FIELD_OFFSET = 4;
-    public static final int RESERVED_FIELD_OFFSET = 6;
+    public static final int FRAMES_RECEIVED_FIELD_OFFSET = 6;
     public static final int BODY_LENGTH_FIELD_OFFSET = 8;
     public static final int HEADER_LENGTH = 12;
 
@@ -57,6 +63,8 @@ public final class FrameHeader {
     public static final int MAX_DATA_CREDITS = 0xFFFF;
     public static final int MAX_CONTROL_CREDITS = 0xFF;
     public static final int MAX_RENDEZVOUS_ACKS = 0xFFFF;
+    /** The frames-received field counts modulo this. */
+    public static final int FRAMES_RECEIVED_MODULUS = 0x10000;
 
     private ByteBuffer buffer;
     private int offset;
@@ -105,12 +113,14 @@ public final class FrameHeader {
         return this;
     }
 
-    public int reserved() {
-        return buffer.getShort(offset + RESERVED_FIELD_OFFSET) & 0xFFFF;
+    /** Frames the sender had received when it wrote this header, modulo {@link #FRAMES_RECEIVED_MODULUS}. */
+    public int framesReceived() {
+        return buffer.getShort(offset + FRAMES_RECEIVED_FIELD_OFFSET) & 0xFFFF;
     }
 
-    public FrameHeader reserved(int value) {
-        buffer.putShort(offset + RESERVED_FIELD_OFFSET, (short) value);
+    /** Stores {@code count} modulo {@link #FRAMES_RECEIVED_MODULUS}. */
+    public FrameHeader framesReceived(long count) {
+        buffer.putShort(offset + FRAMES_RECEIVED_FIELD_OFFSET, (short) count);
         return this;
     }
 
@@ -143,10 +153,16 @@ public final class FrameHeader {
         return this;
     }
 
-    /** Writes a whole header. */
+    /** Writes a whole header that counts no frame received. */
     public FrameHeader set(byte type, int controlCredits, int dataCredits, int rendezvousAcks, int bodyLength) {
+        return set(type, controlCredits, dataCredits, rendezvousAcks, 0, bodyLength);
+    }
+
+    /** Writes a whole header. */
+    public FrameHeader set(byte type, int controlCredits, int dataCredits, int rendezvousAcks, long framesReceived,
+                           int bodyLength) {
         return type(type).controlCredits(controlCredits).dataCredits(dataCredits).rendezvousAcks(rendezvousAcks)
-                .reserved(0).bodyLength(bodyLength);
+                .framesReceived(framesReceived).bodyLength(bodyLength);
     }
 
     /**
@@ -162,9 +178,6 @@ public final class FrameHeader {
         if (body != frameLength - HEADER_LENGTH) {
             return "frame length mismatch: bodyLength=" + body + ", frameLength=" + frameLength
                     + " (expected: bodyLength == frameLength - " + HEADER_LENGTH + ")";
-        }
-        if (reserved() != 0) {
-            return "reserved header field set: reserved=" + reserved() + " (expected: 0)";
         }
         switch (type) {
             case DATA:

@@ -42,8 +42,11 @@ import java.nio.ByteOrder;
  */
 public record Handshake(int receiveBufferSize, int dataCredits, int controlCredits, int maxMessageSize) {
     public static final int MAGIC = 0x52424452; // "RDBR" little-endian
-    /** 2: the handshake travels in a HELLO frame on the queue pair (1 carried it in connection-manager private data). */
-    public static final int VERSION = 2;
+    /**
+     * 3: every frame header counts the frames its sender has received (2 left that field reserved; 1 carried the
+     * handshake in connection-manager private data).
+     */
+    public static final int VERSION = 3;
     public static final int LENGTH = 20;
 
     /** A receive buffer must hold the largest fixed-size frame: a HELLO or a RENDEZVOUS advertisement. */
@@ -52,6 +55,11 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
     public static final int MAX_RECEIVE_BUFFER_SIZE = 16 * 1024 * 1024;
     /** Control frames need at least two credits: the last one may only carry credit returns (see RdmaConnection). */
     public static final int MIN_CONTROL_CREDITS = 2;
+    /**
+     * Most receive buffers one side may post: the frames a peer has sent and this side has not yet counted never
+     * outnumber them, and the header's frames-received field must tell them apart modulo 65536.
+     */
+    public static final int MAX_RECEIVE_QUEUE_DEPTH = FrameHeader.FRAMES_RECEIVED_MODULUS - 1;
 
     public Handshake {
         if (receiveBufferSize < MIN_RECEIVE_BUFFER_SIZE || receiveBufferSize > MAX_RECEIVE_BUFFER_SIZE) {
@@ -65,6 +73,10 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
         if (controlCredits < MIN_CONTROL_CREDITS || controlCredits > FrameHeader.MAX_CONTROL_CREDITS) {
             throw new IllegalArgumentException("controlCredits: " + controlCredits + " (expected: "
                     + MIN_CONTROL_CREDITS + ".." + FrameHeader.MAX_CONTROL_CREDITS + ")");
+        }
+        if (dataCredits + controlCredits > MAX_RECEIVE_QUEUE_DEPTH) {
+            throw new IllegalArgumentException("dataCredits + controlCredits: " + (dataCredits + controlCredits)
+                    + " (expected: <= " + MAX_RECEIVE_QUEUE_DEPTH + ", the receive buffers one side may post)");
         }
         if (maxMessageSize < 1) {
             throw new IllegalArgumentException("maxMessageSize: " + maxMessageSize + " (expected: > 0)");

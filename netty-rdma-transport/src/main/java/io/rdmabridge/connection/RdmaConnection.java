@@ -52,8 +52,22 @@ import java.nio.ByteOrder;
  *
  * <h2>Completions</h2>
  * One send in {@code signalInterval} is signaled, and so is the last of every batch ({@link #flush()}); on RC a
- * completion covers every earlier send. Operations (eager frames and rendezvous) complete towards the
- * {@link Listener} strictly in posting order, so a stream caller can remove exactly that many bytes.
+ * completion covers every earlier send. Operations (eager frames and rendezvous) are reported to the
+ * {@link Listener} strictly in posting order, twice: once {@link Listener#delivered delivered} (the peer has the
+ * bytes: a stream caller can count them written) and once {@link Listener#sendCompleted completed} (the memory may be
+ * reused), never the second before the first.
+ *
+ * <p>Why two reports: a send completion may reach this side after the peer's answer to the send has arrived. The
+ * peer raises its receive as soon as the bytes land, while this side's completion waits for the transport's
+ * acknowledgement, which devices may coalesce and report lazily, and which the soft provider's TCP path sends after
+ * the receive. A caller that orders "my write is done" before "the answer was read", as every Netty transport does,
+ * must not wait for the completion. So every frame header carries how many frames its sender had received
+ * ({@link FrameHeader#framesReceived()}); when a frame arrives that says the peer had received an operation's frame
+ * (and, for a rendezvous, the peer's READ is acknowledged), the operation is reported delivered during the same
+ * {@link #poll}, before the frame is offered by {@link #pollInbound()}. The credit returns cannot tell this: a peer
+ * returns a credit when its application releases the bytes, which may be after it answered them (an echo writes
+ * the very buffer it received). Memory is still reused only on completion, so a device never reads memory that was
+ * handed back.
  *
  * <h2>Threading</h2>
  * Owned by one thread (the event loop of its channel, which owns the queue pair): every method must be called from
@@ -83,9 +97,17 @@ public final class RdmaConnection {
     /** The peer's HELLO arrived: the connection is {@link #isReady() ready}. */
     public static final int EVENT_READY = 16;
 
-    /** Receives completions in posting order. */
+    /** Receives the progress of operations in posting order. */
     public interface Listener {
-        /** Operation {@code op} (as returned when it was posted) is complete: its memory may be reused. */
+        /**
+         * Operation {@code op} (as returned when it was posted) has reached the peer: its bytes count as written.
+         * Called before anything the peer sent after receiving them is offered by {@link #pollInbound()}.
+         *
+         * @param completed whether its memory may already be reused ({@link #sendCompleted} follows at once)
+         */
+        void delivered(long op, boolean completed);
+
+        /** Operation {@code op}, already {@link #delivered}, is complete: its memory may be reused. */
         void sendCompleted(long op);
     }
 
@@ -144,11 +166,19 @@ public final class RdmaConnection {
     private int buildPayload;
     private int buildScratch;
 
-    // Operations (eager frames and rendezvous) in posting order.
+    // Operations (eager frames and rendezvous) in posting order: the frame that carries each, the next to report
+    // delivered, the next to report completed.
     private final int opMask;
     private final byte[] opState;
+    private final long[] opFrame;
     private long opNext;
+    private long opDeliveredHead;
     private long opHead;
+
+    // Frames (SENDs of every type) posted and received, and the frames of this side the peer says it received.
+    private long framesSent;
+    private long framesReceived;
+    private long peerFramesReceived;
     private final long[] rendezvousOps;
     // Per operation slot: the region exposing a rendezvous in flight, kept once withdrawn for the next one to reuse.
     private final MemoryRegion[] exposure;
@@ -228,6 +258,7 @@ public final class RdmaConnection {
         int opCapacity = sqDepth * 2;
         opMask = opCapacity - 1;
         opState = new byte[opCapacity];
+        opFrame = new long[opCapacity];
         rendezvousOps = new long[opCapacity];
         exposure = new MemoryRegion[opCapacity];
         exposed = new boolean[opCapacity];
@@ -436,6 +467,7 @@ public final class RdmaConnection {
             wr.addSge(segAddress[i], segLength[i], segLkey[i]);
         }
         long op = newOp((byte) 0);
+        opFrame[(int) (op & opMask)] = framesSent;
         dataCredits--;
         submit(wr, WR_DATA, op, false);
         return op;
@@ -467,6 +499,7 @@ public final class RdmaConnection {
         wr.reset().opcode(WrOpcode.SEND).flags(frameLength <= maxInline ? SendWorkRequest.INLINE : 0)
                 .addSge(headerAddress(seq), frameLength, headerMr.lkey());
         long op = newOp(OP_NEEDS_ACK);
+        opFrame[(int) (op & opMask)] = framesSent;
         rendezvousOps[(int) (rendezvousTail++ & opMask)] = op;
         dataCredits--;
         submit(wr, WR_DATA, op, false);
@@ -516,7 +549,7 @@ public final class RdmaConnection {
         dataToReturn -= data;
         acksToReturn -= acks;
         txHeader.wrap(headerRing, (int) (seq & sqMask) * HEADER_SLOT_SIZE)
-                .set(type, control, data, acks, bodyLength);
+                .set(type, control, data, acks, framesReceived, bodyLength);
     }
 
     private SendWorkRequest nextWr() {
@@ -526,6 +559,9 @@ public final class RdmaConnection {
     private void submit(SendWorkRequest wr, byte kind, long op, boolean signalNow) {
         long seq = wrNext++;
         int i = (int) (seq & sqMask);
+        if (kind != WR_READ) {
+            framesSent++;
+        }
         wrKind[i] = kind;
         wrOp[i] = op;
         wr.wrId(seq);
@@ -780,6 +816,7 @@ public final class RdmaConnection {
             protocolError("malformed frame: " + malformed);
             return;
         }
+        framesReceived++;
         byte type = h.type();
         if (peer == null) {
             if (type != FrameHeader.HELLO) {
@@ -821,6 +858,14 @@ public final class RdmaConnection {
                     + " are outstanding");
             return;
         }
+        // Counts only grow and frames arrive in order, so the count is the last one plus less than the frames unseen.
+        long newlyReceived = (h.framesReceived() - peerFramesReceived) & (FrameHeader.FRAMES_RECEIVED_MODULUS - 1);
+        if (newlyReceived > framesSent - peerFramesReceived) {
+            protocolError("peer counts " + newlyReceived + " more frames received but only "
+                    + (framesSent - peerFramesReceived) + " were sent since its last count");
+            return;
+        }
+        peerFramesReceived += newlyReceived;
         if (data > 0 || control > 0) {
             events |= EVENT_CREDITS;
         }
@@ -950,9 +995,20 @@ public final class RdmaConnection {
     }
 
     private void reportOps() {
-        while (opHead < opNext) {
-            byte state = opState[(int) (opHead & opMask)];
-            if ((state & OP_SENT) == 0 || (state & OP_NEEDS_ACK) != 0 && (state & OP_ACKED) == 0) {
+        while (opDeliveredHead < opNext) {
+            int i = (int) (opDeliveredHead & opMask);
+            byte state = opState[i];
+            boolean sent = (state & OP_SENT) != 0;
+            boolean arrived = sent || opFrame[i] < peerFramesReceived;
+            if (!arrived || (state & OP_NEEDS_ACK) != 0 && (state & OP_ACKED) == 0) {
+                break;
+            }
+            events |= EVENT_SENT;
+            listener.delivered(opDeliveredHead++, sent);
+        }
+        // A delivered rendezvous is acknowledged already, so only the completion is left to wait for.
+        while (opHead < opDeliveredHead) {
+            if ((opState[(int) (opHead & opMask)] & OP_SENT) == 0) {
                 return;
             }
             events |= EVENT_SENT;

@@ -16,13 +16,14 @@ import java.util.Map;
  * Configuration of an {@link RdmaSocketChannel}: Netty's socket options plus {@link RdmaChannelOption}s. TCP-level
  * options ({@code TCP_NODELAY}, {@code SO_SNDBUF}, ...) are accepted and reported back but have no effect on an
  * RDMA connection. The default allocator is the event loop group's {@link RdmaByteBufAllocator} once the channel is
- * registered; the default {@link RecvByteBufAllocator} is {@link RdmaRecvByteBufAllocator} (whole messages per
+ * registered (also when another is set, with {@link RdmaChannelOption#REGISTERED_ALLOCATOR}); the default {@link RecvByteBufAllocator} is {@link RdmaRecvByteBufAllocator} (whole messages per
  * read). Not thread-safe beyond what {@link DefaultChannelConfig} offers; set options before connecting.
  */
 public final class RdmaChannelConfig extends DefaultChannelConfig implements SocketChannelConfig {
     private final RdmaSocketChannel channel;
     private volatile boolean allowHalfClosure;
     private volatile boolean allocatorSet;
+    private volatile boolean registeredAllocator;
     private final SocketLevelOptions socketOptions = new SocketLevelOptions(Map.of(
             ChannelOption.SO_RCVBUF, 64 * 1024, ChannelOption.SO_SNDBUF, 64 * 1024, ChannelOption.TCP_NODELAY, true,
             ChannelOption.SO_KEEPALIVE, false, ChannelOption.SO_REUSEADDR, false, ChannelOption.SO_LINGER, -1,
@@ -49,7 +50,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
                 RdmaChannelOption.SEND_QUEUE_DEPTH, RdmaChannelOption.INLINE_THRESHOLD,
                 RdmaChannelOption.RENDEZVOUS_THRESHOLD, RdmaChannelOption.MAX_MESSAGE_SIZE,
                 RdmaChannelOption.SIGNAL_INTERVAL,
-                RdmaChannelOption.BUSY_POLL_BUDGET_NANOS);
+                RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, RdmaChannelOption.REGISTERED_ALLOCATOR);
     }
 
     @SuppressWarnings("unchecked")
@@ -86,6 +87,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (option == RdmaChannelOption.BUSY_POLL_BUDGET_NANOS) {
             return (T) Long.valueOf(busyPollBudgetNanos);
         }
+        if (option == RdmaChannelOption.REGISTERED_ALLOCATOR) {
+            return (T) Boolean.valueOf(registeredAllocator);
+        }
         return super.getOption(option);
     }
 
@@ -98,7 +102,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             setAllowHalfClosure((Boolean) value);
         } else if (option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH) {
-            receiveQueueDepth = checkRange("RECEIVE_QUEUE_DEPTH", (Integer) value, 1, 0xFFFF);
+            // The control buffers are posted too, and the whole receive queue must fit the header's frame count.
+            receiveQueueDepth = checkRange("RECEIVE_QUEUE_DEPTH", (Integer) value, 1,
+                    Handshake.MAX_RECEIVE_QUEUE_DEPTH - RdmaChannelSetup.CONTROL_CREDITS);
         } else if (option == RdmaChannelOption.RECEIVE_BUFFER_SIZE) {
             rdmaReceiveBufferSize = checkRange("RECEIVE_BUFFER_SIZE", (Integer) value,
                     Handshake.MIN_RECEIVE_BUFFER_SIZE, Handshake.MAX_RECEIVE_BUFFER_SIZE);
@@ -122,6 +128,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
                 throw new IllegalArgumentException("BUSY_POLL_BUDGET_NANOS: " + budget + " (expected: >= 0)");
             }
             busyPollBudgetNanos = budget;
+        } else if (option == RdmaChannelOption.REGISTERED_ALLOCATOR) {
+            registeredAllocator = (Boolean) value;
         } else {
             return super.setOption(option, value);
         }
@@ -160,7 +168,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     @Override
     public ByteBufAllocator getAllocator() {
-        if (!allocatorSet) {
+        // The order of ALLOCATOR and REGISTERED_ALLOCATOR does not matter: frameworks set options in their own order.
+        if (!allocatorSet || registeredAllocator) {
             RdmaByteBufAllocator registered = channel.registeredAllocator();
             if (registered != null) {
                 return registered;

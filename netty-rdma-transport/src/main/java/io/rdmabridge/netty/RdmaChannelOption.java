@@ -46,6 +46,17 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     public static final ChannelOption<Long> BUSY_POLL_BUDGET_NANOS = valueOf(RdmaChannelOption.class,
             "BUSY_POLL_BUDGET_NANOS");
 
+    /**
+     * Whether the channel allocates from its registered {@link RdmaByteBufAllocator} even when
+     * {@code ChannelOption.ALLOCATOR} names another allocator (default {@code false}). For frameworks that set their
+     * own allocator on every channel they create, as gRPC-Java does (its pooled allocator, whatever
+     * {@code io.grpc.netty.useCustomAllocator} says): with this option their writes come from registered memory and
+     * go out without a copy. Set it where the framework passes channel options through
+     * ({@code NettyChannelBuilder.withOption}, {@code NettyServerBuilder.withChildOption}).
+     */
+    public static final ChannelOption<Boolean> REGISTERED_ALLOCATOR = valueOf(RdmaChannelOption.class,
+            "REGISTERED_ALLOCATOR");
+
     @SuppressWarnings({"unused", "deprecation"})
     private RdmaChannelOption() {
         super(null);

@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.ChannelOutboundBuffer;
 import io.netty.channel.FileRegion;
+import io.netty.util.ReferenceCountUtil;
 import io.rdmabridge.connection.FileChunkCache;
 import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.connection.RegisteredMemory;
@@ -11,12 +12,20 @@ import java.io.IOException;
 
 /**
  * The write path of an {@link RdmaSocketChannel}: each flush hands the flushed messages not yet posted to the
- * {@link RdmaWriteProcessor}, which posts them; as the operations complete, in posting order, this frees their
- * staging copies and file chunks, removes their bytes from the {@link ChannelOutboundBuffer} and so completes their
- * promises. Also adds the connection's flow-control counters (credit stalls, receiver not ready) to the metrics.
+ * {@link RdmaWriteProcessor}, which posts them. As the operations are delivered, in posting order, this removes
+ * their bytes from the {@link ChannelOutboundBuffer} and so completes their promises; as they complete, it frees
+ * their staging copies and file chunks. Also adds the connection's flow-control counters (credit stalls, receiver
+ * not ready) to the metrics.
+ *
+ * <p>Why promises follow delivery, not completion: the peer's answer to a write may arrive before the write's send
+ * completion (see {@link RdmaConnection}), and Netty's applications rely on every transport completing a write's
+ * promise before its answer is read (gRPC fails a stream whose HEADERS write completes after the stream ended). A
+ * message removed from the outbound buffer before its completion is released by Netty, so this keeps a reference
+ * to it until the completion: the device may still be reading its memory.
  *
  * <p>Threading: the channel's event loop only. The operation ring is sized once, when the channel becomes active,
- * and the flush task is preallocated: writing and completing allocate nothing per message.
+ * the ring of held messages grows only when more wait than ever before on the channel, and the flush task is
+ * preallocated: writing, delivering and completing allocate nothing per message.
  *
  * <p>It does not read, close or shut down: a connection that can no longer send fails the write with an exception,
  * which Netty turns into failed promises (and, with {@code AUTO_CLOSE}, a close); the close path calls
@@ -33,7 +42,14 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     private Object[] opRelease;
     private boolean[] opFile;
     private int opMask;
-    // Bytes posted and not yet completed: a flush skips them at the head of the outbound buffer.
+    // Messages removed from the outbound buffer on delivery, each with the operation whose completion frees it.
+    private Object[] held;
+    private long[] heldUntil;
+    private long heldHead;
+    private long heldTail;
+    // While a delivery removes messages: the operation they wait for, or -1 when they need not wait.
+    private long holdFor = -1;
+    // Bytes posted and not yet delivered: a flush skips them at the head of the outbound buffer.
     private long postedBytes;
     // Completed bytes of the file region at the head of the outbound buffer (reported as progress, not removed).
     private long fileSent;
@@ -55,6 +71,8 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         opRelease = new Object[opCapacity];
         opFile = new boolean[opCapacity];
         opMask = opCapacity - 1;
+        held = new Object[opCapacity];
+        heldUntil = new long[opCapacity];
     }
 
     /** {@code doWrite}: posts what was flushed after the bytes already posted. */
@@ -134,28 +152,86 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         postedBytes += bytes;
     }
 
-    /** The connection reports operation {@code op} done, in posting order. */
+    /** The connection reports operation {@code op} delivered, in posting order: its bytes count as written. */
     @Override
-    public void sendCompleted(long op) {
+    public void delivered(long op, boolean completed) {
         int i = (int) (op & opMask);
         long bytes = opBytes[i];
-        Object release = opRelease[i];
-        if (release != null) {
-            opRelease[i] = null;
-            release(release);
-        }
         ChannelOutboundBuffer in = channel.unsafe().outboundBuffer();
         if (in == null) {
             postedBytes -= bytes;
             return;
         }
-        if (opFile[i]) {
-            removeEmptyHead(in);
-            fileProgress(in, bytes);
-        } else {
-            removeSent(in, bytes);
+        holdFor = completed ? -1 : op;
+        try {
+            if (opFile[i]) {
+                removeEmptyHead(in);
+                fileProgress(in, bytes);
+            } else {
+                removeSent(in, bytes);
+            }
+        } finally {
+            holdFor = -1;
         }
         removeEmptyHead(in);
+    }
+
+    /** The connection reports operation {@code op} complete, in posting order: its memory may be reused. */
+    @Override
+    public void sendCompleted(long op) {
+        int i = (int) (op & opMask);
+        Object release = opRelease[i];
+        if (release != null) {
+            opRelease[i] = null;
+            release(release);
+        }
+        // Operations complete in order, so what waited for an earlier one may go too.
+        while (heldHead < heldTail && heldUntil[(int) (heldHead & (held.length - 1))] <= op) {
+            releaseHeld();
+        }
+    }
+
+    /**
+     * Removes the message at the head of {@code in}, completing its promise; during a delivery before the
+     * completion, keeps it (its memory may still be read by the device) until {@link #holdFor} completes.
+     */
+    private void removeHead(ChannelOutboundBuffer in) {
+        if (holdFor >= 0) {
+            hold(in.current(), holdFor);
+        }
+        in.remove();
+    }
+
+    private void hold(Object msg, long op) {
+        if (heldTail - heldHead == held.length) {
+            growHeld();
+        }
+        ReferenceCountUtil.retain(msg);
+        int i = (int) (heldTail++ & (held.length - 1));
+        held[i] = msg;
+        heldUntil[i] = op;
+    }
+
+    private void growHeld() {
+        int n = held.length;
+        Object[] grownHeld = new Object[n * 2];
+        long[] grownUntil = new long[n * 2];
+        for (int k = 0; k < n; k++) {
+            int from = (int) ((heldHead + k) & (n - 1));
+            grownHeld[k] = held[from];
+            grownUntil[k] = heldUntil[from];
+        }
+        held = grownHeld;
+        heldUntil = grownUntil;
+        heldTail = n;
+        heldHead = 0;
+    }
+
+    private void releaseHeld() {
+        int i = (int) (heldHead++ & (held.length - 1));
+        Object msg = held[i];
+        held[i] = null;
+        ReferenceCountUtil.release(msg);
     }
 
     /**
@@ -177,7 +253,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
                 bytes -= readable;
                 postedBytes -= readable;
                 in.progress(readable);
-                in.remove();
+                removeHead(in);
             } else {
                 buf.readerIndex(buf.readerIndex() + (int) bytes);
                 postedBytes -= bytes;
@@ -210,7 +286,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
             in.progress(bytes);
             if (fileSent >= region.count()) {
                 fileSent = 0;
-                in.remove();
+                removeHead(in);
             }
         }
     }
@@ -223,7 +299,10 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         }
     }
 
-    /** Frees every staging copy and file chunk still held by posted operations (the queue pair is gone). */
+    /**
+     * Frees every staging copy, file chunk and delivered message still held by posted operations (the queue pair is
+     * gone).
+     */
     void releaseOperations() {
         if (opRelease != null) {
             for (int i = 0; i < opRelease.length; i++) {
@@ -231,6 +310,11 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
                     release(opRelease[i]);
                     opRelease[i] = null;
                 }
+            }
+        }
+        if (held != null) {
+            while (heldHead < heldTail) {
+                releaseHeld();
             }
         }
         postedBytes = 0;

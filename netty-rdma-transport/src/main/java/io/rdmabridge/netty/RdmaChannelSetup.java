@@ -46,7 +46,7 @@ import java.util.concurrent.TimeUnit;
 final class RdmaChannelSetup {
     // Logs under the channel's name, the one users configure.
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
-    private static final int CONTROL_CREDITS = 8;
+    static final int CONTROL_CREDITS = 8;
 
     private final RdmaSocketChannel channel;
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.

@@ -25,7 +25,7 @@ class HandshakeTest {
         byte[] wire = new Handshake(16384, 32, 8, 100).encode();
         wire[4] = 1;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(wire))
-                .getMessage().startsWith("protocol version: 1 (expected: 2"));
+                .getMessage().startsWith("protocol version: 1 (expected: 3"));
         byte[] small = new Handshake(16384, 32, 8, 100).encode();
         small[8] = 1;
         small[9] = 0;
@@ -35,5 +35,10 @@ class HandshakeTest {
         control[14] = 1;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(control))
                 .getMessage().contains("controlCredits: 1 (expected: 2..255)"));
+        byte[] deep = new Handshake(16384, 32, 8, 100).encode();
+        deep[12] = (byte) 0xFF;
+        deep[13] = (byte) 0xFF;
+        assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(deep)).getMessage()
+                .contains("dataCredits + controlCredits: 65543 (expected: <= 65535"));
     }
 }

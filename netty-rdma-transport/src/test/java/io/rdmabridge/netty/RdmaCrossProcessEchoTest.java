@@ -122,8 +122,29 @@ class RdmaCrossProcessEchoTest {
         assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
     }
 
+    /**
+     * Netty's write order across processes: the peer's answer was read before the request's write promise
+     * completed in 10-20 % of round trips on the soft provider's TCP path (its receive is raised before the
+     * sender's acknowledgement comes back) until the promise followed the peer's count of frames received.
+     */
     @Test
     @Order(1)
+    void shouldCompleteEveryWritePromiseBeforeItsEchoIsRead() {
+        assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), () -> {
+            for (int size : new int[] {64, 64 << 10}) {
+                WriteOrderClient client = new WriteOrderClient(size, size < 1024 ? 2000 : 200);
+                Channel ch = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(client)
+                        .connect(new InetSocketAddress(DeviceUnderTest.address(), peerPort)).sync().channel();
+                assertEquals(0, client.result.get(DeviceUnderTest.scaled(Duration.ofSeconds(50)).toSeconds(),
+                        TimeUnit.SECONDS), "round trips of " + size + " B whose echo was read before the"
+                        + " request's write promise completed");
+                ch.close().sync();
+            }
+        });
+    }
+
+    @Test
+    @Order(2)
     void shouldEchoMixedMessagesAcrossProcesses() {
         assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(120)), this::echoMixedMessages);
     }
@@ -149,7 +170,7 @@ class RdmaCrossProcessEchoTest {
     }
 
     @Test
-    @Order(2)
+    @Order(3)
     void shouldNoticeAKilledPeerMidTransferAndReleaseEverything() {
         assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), this::killPeerMidTransfer);
     }

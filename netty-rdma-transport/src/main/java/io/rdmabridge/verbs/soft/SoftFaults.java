@@ -11,6 +11,7 @@ public final class SoftFaults {
     private final SoftEngine engine;
     private final AtomicInteger failRegistrations = new AtomicInteger();
     private volatile long sendDelayNanos;
+    private volatile long sendCompletionDelayNanos;
 
     SoftFaults(SoftEngine engine) {
         this.engine = engine;
@@ -38,6 +39,19 @@ public final class SoftFaults {
     }
 
     /**
+     * Holds each successful send completion back until {@code nanos} after its work request was posted, while the
+     * work request itself reaches the peer at once; {@code 0} turns the delay off. Completions stay in order. This
+     * is what a device that acknowledges lazily, or coalesces acknowledgements, does: the peer's answer to a send
+     * can arrive before the send's own completion. Applies to work requests posted from now on.
+     */
+    public void delaySendCompletions(long nanos) {
+        if (nanos < 0) {
+            throw new IllegalArgumentException("nanos: " + nanos + " (expected: >= 0)");
+        }
+        sendCompletionDelayNanos = nanos;
+    }
+
+    /**
      * Cuts the link under {@code qp} abruptly, as if the peer process died: both sides see
      * {@code DISCONNECTED} and flush their outstanding work requests. Does nothing when {@code qp} is not connected.
      */
@@ -58,10 +72,11 @@ public final class SoftFaults {
         }
     }
 
-    /** Clears pending registration failures and the send delay. */
+    /** Clears pending registration failures and the send and completion delays. */
     public void reset() {
         failRegistrations.set(0);
         sendDelayNanos = 0;
+        sendCompletionDelayNanos = 0;
     }
 
     /** Whether this registration must fail; consumes one injected failure. */
@@ -79,5 +94,9 @@ public final class SoftFaults {
 
     long sendDelayNanos() {
         return sendDelayNanos;
+    }
+
+    long sendCompletionDelayNanos() {
+        return sendCompletionDelayNanos;
     }
 }

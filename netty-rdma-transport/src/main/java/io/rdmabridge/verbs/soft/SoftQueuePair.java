@@ -64,6 +64,7 @@ final class SoftQueuePair implements QueuePair {
     volatile ConnectionParameters localParams = ConnectionParameters.DEFAULT;
     volatile ConnectionParameters peerParams = ConnectionParameters.DEFAULT;
     final Runnable pumpTask = this::pumpSendQueue;
+    private final Runnable retireTask = this::retireDelayed;
 
     // ---- send queue
     final ReentrantLock sqLock = new ReentrantLock();
@@ -80,10 +81,14 @@ final class SoftQueuePair implements QueuePair {
     final int[] sLength;
     final int[] sStatus;
     final long[] sDue;
+    /** {@link SoftFaults#delaySendCompletions}: when the slot's completion may be published, or 0 for at once. */
+    final long[] sCompletionDue;
     final int[] sRnrCount;
     final boolean[] sDone;
     final byte[] sInline;
     long sqHead;
+    /** A retire waits on the timer for a delayed completion; guarded by {@code sqLock}. */
+    private boolean retireScheduled;
     volatile long sqSent;
     volatile long sqTail;
 
@@ -124,6 +129,7 @@ final class SoftQueuePair implements QueuePair {
         sLength = new int[sqSize];
         sStatus = new int[sqSize];
         sDue = new long[sqSize];
+        sCompletionDue = new long[sqSize];
         sRnrCount = new int[sqSize];
         sDone = new boolean[sqSize];
         sInline = new byte[sqSize * maxInline];
@@ -241,6 +247,8 @@ final class SoftQueuePair implements QueuePair {
             sRnrCount[i] = 0;
             long delay = engine.faults.sendDelayNanos();
             sDue[i] = delay == 0 ? 0 : (System.nanoTime() + delay) | 1;
+            long completionDelay = engine.faults.sendCompletionDelayNanos();
+            sCompletionDue[i] = completionDelay == 0 ? 0 : (System.nanoTime() + completionDelay) | 1;
             if (inline) {
                 sSges.setNumSge(i, 0);
                 int at = i * maxInline;
@@ -412,9 +420,36 @@ final class SoftQueuePair implements QueuePair {
             if (!sDone[i]) {
                 break;
             }
+            long due = sCompletionDue[i];
+            if (due != 0) {
+                long wait = due - System.nanoTime();
+                if (wait > 0) {
+                    if (!retireScheduled) {
+                        retireScheduled = true;
+                        engine.schedule(retireTask, wait);
+                    }
+                    break;
+                }
+            }
             retireSlotLocked(head, WcStatus.SUCCESS);
         }
         return false;
+    }
+
+    /** The timer's retire of completions {@link SoftFaults#delaySendCompletions} held back. */
+    private void retireDelayed() {
+        boolean failed;
+        sqLock.lock();
+        try {
+            retireScheduled = false;
+            failed = state == QpState.RTS && retireLocked();
+        } finally {
+            sqLock.unlock();
+        }
+        SoftLink l = link;
+        if (failed && l != null) {
+            l.drop("queue pair " + qpn + " failed a work request");
+        }
     }
 
     void flushSendQueueLocked() {
