@@ -39,7 +39,7 @@ class RdmaChannelTransportTest {
 
     @BeforeEach
     void open() throws IOException {
-        transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 4);
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 2000, 64, 64, 4);
     }
 
     @AfterEach

@@ -45,11 +45,13 @@ class ReplicationSocketChannelTest {
     }
 
     private RdmaSelectorProvider configure(int port, RdmaStreamTransport transport) {
+        int offset = transport.isAvailable() ? transport.listenPort() - port : 1000;
         RdmaReplication r = RdmaReplication.get();
         r.agentInstalled();
         r.configure(Map.of("rdma.replication.enable", "true", "node.id", "1", "listeners",
                 "REPLICATION://127.0.0.1:" + port, "inter.broker.listener.name", "REPLICATION",
-                "rdma.handshake.timeout.ms", "2000"), transport);
+                "rdma.handshake.timeout.ms", "2000", "rdma.port.offset", Integer.toString(offset)),
+                transport);
         return new RdmaSelectorProvider(SelectorProvider.provider());
     }
 
@@ -64,7 +66,7 @@ class ReplicationSocketChannelTest {
     @Test
     void shouldCarryKafkasBytesOverTheRdmaChannelWithOneCopyEachSide() throws Exception {
         SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
-        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 16);
+        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, 2, "127.0.0.1", 0, 2000, 64, 64, 16);
         ReplicationMetrics.Peer follower = exchange(transport, true);
         ReplicationMetrics.Peer leader = RdmaReplication.get().metrics().peer("1");
         long total = PAYLOAD + fileBytes().length;
