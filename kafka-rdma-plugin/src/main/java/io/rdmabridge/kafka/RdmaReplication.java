@@ -20,8 +20,8 @@ import org.slf4j.LoggerFactory;
  * {@link RdmaReplicationPlugin} (which Kafka configures with the broker's properties a little later).
  *
  * <p>Active means: the agent installed its provider, {@code rdma.replication.enable=true}, and the inter-broker
- * listener was found. An active broker with no usable RDMA provider still answers and sends the preamble honestly
- * (declining, or not offering), so every replication connection stays on TCP with the cause logged once.
+ * listener was found. An active broker with no usable RDMA provider opens no RDMA port and sends no preamble, so its
+ * followers' probes find no plugin and every replication connection stays on TCP, with the cause logged once.
  * Thread-safe.
  */
 final class RdmaReplication {
