@@ -50,6 +50,15 @@ class MixedClusterIT {
                 assertEquals(acked.checksum, read.checksum, "checksum of keys and values");
                 Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(60));
 
+                String log3 = cluster.log(3);
+                assertTrue(log3.contains("RDMA replication inactive: rdma.replication.enable is not true"),
+                        "broker 3 names why it is inactive");
+                // The plugin brokers started (and probed broker 3's RDMA port, where nothing listens) and replicated
+                // from and to it: broker 3, stock, warned about none of its connections.
+                System.out.println("broker 3 WARN/ERROR lines: " + warningsAndErrors(log3));
+                assertEquals(List.of(), causedByConnections(log3), "broker 3's log; whole log:\n"
+                        + StockClusterIT.tail(log3));
+
                 for (int id : new int[] {1, 2}) {
                     String log = cluster.log(id);
                     assertTrue(log.contains("RDMA replication agent installed its NIO provider"),
@@ -86,14 +95,6 @@ class MixedClusterIT {
                     assertTrue(leaderCopies <= 1.0, "leader copies per byte: " + leaderCopies);
                     assertTrue(followerCopies <= 1.0, "follower copies per byte: " + followerCopies);
                 }
-                String log3 = cluster.log(3);
-                assertTrue(log3.contains("RDMA replication inactive: rdma.replication.enable is not true"),
-                        "broker 3 names why it is inactive");
-                // The plugin brokers started (and probed broker 3's RDMA port, where nothing listens) and replicated
-                // from and to it: broker 3, stock, warned about none of its connections.
-                System.out.println("broker 3 WARN/ERROR lines: " + warningsAndErrors(log3));
-                assertEquals(List.of(), causedByConnections(log3), "broker 3's log; whole log:\n"
-                        + StockClusterIT.tail(log3));
 
                 // Hostile peers on broker 1's replication port: a HELLO with non-zero flags is cut off at once, a
                 // truncated one when the handshake timeout (5 s) runs out; replication carries on meanwhile.
