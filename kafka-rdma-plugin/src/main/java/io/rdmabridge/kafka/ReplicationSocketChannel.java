@@ -192,7 +192,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             answer.cancel(false);
             return "no RDMA probe answer from " + rdma + " within " + timeoutMs + " ms (rdma.handshake.timeout.ms)";
         } catch (ExecutionException e) {
-            return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause().getMessage() + "): leader "
+            return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
                     + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "
                     + "without a usable RDMA provider";
         } catch (InterruptedException e) {
