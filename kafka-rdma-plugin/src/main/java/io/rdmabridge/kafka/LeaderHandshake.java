@@ -9,18 +9,32 @@ import java.util.concurrent.Semaphore;
 
 /**
  * The leader's side of the upgrade, a non-blocking state machine driven by Kafka's network thread: it looks at the
- * first byte of an accepted inter-broker connection and either hands that byte back to Kafka (plain TCP) or runs the
+ * first byte of an accepted inter-broker connection and either hands Kafka's bytes back (plain TCP) or runs the
  * {@link Preamble} exchange. It never reads past what the exchange needs, so the bytes that follow belong to Kafka
  * untouched.
+ *
+ * <p>A follower without the plugin (stock Kafka) sends no preamble; it is named by the client id in the header of its
+ * first request, which Kafka's replica fetcher sets to {@code broker-<broker id>-fetcher-<fetcher id>}. To read it the
+ * handshake reads at most that header, never past the end of the first request, and hands every byte read back to
+ * Kafka. On a TLS listener the header is encrypted: such a follower stays unnamed.
  *
  * <p>Hostile input costs bounded resources: fixed-size buffers, exact reads, a cap on handshakes in progress
  * (a semaphore shared by the listener), and a deadline enforced by the owner through {@link #expire(String)}.
  * Not thread-safe except {@link #expire(String)} and {@link #failure()}, which may be called from a timer thread.
  */
 final class LeaderHandshake {
-    enum State { SNIFF, HELLO, REPLY, DECISION, AWAIT_STREAM, TCP, RDMA, FAILED }
+    enum State { SNIFF, REQUEST_HEADER, HELLO, REPLY, DECISION, AWAIT_STREAM, TCP, RDMA, FAILED }
 
     private static final SecureRandom TOKENS = new SecureRandom();
+    private static final byte TLS_HANDSHAKE_RECORD = 0x16;
+    /** Request size, api key, api version, correlation id, client id length: Kafka's request header up to the id. */
+    private static final int REQUEST_HEADER_FIXED = 4 + 2 + 2 + 4 + 2;
+    /** Longest client id read: "broker-2147483647-fetcher-2147483647". */
+    private static final int MAX_CLIENT_ID = 36;
+    /** A first request larger than this is not a replica fetcher's; it is handed to Kafka without being looked at. */
+    private static final int MAX_SNIFFED_REQUEST = 64 * 1024;
+    private static final String FETCHER_CLIENT_ID_PREFIX = "broker-";
+    private static final String FETCHER_CLIENT_ID_INFIX = "-fetcher-";
 
     private final ByteChannel tcp;
     private final RdmaStreamTransport transport;
@@ -32,6 +46,7 @@ final class LeaderHandshake {
     private volatile State state = State.SNIFF;
     private volatile String failure;
     private ByteBuffer out;
+    private ByteBuffer head;
     private ByteBuffer replay;
     private CompletableFuture<RdmaStream> pending;
     private RdmaStream stream;
@@ -70,7 +85,7 @@ final class LeaderHandshake {
         return stream;
     }
 
-    /** The follower's broker id from its HELLO, or -1 before (or without) one. */
+    /** The follower's broker id from its HELLO or its first request's client id, or -1 before (or without) one. */
     int peerBrokerId() {
         return peerBrokerId;
     }
@@ -82,7 +97,8 @@ final class LeaderHandshake {
 
     /** True once the exchange started (a HELLO's first byte arrived): the upgrade was attempted. */
     boolean attempted() {
-        return state != State.SNIFF && !(state == State.TCP && fallbackReason == null);
+        State s = state;
+        return s != State.SNIFF && s != State.REQUEST_HEADER && !(s == State.TCP && fallbackReason == null);
     }
 
     /** Whether the state machine still owns the connection's bytes. */
@@ -105,15 +121,28 @@ final class LeaderHandshake {
                     if (n == 0) {
                         return state;
                     }
-                    if (n < 0 || in.get(0) != Preamble.MAGIC_FIRST_BYTE) {
-                        // Kafka's own bytes (or an end of stream Kafka should see): hand back what was read.
+                    if (n < 0 || in.get(0) == TLS_HANDSHAKE_RECORD) {
+                        // An end of stream Kafka should see, or a TLS handshake: hand back what was read.
                         replay = in.flip();
                         state = State.TCP;
                         return state;
                     }
+                    if (in.get(0) != Preamble.MAGIC_FIRST_BYTE) {
+                        head = ByteBuffer.allocate(REQUEST_HEADER_FIXED + MAX_CLIENT_ID).put(in.get(0));
+                        state = State.REQUEST_HEADER;
+                        break;
+                    }
                     admitted = admission.tryAcquire();
                     state = State.HELLO;
                     break;
+                }
+                case REQUEST_HEADER: {
+                    if (!readRequestHeader()) {
+                        return state;
+                    }
+                    replay = head.flip();
+                    state = State.TCP;
+                    return state;
                 }
                 case HELLO: {
                     in.limit(Preamble.HELLO_LENGTH);
@@ -195,6 +224,81 @@ final class LeaderHandshake {
         }
     }
 
+    /**
+     * Reads Kafka's first request header up to the end of its client id, without reading past the request, and
+     * takes the follower's broker id from a replica fetcher's client id.
+     *
+     * @return false while more bytes are needed; true once the bytes are Kafka's to read (complete, not a request
+     *         header worth reading, or end of stream)
+     */
+    private boolean readRequestHeader() throws IOException {
+        while (true) {
+            int p = head.position();
+            int want;
+            if (p < 4) {
+                want = 4;
+            } else {
+                int size = head.getInt(0);
+                if (size < REQUEST_HEADER_FIXED - 4 || size > MAX_SNIFFED_REQUEST) {
+                    return true;
+                }
+                if (p < REQUEST_HEADER_FIXED) {
+                    want = REQUEST_HEADER_FIXED;
+                } else {
+                    short idLength = head.getShort(REQUEST_HEADER_FIXED - 2);
+                    if (idLength <= 0 || idLength > MAX_CLIENT_ID || REQUEST_HEADER_FIXED - 4 + idLength > size) {
+                        return true;
+                    }
+                    want = REQUEST_HEADER_FIXED + idLength;
+                    if (p == want) {
+                        peerBrokerId = fetcherBrokerId(head, REQUEST_HEADER_FIXED, idLength);
+                        return true;
+                    }
+                }
+            }
+            head.limit(want);
+            int n = tcp.read(head);
+            head.limit(head.capacity());
+            if (n < 0) {
+                return true;
+            }
+            if (n == 0) {
+                return false;
+            }
+        }
+    }
+
+    /** The broker id in a client id {@code broker-<id>-fetcher-<n>} (ASCII at {@code from}), or -1. */
+    static int fetcherBrokerId(ByteBuffer b, int from, int length) {
+        int end = from + length;
+        int i = from;
+        for (int k = 0; k < FETCHER_CLIENT_ID_PREFIX.length(); k++, i++) {
+            if (i >= end || b.get(i) != FETCHER_CLIENT_ID_PREFIX.charAt(k)) {
+                return -1;
+            }
+        }
+        long id = 0;
+        int digits = 0;
+        while (i < end && b.get(i) >= '0' && b.get(i) <= '9' && digits < 10) {
+            id = id * 10 + (b.get(i++) - '0');
+            digits++;
+        }
+        if (digits == 0 || id > Integer.MAX_VALUE) {
+            return -1;
+        }
+        for (int k = 0; k < FETCHER_CLIENT_ID_INFIX.length(); k++, i++) {
+            if (i >= end || b.get(i) != FETCHER_CLIENT_ID_INFIX.charAt(k)) {
+                return -1;
+            }
+        }
+        int fetcherDigits = 0;
+        while (i < end && b.get(i) >= '0' && b.get(i) <= '9') {
+            i++;
+            fetcherDigits++;
+        }
+        return fetcherDigits > 0 && i == end ? (int) id : -1;
+    }
+
     private void startReply() {
         byte version = in.get(Preamble.HELLO_VERSION_OFFSET);
         byte status;
@@ -212,7 +316,9 @@ final class LeaderHandshake {
             fallbackReason = "too many RDMA handshakes in progress";
         } else {
             status = Preamble.STATUS_ACCEPT;
-            token = TOKENS.nextLong();
+            do {
+                token = TOKENS.nextLong();
+            } while (token == Preamble.PROBE_TOKEN);
             port = transport.listenPort();
             pending = transport.expect(token);
             pending.whenComplete((s, e) -> wakeup.run());

@@ -26,11 +26,18 @@ import java.nio.ByteOrder;
  * +-------+-------+-------+-------+-------+-------+-------+-------+
  *
  * DECISION (follower to leader, after an ACCEPT reply), 1 byte: 'D' (bytes follow over RDMA) or 'T' (stay on TCP)
+ *
+ * PROBE ANSWER (leader to follower, on the leader's RDMA port, after the follower presented {@link #PROBE_TOKEN}),
+ * 8 bytes
+ * +-------+-------+-------+-------+-------+-------+-------+-------+
+ * |  'R'    'D'     'M'     'A'   |        leader broker id       |
+ * +-------+-------+-------+-------+-------+-------+-------+-------+
  * </pre>
  *
- * Kafka's own first four bytes are a request size (far below the 1.38 GB that "RDMA" reads as), or a TLS record
- * header starting with 0x16, so the leader tells an upgrade from a plain connection by the first byte, and a stock
- * broker receiving a HELLO rejects it as an oversized request and closes the connection.
+ * A HELLO goes only to a leader whose plugin answered the probe on its RDMA port: a stock broker would read "RDMA" as
+ * a 1.38 GB request size and log the connection as invalid, so it must never receive one. The leader tells an
+ * upgrade from a plain connection by the first byte: Kafka's own first four bytes are a request size (far below what
+ * "RDMA" reads as), or a TLS record header starting with 0x16.
  */
 final class Preamble {
     static final int MAGIC = 0x52444D41; // "RDMA"
@@ -63,6 +70,10 @@ final class Preamble {
     static final byte DECISION_RDMA = 'D';
     static final byte DECISION_TCP = 'T';
 
+    /** The token a follower presents on the leader's RDMA port to ask "which broker's plugin listens here?". */
+    static final long PROBE_TOKEN = 0L;
+    static final int PROBE_ANSWER_LENGTH = 8;
+
     private Preamble() {
     }
 
@@ -80,6 +91,11 @@ final class Preamble {
                 .putShort(6, (short) 0).putInt(REPLY_PORT_OFFSET, port).putInt(REPLY_BROKER_ID_OFFSET, brokerId)
                 .putLong(REPLY_TOKEN_OFFSET, token);
         return b;
+    }
+
+    /** The 8-byte answer a leader's plugin gives a probe on its RDMA port. */
+    static ByteBuffer probeAnswer(int brokerId) {
+        return ByteBuffer.allocate(PROBE_ANSWER_LENGTH).order(ByteOrder.BIG_ENDIAN).putInt(0, MAGIC).putInt(4, brokerId);
     }
 
     /**

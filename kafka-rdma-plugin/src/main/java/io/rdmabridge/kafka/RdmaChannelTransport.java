@@ -5,6 +5,7 @@ import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelInitializer;
@@ -34,7 +35,8 @@ import org.slf4j.LoggerFactory;
  * an {@link RdmaServerSocketChannel} on the leader's inter-broker host, and {@link RdmaSocketChannel}s to leaders.
  *
  * <p>The token: the follower's first 8 bytes on the RDMA stream (big-endian) are the one-time token the leader sent in
- * its preamble reply over TCP. Until a connection has presented a token the leader expects, it carries no Kafka byte:
+ * its preamble reply over TCP, or {@link Preamble#PROBE_TOKEN}, which the leader answers with its broker id
+ * ({@link Preamble#probeAnswer}) before closing the connection. Until a connection has presented a token the leader expects, it carries no Kafka byte:
  * an unknown token closes it at once, a missing one after the handshake timeout, and at most
  * {@code maxUnidentified} such connections exist at a time (more are closed on arrival).
  *
@@ -53,11 +55,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int sendQueueDepth;
     private final int receiveQueueDepth;
     private final int maxUnidentified;
+    private final int brokerId;
     private final AtomicInteger unidentified = new AtomicInteger();
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
-                                 int sendQueueDepth, int receiveQueueDepth, int maxUnidentified) {
+                                 int sendQueueDepth, int receiveQueueDepth, int maxUnidentified, int brokerId) {
+        this.brokerId = brokerId;
         this.provider = provider;
         this.group = group;
         this.server = server;
@@ -68,13 +72,14 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     /**
-     * Starts the event loop and the listener on {@code host:port} (port 0: ephemeral).
+     * Starts the event loop and the listener on {@code host:port} (port 0: ephemeral, for tests).
      *
+     * @param brokerId this broker's id, the answer to a follower's probe
      * @throws IOException naming the address when the listener cannot be bound
      */
-    static RdmaChannelTransport open(RdmaProvider provider, String host, int port, int handshakeTimeoutMs,
-                                     int sendQueueDepth, int receiveQueueDepth, int maxUnidentified)
-            throws IOException {
+    static RdmaChannelTransport open(RdmaProvider provider, int brokerId, String host, int port,
+                                     int handshakeTimeoutMs, int sendQueueDepth, int receiveQueueDepth,
+                                     int maxUnidentified) throws IOException {
         int sendDepth = sendQueueDepthFor(sendQueueDepth);
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, new DefaultThreadFactory("rdma-replication", true),
                 RdmaIoHandler.newFactory(provider));
@@ -104,10 +109,11 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             Throwable cause = done ? bound.cause() : null;
             throw new IOException("cannot listen for RDMA replication connections on " + address + " with provider "
                     + provider.name() + ": " + (cause == null ? "bind did not complete within " + handshakeTimeoutMs
-                    + " ms" : cause.toString()) + " (set rdma.port to a free port, or check the RDMA device)", cause);
+                    + " ms" : cause.toString()) + " (free that port, or move it with " + RdmaReplicationConfig.RDMA_PORT_OFFSET
+                    + " on every broker; or check the RDMA device)", cause);
         }
         RdmaChannelTransport t = new RdmaChannelTransport(provider, group, bound.channel(), handshakeTimeoutMs,
-                sendDepth, receiveQueueDepth, maxUnidentified);
+                sendDepth, receiveQueueDepth, maxUnidentified, brokerId);
         self[0] = t;
         return t;
     }
@@ -198,6 +204,36 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     @Override
+    public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
+        CompletableFuture<Integer> f = new CompletableFuture<>();
+        ChannelFuture connected = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMs)
+                .option(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
+                .option(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                .option(RdmaChannelOption.MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE)
+                .handler(new ProbeAnswerReader(leaderRdma, f))
+                .connect(leaderRdma);
+        connected.addListener((ChannelFuture cf) -> {
+            if (!cf.isSuccess()) {
+                f.completeExceptionally(cf.cause());
+                return;
+            }
+            ByteBuf t = cf.channel().alloc().directBuffer(TOKEN_LENGTH).writeLong(Preamble.PROBE_TOKEN);
+            cf.channel().writeAndFlush(t).addListener((ChannelFuture wf) -> {
+                if (!wf.isSuccess()) {
+                    f.completeExceptionally(wf.cause());
+                }
+            });
+        });
+        // The probe's connection never carries anything else: close it however the probe ends.
+        f.whenComplete((id, e) -> {
+            connected.cancel(false);
+            connected.channel().close();
+        });
+        return f;
+    }
+
+    @Override
     public String providerName() {
         return provider.name();
     }
@@ -209,6 +245,57 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             f.cancel(false);
         }
         group.shutdownGracefully(0, 2, TimeUnit.SECONDS).awaitUninterruptibly(handshakeTimeoutMs);
+    }
+
+    /**
+     * Follower side, the only handler of a probe's connection: completes the probe with the broker id of a valid
+     * answer, or exceptionally when the connection ends or answers something else. Event loop only.
+     */
+    private static final class ProbeAnswerReader extends ChannelInboundHandlerAdapter {
+        private final InetSocketAddress leaderRdma;
+        private final CompletableFuture<Integer> result;
+        private long answer;
+        private int answerBytes;
+
+        ProbeAnswerReader(InetSocketAddress leaderRdma, CompletableFuture<Integer> result) {
+            this.leaderRdma = leaderRdma;
+            this.result = result;
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ByteBuf buf = (ByteBuf) msg;
+            while (answerBytes < Preamble.PROBE_ANSWER_LENGTH && buf.isReadable()) {
+                answer = answer << 8 | buf.readUnsignedByte();
+                answerBytes++;
+            }
+            buf.release();
+            if (answerBytes < Preamble.PROBE_ANSWER_LENGTH) {
+                return;
+            }
+            int magic = (int) (answer >>> 32);
+            if (magic != Preamble.MAGIC) {
+                result.completeExceptionally(new IOException(leaderRdma + " answered the RDMA probe with magic 0x"
+                        + Integer.toHexString(magic) + " (expected: 0x" + Integer.toHexString(Preamble.MAGIC)
+                        + "): something other than the RDMA replication plugin listens there"));
+            } else {
+                result.complete((int) answer);
+            }
+            ctx.close();
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            result.completeExceptionally(new IOException(leaderRdma + " closed the RDMA probe after " + answerBytes
+                    + " of " + Preamble.PROBE_ANSWER_LENGTH + " answer bytes"));
+            ctx.fireChannelInactive();
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            result.completeExceptionally(cause);
+            ctx.close();
+        }
     }
 
     /**
@@ -254,6 +341,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 return;
             }
             uncount();
+            if (token == Preamble.PROBE_TOKEN) {
+                buf.release();
+                ByteBuf answer = ctx.alloc().directBuffer(Preamble.PROBE_ANSWER_LENGTH)
+                        .writeBytes(Preamble.probeAnswer(brokerId));
+                ctx.writeAndFlush(answer).addListener(ChannelFutureListener.CLOSE);
+                return;
+            }
             CompletableFuture<RdmaStream> f = expected.remove(token);
             if (f == null) {
                 buf.release();

@@ -20,8 +20,8 @@ import org.slf4j.LoggerFactory;
  * {@link RdmaReplicationPlugin} (which Kafka configures with the broker's properties a little later).
  *
  * <p>Active means: the agent installed its provider, {@code rdma.replication.enable=true}, and the inter-broker
- * listener was found. An active broker with no usable RDMA provider still answers and sends the preamble honestly
- * (declining, or not offering), so every replication connection stays on TCP with the cause logged once.
+ * listener was found. An active broker with no usable RDMA provider opens no RDMA port and sends no preamble, so its
+ * followers' probes find no plugin and every replication connection stays on TCP, with the cause logged once.
  * Thread-safe.
  */
 final class RdmaReplication {
@@ -133,7 +133,7 @@ final class RdmaReplication {
                     + c.provider() + "): " + selection.reason());
         }
         try {
-            return RdmaChannelTransport.open(selection.provider(), c.interBrokerHost(), c.rdmaPort(),
+            return RdmaChannelTransport.open(selection.provider(), c.brokerId(), c.interBrokerHost(), c.rdmaPort(),
                     c.handshakeTimeoutMs(), c.sendQueueDepth(), c.receiveQueueDepth(), c.maxHandshakes());
         } catch (IOException | RuntimeException e) {
             return RdmaStreamTransport.unavailable("RDMA provider " + selection.provider().name() + " ("
@@ -217,11 +217,20 @@ final class RdmaReplication {
         return null;
     }
 
-    void rememberPlainPeer(InetSocketAddress leader, String reason) {
+    /**
+     * Leaves {@code leader} on TCP for {@link #PLAIN_PEER_RETRY_MS}, saying why once: at INFO when it is a broker
+     * without the plugin (expected in a mixed cluster), at WARN when {@code unexpected} (its plugin answered, then
+     * the upgrade broke).
+     */
+    void rememberPlainPeer(InetSocketAddress leader, String reason, boolean unexpected) {
         Long previous = plainPeers.put(leader, System.currentTimeMillis() + PLAIN_PEER_RETRY_MS);
         if (previous == null) {
-            LOG.warn("Replication connections to {} stay on TCP (next RDMA attempt in {} s): {}", leader,
-                    PLAIN_PEER_RETRY_MS / 1000, reason);
+            String format = "Replication connections to {} stay on TCP (next RDMA attempt in {} s): {}";
+            if (unexpected) {
+                LOG.warn(format, leader, PLAIN_PEER_RETRY_MS / 1000, reason);
+            } else {
+                LOG.info(format, leader, PLAIN_PEER_RETRY_MS / 1000, reason);
+            }
         }
     }
 

@@ -1,15 +1,24 @@
 package io.rdmabridge.kafka;
 
+import java.net.InetSocketAddress;
 import java.util.Locale;
 import java.util.Map;
 
 /**
  * The plugin's broker configuration, read from {@code server.properties} by {@link RdmaReplicationPlugin}: its own
- * {@code rdma.*} keys (documented in docs/kafka.md) and the Kafka keys that locate the inter-broker listener.
+ * {@code rdma.*} keys (documented in docs/kafka.md) and the Kafka keys that locate the inter-broker listener and
+ * name its security protocol.
+ *
+ * <p>A broker's RDMA port is its inter-broker listener's port plus {@code rdma.port.offset}. It is derived rather than
+ * set per broker because a follower must know its leader's RDMA port before it sends the leader anything: it looks
+ * for the leader's plugin there (see {@link RdmaStreamTransport#probe}), and a leader without one (stock Kafka) never
+ * sees a byte it cannot parse. The port is fixed across restarts (firewalls can allow it), and brokers sharing a host
+ * get distinct ones.
  */
 record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTimeoutMs, int sendQueueDepth,
                              int receiveQueueDepth, int maxHandshakes, int brokerId, String interBrokerListener,
-                             String interBrokerHost, int interBrokerPort, int rdmaPort) {
+                             String interBrokerHost, int interBrokerPort, int rdmaPortOffset,
+                             boolean interBrokerTls) {
 
     static final String ENABLE = "rdma.replication.enable";
     static final String PROVIDER = "rdma.provider";
@@ -17,11 +26,15 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static final String SEND_QUEUE_DEPTH = "rdma.send.queue.depth";
     static final String RECEIVE_QUEUE_DEPTH = "rdma.receive.queue.depth";
     static final String MAX_HANDSHAKES = "rdma.handshake.max.in.progress";
-    static final String RDMA_PORT = "rdma.port";
+    static final String RDMA_PORT_OFFSET = "rdma.port.offset";
+    /** The key that set an absolute, per-broker RDMA port before followers had to find it on their own. */
+    static final String REMOVED_RDMA_PORT = "rdma.port";
 
     static final int DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
     static final int DEFAULT_QUEUE_DEPTH = 64;
     static final int DEFAULT_MAX_HANDSHAKES = 16;
+    /** Kafka's default listener port 9092 puts the RDMA port at 10092. */
+    static final int DEFAULT_RDMA_PORT_OFFSET = 1000;
 
     /**
      * Parses the broker's configuration.
@@ -35,7 +48,17 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
         int sendDepth = integer(props, SEND_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
         int receiveDepth = integer(props, RECEIVE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
         int maxHandshakes = integer(props, MAX_HANDSHAKES, DEFAULT_MAX_HANDSHAKES, 1, 4096);
-        int rdmaPort = integer(props, RDMA_PORT, 0, 0, 65535);
+        if (props.get(REMOVED_RDMA_PORT) != null) {
+            throw new IllegalArgumentException(REMOVED_RDMA_PORT + ": " + props.get(REMOVED_RDMA_PORT) + " (no longer "
+                    + "read: a broker's RDMA port is its inter-broker listener's port + " + RDMA_PORT_OFFSET + ", "
+                    + "default " + DEFAULT_RDMA_PORT_OFFSET + ", the same on every broker; remove " + REMOVED_RDMA_PORT
+                    + ")");
+        }
+        int offset = integer(props, RDMA_PORT_OFFSET, DEFAULT_RDMA_PORT_OFFSET, -65534, 65534);
+        if (offset == 0) {
+            throw new IllegalArgumentException(RDMA_PORT_OFFSET + ": 0 (expected: non-zero; the RDMA port cannot be "
+                    + "the inter-broker listener's own port)");
+        }
         String idText = string(props, "node.id", string(props, "broker.id", "-1"));
         int brokerId;
         try {
@@ -68,8 +91,35 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
                 throw new IllegalArgumentException("listeners: " + e + " (expected: NAME://host:port)");
             }
         }
+        if (port > 0 && !validPort(port + offset)) {
+            throw new IllegalArgumentException(RDMA_PORT_OFFSET + ": " + offset + " puts the RDMA port of listener "
+                    + listener + " (port " + port + ") at " + (port + offset) + " (expected: 1..65535)");
+        }
+        String protocol = listener;
+        for (String entry : string(props, "listener.security.protocol.map", "").split(",")) {
+            int colon = entry.indexOf(':');
+            if (colon > 0 && entry.substring(0, colon).trim().toUpperCase(Locale.ROOT).equals(listener)) {
+                protocol = entry.substring(colon + 1).trim().toUpperCase(Locale.ROOT);
+            }
+        }
+        boolean tls = protocol.equals("SSL") || protocol.equals("SASL_SSL");
         return new RdmaReplicationConfig(enabled, provider, timeout, sendDepth, receiveDepth, maxHandshakes, brokerId,
-                listener, host, port, rdmaPort);
+                listener, host, port, offset, tls);
+    }
+
+    /** This broker's RDMA listen port: its inter-broker listener's port + {@code rdma.port.offset}. */
+    int rdmaPort() {
+        return interBrokerPort + rdmaPortOffset;
+    }
+
+    /** Where a leader whose inter-broker listener is {@code leader} listens for RDMA, or -1 outside 1..65535. */
+    int rdmaPortOf(InetSocketAddress leader) {
+        int p = leader.getPort() + rdmaPortOffset;
+        return validPort(p) ? p : -1;
+    }
+
+    private static boolean validPort(int p) {
+        return p >= 1 && p <= 65535;
     }
 
     private static String string(Map<String, ?> props, String key, String dflt) {

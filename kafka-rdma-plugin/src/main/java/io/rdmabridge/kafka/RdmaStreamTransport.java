@@ -25,6 +25,15 @@ interface RdmaStreamTransport extends Closeable {
      */
     CompletableFuture<RdmaStream> expect(long token);
 
+    /**
+     * Follower side, before anything is sent on the leader's TCP connection: asks whatever listens at
+     * {@code leaderRdma} (the leader's RDMA port) which broker's plugin it is. Completes with that broker id, or
+     * exceptionally when nothing listens there (a stock broker, or one whose plugin is off or has no RDMA) or what
+     * answers is not this plugin. Either way the probe's connection is closed once it completes; cancelling it closes
+     * it too.
+     */
+    CompletableFuture<Integer> probe(InetSocketAddress leaderRdma);
+
     /** Follower side: connects to the leader's RDMA listener and presents {@code token}. */
     CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token);
 
@@ -54,6 +63,11 @@ interface RdmaStreamTransport extends Closeable {
 
             @Override
             public CompletableFuture<RdmaStream> expect(long token) {
+                return CompletableFuture.failedFuture(new java.io.IOException(cause));
+            }
+
+            @Override
+            public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
                 return CompletableFuture.failedFuture(new java.io.IOException(cause));
             }
 

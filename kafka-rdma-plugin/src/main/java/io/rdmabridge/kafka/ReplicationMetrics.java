@@ -22,6 +22,10 @@ import org.apache.kafka.common.utils.Time;
  */
 final class ReplicationMetrics implements AutoCloseable {
     static final String GROUP = "rdma-replication";
+    /** The peer of inter-broker connections whose broker id is not known (see {@link #peer}). */
+    static final String UNKNOWN_PEER = "unknown";
+    /** Peer ids come from the network: beyond this many, new ones are counted as {@link #UNKNOWN_PEER}. */
+    static final int MAX_PEERS = 1024;
 
     private final Metrics metrics;
     private final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
@@ -45,8 +49,16 @@ final class ReplicationMetrics implements AutoCloseable {
         metrics.addMetric(mn, (Measurable) (config, now) -> adder.sum());
     }
 
+    /**
+     * The counters of one peer broker, created on first use. The ids a leader learns come from its followers' bytes
+     * (preamble, request header), so their number is capped at {@link #MAX_PEERS}.
+     */
     Peer peer(String id) {
-        return peers.computeIfAbsent(id, Peer::new);
+        Peer p = peers.get(id);
+        if (p != null) {
+            return p;
+        }
+        return peers.computeIfAbsent(peers.size() < MAX_PEERS ? id : UNKNOWN_PEER, Peer::new);
     }
 
     void upgradeAttempted() {
@@ -86,7 +98,7 @@ final class ReplicationMetrics implements AutoCloseable {
         metrics.close();
     }
 
-    /** Byte counters of the replication connections with one peer broker ("unknown" before it is identified). */
+    /** Byte counters of the replication connections with one peer broker, or with unidentified ones. */
     final class Peer {
         private final String id;
         final LongAdder rdmaSent = new LongAdder();
@@ -101,8 +113,8 @@ final class ReplicationMetrics implements AutoCloseable {
             Map<String, String> tags = Map.of("peer", id);
             gauge("rdma-bytes-sent-total", "Bytes sent to this peer over RDMA", tags, rdmaSent);
             gauge("rdma-bytes-received-total", "Bytes received from this peer over RDMA", tags, rdmaReceived);
-            gauge("tcp-bytes-sent-total", "Bytes written to this peer over TCP by write() (sendfile transfers are "
-                    + "not seen)", tags, tcpSent);
+            gauge("tcp-bytes-sent-total", "Bytes sent to this peer over TCP (as a leader on a plain listener: whole "
+                    + "responses, sendfile included, counted as they start)", tags, tcpSent);
             gauge("tcp-bytes-received-total", "Bytes received from this peer over TCP", tags, tcpReceived);
             gauge("rdma-copied-bytes-sent-total", "Bytes the CPU copied into registered memory to send over RDMA",
                     tags, copiedSent);

@@ -14,8 +14,10 @@ import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import sun.nio.ch.SelChImpl;
@@ -39,6 +41,7 @@ import sun.nio.ch.SelectionKeyImpl;
 final class ReplicationSocketChannel extends SocketChannel implements SelChImpl {
     private static final Logger LOG = LoggerFactory.getLogger(ReplicationSocketChannel.class);
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
+    private static final int RESPONSE_SIZE_LENGTH = 4;
 
     private enum Mode { UNCONNECTED, HANDSHAKE, TCP, RDMA, FAILED }
 
@@ -55,6 +58,15 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     private ReplicationMetrics.Peer peer;
     private ScheduledFuture<?> deadline;
     private boolean attemptCounted;
+    /**
+     * Leader side, plain TCP: {@code FileChannel.transferTo} sends the records of a fetch response with
+     * {@code sendfile}, past {@link #write}, so TCP bytes sent are counted per response instead: each response's
+     * 4-byte size prefix (always written by {@link #write}) adds 4 + size. Kafka reads a connection's next request
+     * only once the previous response is sent, so the next response's prefix is the first byte written after a read.
+     */
+    private boolean countResponses;
+    private int responsePrefixLeft;
+    private int responseSize;
 
     private ReplicationSocketChannel(RdmaSelectorProvider provider, RdmaReplication replication, SocketChannel tcp,
                                      boolean leader) throws IOException {
@@ -67,7 +79,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             mode = Mode.HANDSHAKE;
             handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
                     replication.handshakeAdmission(), pollSet::signal);
-            peer = replication.metrics().peer("unknown");
+            // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
+            countResponses = !replication.config().interBrokerTls();
+            responsePrefixLeft = RESPONSE_SIZE_LENGTH;
         } else {
             mode = Mode.UNCONNECTED;
             handshake = null;
@@ -111,6 +125,15 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             int timeoutMs = replication.config().handshakeTimeoutMs();
             tcp.configureBlocking(true);
             tcp.socket().connect(leader, timeoutMs);
+            // Connected first, so that a leader that is down is not taken for one without the plugin.
+            String noPlugin = probeLeader(leader, timeoutMs);
+            if (noPlugin != null) {
+                replication.rememberPlainPeer(leader, noPlugin, false);
+                mode = Mode.TCP;
+                tcp.configureBlocking(isBlocking());
+                updateWatch();
+                return true;
+            }
             replication.metrics().upgradeAttempted();
             FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
                     replication.transport(), leader, timeoutMs);
@@ -131,7 +154,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                     break;
                 default:
                     replication.metrics().upgradeFellBack();
-                    replication.rememberPlainPeer(leader, o.reason());
+                    replication.rememberPlainPeer(leader, o.reason(), true);
                     redial(leader, timeoutMs);
                     mode = Mode.TCP;
                     break;
@@ -140,6 +163,43 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
         updateWatch();
         return true;
+    }
+
+    /**
+     * Asks the leader's RDMA port whether the leader's plugin listens there, before a byte goes to the leader's
+     * Kafka listener: a stock broker would take the preamble for a broken request and log it.
+     *
+     * @return {@code null} when the plugin of the broker this fetcher follows answered; otherwise why the connection
+     *         stays on TCP without a preamble
+     */
+    private String probeLeader(InetSocketAddress leader, int timeoutMs) {
+        int port = replication.config().rdmaPortOf(leader);
+        if (port < 0) {
+            return "leader " + peer.id() + "'s inter-broker port " + leader.getPort() + " + "
+                    + RdmaReplicationConfig.RDMA_PORT_OFFSET + " " + replication.config().rdmaPortOffset()
+                    + " is no port (expected: 1..65535)";
+        }
+        InetSocketAddress rdma = new InetSocketAddress(leader.getAddress(), port);
+        var answer = replication.transport().probe(rdma);
+        try {
+            int id = answer.get(timeoutMs, TimeUnit.MILLISECONDS);
+            if (!Integer.toString(id).equals(peer.id())) {
+                return "the RDMA port " + rdma + " answers for broker " + id + ", not for leader " + peer.id()
+                        + " (expected: " + RdmaReplicationConfig.RDMA_PORT_OFFSET + " the same on every broker)";
+            }
+            return null;
+        } catch (TimeoutException e) {
+            answer.cancel(false);
+            return "no RDMA probe answer from " + rdma + " within " + timeoutMs + " ms (rdma.handshake.timeout.ms)";
+        } catch (ExecutionException e) {
+            return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
+                    + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "
+                    + "without a usable RDMA provider";
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            answer.cancel(false);
+            return "interrupted while probing " + rdma;
+        }
     }
 
     /** Replaces a socket the handshake left unusable by a fresh plain one with the same options. */
@@ -204,6 +264,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                     dst.put(slice);
                     replay.position(replay.position() + n);
                     if (!dst.hasRemaining()) {
+                        if (countResponses && responsePrefixLeft == 0) {
+                            responsePrefixLeft = RESPONSE_SIZE_LENGTH;
+                        }
                         peer.tcpReceived(n);
                         return n;
                     }
@@ -211,6 +274,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 int m = tcp.read(dst);
                 if (m < 0) {
                     return n > 0 ? n : -1;
+                }
+                if (countResponses && n + m > 0 && responsePrefixLeft == 0) {
+                    responsePrefixLeft = RESPONSE_SIZE_LENGTH;
                 }
                 peer.tcpReceived(n + m);
                 return n + m;
@@ -256,8 +322,16 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         ensureOpen();
         switch (mode) {
             case TCP: {
+                if (!countResponses) {
+                    int n = tcp.write(src);
+                    peer.tcpSent(n);
+                    return n;
+                }
+                int from = src.position();
                 int n = tcp.write(src);
-                peer.tcpSent(n);
+                for (int i = 0; i < n && responsePrefixLeft > 0; i++) {
+                    responseSizeByte(src.get(from + i));
+                }
                 return n;
             }
             case RDMA: {
@@ -281,8 +355,28 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     @Override
     public long write(ByteBuffer[] srcs, int offset, int length) throws IOException {
         if (mode == Mode.TCP) {
+            if (!countResponses || responsePrefixLeft == 0) {
+                long n = tcp.write(srcs, offset, length);
+                if (!countResponses) {
+                    peer.tcpSent(n);
+                }
+                return n;
+            }
+            // The size prefix may span buffers: peek at it before the JDK moves their positions.
+            int peeked = 0;
+            int got = 0;
+            for (int i = offset; i < offset + length && got < responsePrefixLeft; i++) {
+                ByteBuffer b = srcs[i];
+                for (int j = b.position(); j < b.limit() && got < responsePrefixLeft; j++) {
+                    peeked = peeked << 8 | (b.get(j) & 0xff);
+                    got++;
+                }
+            }
             long n = tcp.write(srcs, offset, length);
-            peer.tcpSent(n);
+            int sent = (int) Math.min(Math.max(n, 0), got);
+            for (int k = 0; k < sent; k++) {
+                responseSizeByte((byte) (peeked >>> (8 * (got - 1 - k))));
+            }
             return n;
         }
         long total = 0;
@@ -296,6 +390,15 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             }
         }
         return total;
+    }
+
+    /** Takes one byte of a response's size prefix; the last one counts the whole response as sent over TCP. */
+    private void responseSizeByte(byte b) {
+        responseSize = responseSize << 8 | (b & 0xff);
+        if (--responsePrefixLeft == 0) {
+            peer.tcpSent(RESPONSE_SIZE_LENGTH + (responseSize & 0xffffffffL));
+            responseSize = 0;
+        }
     }
 
     private void checkBlocking() {
@@ -317,9 +420,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             case TCP:
                 cancelDeadline();
                 replay = handshake.replay();
-                if (handshake.peerBrokerId() >= 0) {
-                    peer = replication.metrics().peer(Integer.toString(handshake.peerBrokerId()));
-                }
+                peer = replication.metrics().peer(handshake.peerBrokerId() >= 0
+                        ? Integer.toString(handshake.peerBrokerId()) : ReplicationMetrics.UNKNOWN_PEER);
                 if (handshake.fallbackReason() != null) {
                     replication.metrics().upgradeFellBack();
                     LOG.warn("Replication connection from broker {} at {} stays on TCP: {}",

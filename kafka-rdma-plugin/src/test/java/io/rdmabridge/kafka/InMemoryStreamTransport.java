@@ -16,6 +16,11 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
 
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
     volatile IOException connectFailure;
+    /** The broker id a probe is answered with: the leader id of a fetcher thread named "ReplicaFetcherThread-0-2". */
+    volatile int probeAnswer = 2;
+    /** When set, probes fail with it, as against a leader without the plugin. */
+    volatile IOException probeFailure;
+    volatile int probes;
 
     @Override
     public boolean isAvailable() {
@@ -38,6 +43,13 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         expected.put(token, f);
         f.whenComplete((s, e) -> expected.remove(token, f));
         return f;
+    }
+
+    @Override
+    public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
+        probes++;
+        return probeFailure != null ? CompletableFuture.failedFuture(probeFailure)
+                : CompletableFuture.completedFuture(probeAnswer);
     }
 
     @Override

@@ -2,7 +2,9 @@ package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.kafka.LeaderHandshake.State;
@@ -180,6 +182,67 @@ class LeaderHandshakeTest {
         tcp.arrive((byte) 0x7f);
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA decision byte 0x7f (expected: 'D' or 'T')", hs.failure());
+        assertEquals(2, admission.availablePermits());
+    }
+
+    /** A replica fetcher's first request: ApiVersions v3 with Kafka's client id for broker 3's fetcher 0. */
+    private static byte[] fetcherRequest(String clientId) {
+        byte[] id = clientId.getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        ByteBuffer b = ByteBuffer.allocate(4 + 10 + id.length + 5);
+        b.putInt(b.capacity() - 4).putShort((short) 18).putShort((short) 3).putInt(1).putShort((short) id.length)
+                .put(id).put(new byte[5]);
+        return b.array();
+    }
+
+    @Test
+    void shouldNameAStockFollowerByItsFetcherClientIdAndHandEveryByteBack() throws Exception {
+        byte[] request = fetcherRequest("broker-3-fetcher-0");
+        FakeTcp tcp = new FakeTcp();
+        LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
+        for (int i = 0; i < 4 + 10 + 18 - 1; i++) {
+            tcp.arrive(request[i]);
+            assertEquals(State.REQUEST_HEADER, hs.advance(), "after byte " + i);
+        }
+        tcp.arrive(Arrays.copyOfRange(request, 4 + 10 + 18 - 1, request.length));
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(3, hs.peerBrokerId());
+        assertNull(hs.fallbackReason());
+        assertFalse(hs.attempted(), "no upgrade was attempted");
+        assertArrayEquals(request, concat(bytes(hs.replay()), tcp.unread()), "no byte lost");
+        assertEquals(5, tcp.unread().length, "nothing read past the client id");
+        assertEquals(0, tcp.written().length, "nothing written to a stock follower");
+    }
+
+    @Test
+    void shouldLeaveOtherClientsUnnamed() throws Exception {
+        for (String id : new String[] {"producer-1", "broker-3-fetcher-", "broker--fetcher-0", "broker-3-fetcher-0x",
+                "broker-99999999999-fetcher-0"}) {
+            byte[] request = fetcherRequest(id);
+            FakeTcp tcp = new FakeTcp().arrive(request);
+            LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
+            assertEquals(State.TCP, hs.advance(), id);
+            assertEquals(-1, hs.peerBrokerId(), id);
+            assertArrayEquals(request, concat(bytes(hs.replay()), tcp.unread()), id);
+        }
+    }
+
+    @Test
+    void shouldNotWaitForHeaderBytesBeyondTheRequestOrForTls() throws Exception {
+        // A size too small for a header: after the size Kafka takes over (it rejects such a request itself).
+        FakeTcp tiny = new FakeTcp().arrive(new byte[] {0, 0, 0, 2, 0, 18});
+        LeaderHandshake hs = handshake(tiny, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(4, hs.replay().remaining());
+        // An oversized first request: not a fetcher's, left to Kafka after its size.
+        FakeTcp large = new FakeTcp().arrive(new byte[] {0, 0x10, 0, 0, 0, 1});
+        hs = handshake(large, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(4, hs.replay().remaining());
+        // TLS: the header is encrypted, so the first byte goes straight back.
+        FakeTcp tls = new FakeTcp().arrive(new byte[] {0x16, 3, 1, 0, 5});
+        hs = handshake(tls, RdmaStreamTransport.unavailable("none"));
+        assertEquals(State.TCP, hs.advance());
+        assertEquals(1, hs.replay().remaining());
         assertEquals(2, admission.availablePermits());
     }
 }

@@ -3,12 +3,17 @@ package io.rdmabridge.kafka;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
@@ -17,6 +22,7 @@ import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
@@ -39,7 +45,7 @@ class RdmaChannelTransportTest {
 
     @BeforeEach
     void open() throws IOException {
-        transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 4);
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 2000, 64, 64, 4);
     }
 
     @AfterEach
@@ -209,5 +215,50 @@ class RdmaChannelTransportTest {
         } while (n == 0);
         assertEquals(-1, n);
         late.close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldAnswerAProbeWithItsBrokerIdAndLeaveNothingBehind() throws Exception {
+        assertEquals(1, transport.probe(listener()).get(10, TimeUnit.SECONDS), "the leader's broker id");
+        // The probe used no token: the stream a real follower opens next is unaffected.
+        RdmaStream[] s = pair(11);
+        writeFully(s[1], ByteBuffer.wrap("fetch".getBytes()));
+        ByteBuffer in = ByteBuffer.allocate(5);
+        readFully(s[0], in);
+        assertEquals("fetch", new String(in.array()));
+        s[0].close();
+        s[1].close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailAProbeWhereNoPluginListens() throws Exception {
+        int port;
+        try (ServerSocket unused = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"))) {
+            port = unused.getLocalPort();
+        }
+        ExecutionException e = assertThrows(ExecutionException.class,
+                () -> transport.probe(new InetSocketAddress("127.0.0.1", port)).get(10, TimeUnit.SECONDS));
+        assertNotNull(e.getCause(), "names why");
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldFailAProbeAnsweredBySomethingElse() throws Exception {
+        // A plain TCP service on the port: whatever the soft provider makes of it, it is no plugin's answer.
+        try (ServerSocket other = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"))) {
+            CompletableFuture<Void> serve = CompletableFuture.runAsync(() -> {
+                try (Socket s = other.accept()) {
+                    s.getOutputStream().write(new byte[64]);
+                    s.getInputStream().read(new byte[64]);
+                } catch (IOException ignored) {
+                    // The probe closed it.
+                }
+            });
+            assertThrows(ExecutionException.class, () -> transport.probe(
+                    new InetSocketAddress("127.0.0.1", other.getLocalPort())).get(10, TimeUnit.SECONDS));
+            serve.get(10, TimeUnit.SECONDS);
+        }
     }
 }

@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -23,6 +24,7 @@ import java.nio.file.StandardOpenOption;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
+import javax.management.ObjectName;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -45,11 +47,13 @@ class ReplicationSocketChannelTest {
     }
 
     private RdmaSelectorProvider configure(int port, RdmaStreamTransport transport) {
+        int offset = transport.isAvailable() ? transport.listenPort() - port : 1000;
         RdmaReplication r = RdmaReplication.get();
         r.agentInstalled();
         r.configure(Map.of("rdma.replication.enable", "true", "node.id", "1", "listeners",
                 "REPLICATION://127.0.0.1:" + port, "inter.broker.listener.name", "REPLICATION",
-                "rdma.handshake.timeout.ms", "2000"), transport);
+                "rdma.handshake.timeout.ms", "2000", "rdma.port.offset", Integer.toString(offset)),
+                transport);
         return new RdmaSelectorProvider(SelectorProvider.provider());
     }
 
@@ -64,7 +68,7 @@ class ReplicationSocketChannelTest {
     @Test
     void shouldCarryKafkasBytesOverTheRdmaChannelWithOneCopyEachSide() throws Exception {
         SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
-        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, "127.0.0.1", 0, 2000, 64, 64, 16);
+        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, 2, "127.0.0.1", 0, 2000, 64, 64, 16);
         ReplicationMetrics.Peer follower = exchange(transport, true);
         ReplicationMetrics.Peer leader = RdmaReplication.get().metrics().peer("1");
         long total = PAYLOAD + fileBytes().length;
@@ -94,6 +98,103 @@ class ReplicationSocketChannelTest {
         ReplicationMetrics.Peer peer = exchange(transport, false);
         assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum());
         assertEquals(2, RdmaReplication.get().metrics().fellBack(), "follower and leader count the fallback");
+    }
+
+    @Test
+    void shouldSendALeaderWithoutThePluginNothingButKafkasBytes() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeFailure = new IOException("test: connection refused");
+        try (ServerSocketChannel stock = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) stock.getLocalAddress()).getPort();
+            RdmaSelectorProvider provider = configure(port, transport);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            assertTrue(onFetcherThread(() -> follower.connect(new InetSocketAddress("127.0.0.1", port))));
+            byte[] kafka = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
+            follower.write(ByteBuffer.wrap(kafka));
+            try (SocketChannel leader = stock.accept()) {
+                ByteBuffer got = ByteBuffer.allocate(kafka.length);
+                while (got.hasRemaining()) {
+                    assertTrue(leader.read(got) >= 0);
+                }
+                assertArrayEquals(kafka, got.array(), "the stock leader's first bytes are Kafka's own");
+            }
+            assertEquals(1, transport.probes, "the leader's RDMA port was asked first");
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            assertEquals(0, RdmaReplication.get().metrics().attempted(), "no upgrade attempted with a stock leader");
+            follower.close();
+        }
+    }
+
+    @Test
+    void shouldNameAStockFollowerAndCountTheResponsesSendfileSends() throws Exception {
+        Path file = dir.resolve("records");
+        Files.write(file, fileBytes());
+        ServerSocketChannel probe = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        int port = ((InetSocketAddress) probe.getLocalAddress()).getPort();
+        probe.close();
+        RdmaSelectorProvider provider = configure(port, new InMemoryStreamTransport());
+        ServerSocketChannel server = provider.openServerSocketChannel();
+        server.bind(new InetSocketAddress("127.0.0.1", port));
+        byte[] clientId = "broker-3-fetcher-0".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        ByteBuffer request = ByteBuffer.allocate(4 + 10 + clientId.length);
+        request.putInt(request.capacity() - 4).putShort((short) 1).putShort((short) 17).putInt(7)
+                .putShort((short) clientId.length).put(clientId).flip();
+        long expectedSent = 0;
+        try (SocketChannel stock = SocketChannel.open(new InetSocketAddress("127.0.0.1", port));
+             SocketChannel leader = server.accept();
+             FileChannel records = FileChannel.open(file, StandardOpenOption.READ)) {
+            leader.configureBlocking(false);
+            for (int round = 0; round < 2; round++) {
+                stock.write(request.duplicate());
+                ByteBuffer in = ByteBuffer.allocate(request.remaining());
+                long deadline = System.nanoTime() + 10_000_000_000L;
+                while (in.hasRemaining()) {
+                    assertTrue(System.nanoTime() < deadline, "request stalled at " + in.position());
+                    if (leader.read(in) == 0) {
+                        Thread.sleep(1);
+                    }
+                }
+                // A fetch response as Kafka sends it: size and header by a gathering write, records by transferTo.
+                int size = 8 + (int) records.size();
+                ByteBuffer[] head = {ByteBuffer.allocate(4).putInt(0, size), ByteBuffer.allocate(8).putInt(0, 7)};
+                while (head[1].hasRemaining()) {
+                    leader.write(head, 0, 2);
+                }
+                long position = 0;
+                while (position < records.size()) {
+                    position += records.transferTo(position, records.size() - position, leader);
+                }
+                expectedSent += 4 + size;
+                ByteBuffer response = ByteBuffer.allocate(4 + size);
+                while (response.hasRemaining()) {
+                    assertTrue(stock.read(response) >= 0);
+                }
+                assertEquals(size, response.getInt(0));
+            }
+        }
+        server.close();
+        ReplicationMetrics.Peer three = RdmaReplication.get().metrics().peer("3");
+        assertEquals(expectedSent, three.tcpSent.sum(), "every response byte, sendfile's included");
+        assertEquals(2L * request.remaining(), three.tcpReceived.sum());
+        assertTrue(ManagementFactory.getPlatformMBeanServer().queryNames(
+                new ObjectName("kafka.server:type=rdma-replication,peer=unknown"), null).isEmpty(),
+                "the stock follower is named by its broker id, not counted as unknown");
+    }
+
+    interface FetcherCall<T> {
+        T call() throws Exception;
+    }
+
+    /** Runs {@code call} on this thread renamed as Kafka's replica fetcher of leader 2. */
+    private static <T> T onFetcherThread(FetcherCall<T> call) throws Exception {
+        Thread self = Thread.currentThread();
+        String name = self.getName();
+        self.setName("ReplicaFetcherThread-0-2");
+        try {
+            return call.call();
+        } finally {
+            self.setName(name);
+        }
     }
 
     private byte[] fileBytes() {

@@ -28,8 +28,8 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
  * A KRaft cluster of child JVMs started from the Maven Central jars on this test's class path: one controller (node 0)
  * and brokers 1..n, each with a client listener (CLIENT, on 127.0.0.1) and an inter-broker listener (REPLICATION, on
  * {@code rdmabridge.test.address}: 127.0.0.1 by default, an RDMA interface's address on a real device, since the
- * plugin listens for RDMA where that listener is). Brokers chosen as RDMA brokers get the plugin jar's agent and
- * {@code rdma.replication.enable=true}; every broker has the plugin jar on its class path and in
+ * plugin listens for RDMA where that listener is, on its port + 1000). Brokers chosen as RDMA brokers get the plugin
+ * jar's agent and {@code rdma.replication.enable=true}; every broker has the plugin jar on its class path and in
  * {@code metric.reporters}, and {@code rdmabridge.test.childJvmOptions} (the disni profile's library path and module
  * export) among its JVM options. Time limits grow with {@code rdmabridge.test.slowdown}.
  */
@@ -37,6 +37,8 @@ final class KafkaCluster implements AutoCloseable {
     static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
     /** Where the inter-broker (replication) listeners are. */
     static final String REPLICATION_HOST = System.getProperty("rdmabridge.test.address", "127.0.0.1");
+    /** The plugin's default {@code rdma.port.offset}: a broker's RDMA port is its replication port + this. */
+    static final int RDMA_PORT_OFFSET = 1000;
 
     /** One node's ports, directory and process. */
     static final class Node {
@@ -82,7 +84,8 @@ final class KafkaCluster implements AutoCloseable {
         classPath = brokerClassPath(pluginJar);
         controller = new Node(0, true, root.resolve("controller"), freePort(), 0, freePort());
         for (int id = 1; id <= brokerCount; id++) {
-            brokers.put(id, new Node(id, false, root.resolve("broker-" + id), freePort(), freePort(), freePort()));
+            brokers.put(id, new Node(id, false, root.resolve("broker-" + id), freePort(), freeReplicationPort(),
+                    freePort()));
         }
     }
 
@@ -324,6 +327,28 @@ final class KafkaCluster implements AutoCloseable {
     private static int freePort() throws IOException {
         try (ServerSocket s = new ServerSocket(0)) {
             return s.getLocalPort();
+        }
+    }
+
+    /**
+     * A free port for an inter-broker listener whose RDMA port (this port + {@link #RDMA_PORT_OFFSET}, the plugin's
+     * default) is free as well, so that brokers sharing this host get distinct RDMA ports.
+     */
+    private static int freeReplicationPort() throws IOException {
+        for (int attempt = 0; attempt < 100; attempt++) {
+            int port = freePort();
+            if (port + RDMA_PORT_OFFSET <= 65535 && isFree(port + RDMA_PORT_OFFSET)) {
+                return port;
+            }
+        }
+        throw new IOException("no free port p with p + " + RDMA_PORT_OFFSET + " free in 100 attempts");
+    }
+
+    private static boolean isFree(int port) {
+        try (ServerSocket s = new ServerSocket(port)) {
+            return true;
+        } catch (IOException e) {
+            return false;
         }
     }
 
