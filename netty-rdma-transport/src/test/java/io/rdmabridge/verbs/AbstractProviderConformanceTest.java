@@ -18,11 +18,17 @@ import io.rdmabridge.verbs.LocalEnd.Buffer;
 import io.rdmabridge.verbs.LocalEnd.Cm;
 import io.rdmabridge.verbs.LocalEnd.Connection;
 import io.rdmabridge.verbs.LocalEnd.Wc;
+import java.lang.ref.Reference;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -39,8 +45,10 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The provider conformance suite: what every {@link RdmaProvider} must do, written against the verbs SPI alone.
@@ -106,7 +114,9 @@ public abstract class AbstractProviderConformanceTest {
     }
 
     @BeforeEach
-    void setUp() throws Exception {
+    void setUp(TestInfo test) throws Exception {
+        // Names the case before it runs: when a native fault kills the JVM, surefire keeps no report, only this.
+        System.err.println("conformance case: " + test.getDisplayName() + " (" + provider.name() + ")");
         if (!peer.isAlive()) {
             peer.close();
             peer = newPeer();
@@ -362,6 +372,41 @@ public abstract class AbstractProviderConformanceTest {
         assertEquals(200, p.byteLength());
         assertFalse(p.hasImm());
         assertEquals(TestPattern.crc(21, 0, 200), p.crc(), "received bytes");
+    }
+
+    /**
+     * Memory-mapped files are registered the way the channel's file regions and the Spark block server register them:
+     * a read-only mapping, without local write access (with remote read and without). Sends gather from them.
+     */
+    @Test
+    public void shouldSendFromReadOnlyMappedFile(@TempDir Path dir) throws Exception {
+        int size = 3 * 4096 + 100;
+        Path file = dir.resolve("chunk");
+        Files.write(file, TestPattern.bytes(23, 0, size));
+        InetSocketAddress addr = listen(Config.accept(4, 4, 8192));
+        Connection c = connect(addr);
+        ProtectionDomain pd = local.pd(c.id.device());
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ)) {
+            MappedByteBuffer map = channel.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            long address = DirectMemory.address(map);
+            int[] accesses = {0, Access.REMOTE_READ};
+            for (int i = 0; i < accesses.length; i++) {
+                MemoryRegion mr = pd.register(address, size, accesses[i]);
+                try {
+                    c.qp.postSend(swr.reset().wrId(i).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                            .addSge(address + 100 + i, 5000, mr.lkey()));
+                    assertStatus(WcStatus.SUCCESS, local.poll(c.sendCq, 1, WAIT_MS).get(0));
+                    Completion p = peerCompletions(c.peerIndex, 1, WAIT_MS).get(0);
+                    assertPeerStatus(WcStatus.SUCCESS, p);
+                    assertEquals(TestPattern.crc(23, 100 + i, 5000), p.crc(), "bytes sent from the mapped file, access "
+                            + Access.toString(accesses[i]));
+                } finally {
+                    mr.close();
+                }
+            }
+            // The mapping must outlive its registrations.
+            Reference.reachabilityFence(map);
+        }
     }
 
     @Test

@@ -4,6 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.SparkSession;
@@ -34,6 +36,8 @@ class RdmaShuffleDeviceJobTest {
         Map<String, String> settings = RdmaShuffleJobsTest.rdma();
         // The first connection of an executor opens the device and loads the provider: slow on a slow machine.
         settings.put("spark.shuffle.rdma.connectTimeout", LocalCluster.scaledSeconds(10) + "s");
+        // So is the first answer to a block server's challenge (the client's first registration and HMAC).
+        settings.put("spark.shuffle.rdma.authTimeout", LocalCluster.scaledSeconds(10) + "s");
         SparkSession spark = LocalCluster.start("device-rdma", settings);
         try {
             ShuffleCounters counters = ShuffleCounters.install(spark);
@@ -74,6 +78,15 @@ class RdmaShuffleDeviceJobTest {
             assertEquals(0, counters.fetchFailures.get(), "fetch failures");
             assertEquals(0, ShuffleCounters.rdmaCounter("fetchFailures"), "executors: "
                     + ShuffleCounters.rdmaMetrics());
+        } catch (AssertionError | RuntimeException e) {
+            // The executors' own words (why a block server closed a connection, say) vanish with their work dirs.
+            String appId = spark.sparkContext().applicationId();
+            List<String> logged = new ArrayList<>(ExecutorLogs.linesContaining(appId, " WARN "));
+            logged.addAll(ExecutorLogs.linesContaining(appId, " ERROR "));
+            logged.addAll(ExecutorLogs.linesContaining(appId, "Exception"));
+            e.addSuppressed(new AssertionError("executors' warnings and errors (" + logged.size() + "):\n"
+                    + String.join("\n", logged.subList(0, Math.min(200, logged.size())))));
+            throw e;
         } finally {
             spark.stop();
         }
