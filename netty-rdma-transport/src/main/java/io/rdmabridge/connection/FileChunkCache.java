@@ -11,7 +11,8 @@ import java.util.List;
 
 /**
  * Registered, memory-mapped chunks of files, so file bytes go to the device without passing through the heap (or
- * any copy). Chunks are {@link #CHUNK_SIZE} bytes of a file at aligned offsets, registered read-only; at most
+ * any copy). Chunks are {@link #CHUNK_SIZE} bytes of a file at aligned offsets, mapped privately and registered
+ * without write access (the device reads them; on Linux before 6.2 registering copies each page once); at most
  * {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
  * {@link #acquire} answers {@code null} and the caller waits for completions.
  *
@@ -58,7 +59,11 @@ public final class FileChunkCache implements AutoCloseable {
                     + " bytes); was it truncated while being sent?");
         }
         int length = (int) Math.min(CHUNK_SIZE, size - start);
-        MappedByteBuffer map = file.map(FileChannel.MapMode.READ_ONLY, start, length);
+        // A private mapping, not a read-only shared one: Linux before 6.2 pins every region it registers for
+        // writing, and refuses a read-only shared mapping with EFAULT (seen on rxe, Linux 6.1: "Bad address"). There
+        // the pin copies each page once (copy on write), so a registered chunk costs its size in memory; later
+        // kernels pin the page cache itself. Nothing writes the mapping either way.
+        MappedByteBuffer map = file.map(FileChannel.MapMode.PRIVATE, start, length);
         MemoryRegion mr = memory.registerReadOnly(DirectMemory.address(map), length);
         Chunk c = new Chunk(file, index, start, length, map, mr);
         c.users = 1;
