@@ -41,15 +41,16 @@ final class GrpcSection {
 
     static String section(Config config, List<Trial> trials, Instant start, double loadBefore, double loadAfter) {
         StringBuilder md = new StringBuilder(TITLE).append("\n\n");
-        md.append(String.format(Locale.ROOT, "Measured on %s (load average %.1f before, %.1f after; the machine is"
-                + " shared, so absolute rates move between runs: read the ratios). One gRPC client-streaming call of"
-                + " %d MiB in %d KiB messages per trial, after an untimed %d MiB call on the same connection; the"
-                + " server is a child JVM on loopback, client and server each on one event loop with gRPC's direct"
+        md.append(String.format(Locale.ROOT, "Measured on %s on %d cores shared with other work (load average %.1f"
+                + " before, %.1f after), so absolute rates move between runs: read the ratios. One gRPC"
+                + " client-streaming call of %d MiB in %d KiB messages per trial, after an untimed %d MiB call on the"
+                + " same connection; the server is a child JVM on loopback, client and server each on one event loop with gRPC's direct"
                 + " executor. RDMA = `RdmaSocketChannel` on the soft provider (queue pairs over TCP between the"
                 + " processes) with `REGISTERED_ALLOCATOR` at both ends; NIO = Netty's `NioSocketChannel`. The two"
                 + " alternate, the order swapping every round. CPU = process CPU time (all threads) per GiB streamed;"
                 + " copied/byte = CPU-copied bytes of the client's RDMA channel per byte streamed"
-                + " (`RdmaChannelMetrics`).%n%n", start.truncatedTo(ChronoUnit.SECONDS), loadBefore, loadAfter,
+                + " (`RdmaChannelMetrics`).%n%n", start.truncatedTo(ChronoUnit.SECONDS),
+                Runtime.getRuntime().availableProcessors(), loadBefore, loadAfter,
                 config.bytes() >> 20, config.messageBytes() >> 10, config.warmupBytes() >> 20));
         md.append("| round | transport | MiB/s | client CPU s/GiB | server CPU s/GiB | copied/byte |\n"
                 + "|---:|---|---:|---:|---:|---:|\n");
