@@ -11,9 +11,10 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A {@link PerfServer} in a child JVM started from this JVM's class path, for benchmarks across processes on
- * loopback. The child serves until {@link #close()} (which closes its standard input, then kills it if it lingers).
- * Not thread-safe.
+ * A server in a child JVM started from this JVM's class path, for benchmarks across processes on loopback: a
+ * {@link PerfServer}, or any main class taking the same arguments ({@code TRANSPORT HOST}) and printing
+ * {@link PerfServer#LISTENING} once bound. The child serves until {@link #close()} (which closes its standard input,
+ * then kills it if it lingers). Not thread-safe.
  */
 public final class ChildServer implements AutoCloseable {
     private final Process process;
@@ -30,6 +31,16 @@ public final class ChildServer implements AutoCloseable {
      * @param provider the RDMA provider the child uses for {@link Transport#RDMA}
      */
     public static ChildServer start(Transport transport, String provider) throws IOException {
+        return start(PerfServer.class, transport, provider);
+    }
+
+    /**
+     * Starts {@code main} (arguments {@code TRANSPORT 127.0.0.1}) and waits until it prints
+     * {@link PerfServer#LISTENING}.
+     *
+     * @param provider the RDMA provider the child uses for {@link Transport#RDMA}
+     */
+    public static ChildServer start(Class<?> main, Transport transport, String provider) throws IOException {
         if (!transport.isNetwork()) {
             throw new IllegalArgumentException("transport: " + transport.id() + " (expected: a network transport;"
                     + " local channels cannot cross processes)");
@@ -41,11 +52,12 @@ public final class ChildServer implements AutoCloseable {
         command.add("-XX:+UseSerialGC");
         command.add("-Drdmabridge.provider=" + provider);
         command.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn");
+        command.addAll(RdmaTuning.jvmOptions());
         command.add("--add-exports");
         command.add("java.base/sun.nio.ch=ALL-UNNAMED");
         command.add("-cp");
         command.add(System.getProperty("java.class.path"));
-        command.add(PerfServer.class.getName());
+        command.add(main.getName());
         command.add(transport.id());
         command.add("127.0.0.1");
         Process p = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start();

@@ -150,6 +150,8 @@ public final class PerfClient implements AutoCloseable {
                 });
         if (transport == Transport.EPOLL || transport == Transport.NIO) {
             b.option(ChannelOption.TCP_NODELAY, true);
+        } else if (transport == Transport.RDMA) {
+            RdmaTuning.apply(b);
         }
         Channel ch = b.connect(server).sync().channel();
         try {

@@ -26,8 +26,8 @@ import java.util.concurrent.TimeUnit;
  */
 public final class PerfServer implements AutoCloseable {
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(PerfServer.class);
-    /** The line a child server prints once it listens: {@code LISTENING host:port}. */
-    static final String LISTENING = "LISTENING ";
+    /** The line a child server prints once it listens: {@code LISTENING host:port} ({@link ChildServer} waits for it). */
+    public static final String LISTENING = "LISTENING ";
 
     private final EventLoopGroup group;
     private final Channel channel;
@@ -55,6 +55,8 @@ public final class PerfServer implements AutoCloseable {
                     });
             if (transport == Transport.EPOLL || transport == Transport.NIO) {
                 b.childOption(ChannelOption.TCP_NODELAY, true);
+            } else if (transport == Transport.RDMA) {
+                RdmaTuning.apply(b);
             }
             Channel ch = b.bind(bind).sync().channel();
             return new PerfServer(group, ch);

@@ -25,7 +25,10 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     /** Bytes a SEND may carry inline, capped by the device's limit (default 256, 0 disables inline sends). */
     public static final ChannelOption<Integer> INLINE_THRESHOLD = valueOf(RdmaChannelOption.class,
             "INLINE_THRESHOLD");
-    /** Messages of at least this many bytes are sent by rendezvous (RDMA READ by the receiver; default 16 KiB). */
+    /**
+     * Messages of at least this many bytes are sent by rendezvous (RDMA READ by the receiver; default 256 KiB).
+     * Smaller writes go in eager frames of up to the peer's receive buffer size, several writes packed into one.
+     */
     public static final ChannelOption<Integer> RENDEZVOUS_THRESHOLD = valueOf(RdmaChannelOption.class,
             "RENDEZVOUS_THRESHOLD");
     /**

@@ -64,9 +64,9 @@ class RdmaAllocationTest {
         assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
     }
 
-    /** 64 B goes inline, 4 KiB eager by reference, 64 KiB by rendezvous (received into allocator buffers too). */
+    /** 64 B goes inline, 4 KiB eager by reference, 256 KiB by rendezvous (received into allocator buffers too). */
     @ParameterizedTest
-    @ValueSource(ints = {64, 4096, 64 * 1024})
+    @ValueSource(ints = {64, 4096, 256 * 1024})
     @Timeout(120)
     void echoRoundTripsAllocateNothingOnTheEventLoop(int size) throws Exception {
         Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)

@@ -262,7 +262,9 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
                         buf.release();
                     }
                 }));
-        RdmaSocketChannel client = client(server, new Sink());
+        // Rendezvous from the peer's largest message on, so that every part of the 1 MiB goes by READ.
+        RdmaSocketChannel client = connect(new Bootstrap().option(RdmaChannelOption.RENDEZVOUS_THRESHOLD, max)
+                .handler(new Sink()), server);
 
         byte[] payload = new byte[1024 * 1024 + 4321];
         new Random(7).nextBytes(payload);
@@ -377,7 +379,10 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             }
         };
         Channel server = server(sink, false);
-        RdmaSocketChannel client = client(server, new Sink());
+        // 64 KiB messages by rendezvous: the threshold below their size.
+        RdmaSocketChannel client = connect(new Bootstrap().option(RdmaChannelOption.RENDEZVOUS_THRESHOLD, 16 * 1024)
+                .option(ChannelOption.WRITE_BUFFER_WATER_MARK, new WriteBufferWaterMark(32 * 1024, 64 * 1024))
+                .handler(new Sink()), server);
         Channel child = awaitChild(sink);
 
         int size = 64 * 1024;

@@ -131,7 +131,8 @@ class RdmaCrossProcessEchoTest {
     @Order(1)
     void shouldCompleteEveryWritePromiseBeforeItsEchoIsRead() {
         assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), () -> {
-            for (int size : new int[] {64, 64 << 10}) {
+            // An eager frame and a rendezvous (at the default threshold, 256 KiB).
+            for (int size : new int[] {64, 256 << 10}) {
                 WriteOrderClient client = new WriteOrderClient(size, size < 1024 ? 2000 : 200);
                 Channel ch = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(client)
                         .connect(new InetSocketAddress(DeviceUnderTest.address(), peerPort)).sync().channel();

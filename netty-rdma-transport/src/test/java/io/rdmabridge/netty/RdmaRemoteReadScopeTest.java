@@ -180,24 +180,26 @@ class RdmaRemoteReadScopeTest extends AbstractSoftChannelTest {
 
     /** A server whose children write {@code message} (built for each) as soon as they are active. */
     private InetSocketAddress serverWriting(Function<Channel, Object> message) throws InterruptedException {
-        Channel server = listen(new ServerBootstrap().childHandler(new ChannelInitializer<Channel>() {
-            @Override
-            protected void initChannel(Channel ch) {
-                ch.pipeline().addLast(new ChannelInboundHandlerAdapter() {
+        // The secret goes by rendezvous: the threshold below its size.
+        Channel server = listen(new ServerBootstrap().childOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD, PROBE)
+                .childHandler(new ChannelInitializer<Channel>() {
                     @Override
-                    public void channelActive(ChannelHandlerContext ctx) {
-                        children.add(ctx.channel());
-                        writes.add(ctx.writeAndFlush(message.apply(ctx.channel())));
-                    }
+                    protected void initChannel(Channel ch) {
+                        ch.pipeline().addLast(new ChannelInboundHandlerAdapter() {
+                            @Override
+                            public void channelActive(ChannelHandlerContext ctx) {
+                                children.add(ctx.channel());
+                                writes.add(ctx.writeAndFlush(message.apply(ctx.channel())));
+                            }
 
-                    @Override
-                    public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-                        // B's failed READs fail B's connection: expected here, and it closes.
-                        ctx.close();
+                            @Override
+                            public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                                // B's failed READs fail B's connection: expected here, and it closes.
+                                ctx.close();
+                            }
+                        });
                     }
-                });
-            }
-        }));
+                }));
         return (InetSocketAddress) server.localAddress();
     }
 

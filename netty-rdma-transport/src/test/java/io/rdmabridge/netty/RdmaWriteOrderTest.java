@@ -39,8 +39,8 @@ class RdmaWriteOrderTest extends AbstractSoftChannelTest {
     void shouldCompleteEveryWritePromiseBeforeItsAnswerIsReadWhenCompletionsLag() throws Exception {
         provider.faults().delaySendCompletions(COMPLETION_DELAY_NANOS);
         Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
-        // Eager frames, then rendezvous (the default threshold is 16 KiB): both wait for the peer's count.
-        for (int size : new int[] {64, 64 << 10}) {
+        // Eager frames, then rendezvous (the default threshold is 256 KiB): both wait for the peer's count.
+        for (int size : new int[] {64, 256 << 10}) {
             WriteOrderClient client = new WriteOrderClient(size, size < 1024 ? 1000 : 100);
             Channel ch = connect(new Bootstrap().handler(client), server);
             assertEquals(0, client.result.get(100, TimeUnit.SECONDS),

@@ -1,6 +1,7 @@
 package io.rdmabridge.benchmarks.jmh;
 
 import io.rdmabridge.benchmarks.Bench;
+import io.rdmabridge.benchmarks.RdmaTuning;
 import io.rdmabridge.benchmarks.Transport;
 import org.openjdk.jmh.annotations.Param;
 
@@ -8,13 +9,29 @@ import org.openjdk.jmh.annotations.Param;
  * Client here, server in a child JVM on loopback (started in the trial setup from this class path, killed in the
  * teardown): the RDMA channel on the soft provider (whose queue pairs then talk over TCP) against Netty epoll and NIO.
  * Same operations as {@link InJvmChannelBenchmark}, from {@link ChannelBenchmark}.
+ *
+ * <p>{@code rendezvousThreshold} and {@code receiveBufferSize} (0: the channel's defaults) override those RDMA options
+ * at both ends ({@link RdmaTuning}), so candidate defaults can be measured against each other in one run.
  */
 public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param({"rdma", "epoll", "nio"})
     public String transport;
 
+    @Param("0")
+    public int rendezvousThreshold;
+
+    @Param("0")
+    public int receiveBufferSize;
+
     @Override
     Bench open(boolean echo) throws Exception {
+        // Each parameter combination runs in its own forked JVM, so the properties only reach this trial.
+        if (rendezvousThreshold > 0) {
+            System.setProperty(RdmaTuning.RENDEZVOUS_THRESHOLD, Integer.toString(rendezvousThreshold));
+        }
+        if (receiveBufferSize > 0) {
+            System.setProperty(RdmaTuning.RECEIVE_BUFFER_SIZE, Integer.toString(receiveBufferSize));
+        }
         return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
     }
 }

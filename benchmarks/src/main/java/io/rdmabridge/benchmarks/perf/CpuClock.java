@@ -4,7 +4,7 @@ import java.lang.management.ManagementFactory;
 import java.lang.management.OperatingSystemMXBean;
 
 /** CPU time of this process, for CPU-per-GB figures. Thread-safe. */
-final class CpuClock {
+public final class CpuClock {
     private static final com.sun.management.OperatingSystemMXBean OS = osBean();
 
     private CpuClock() {
@@ -17,7 +17,7 @@ final class CpuClock {
     }
 
     /** Process CPU nanoseconds (all threads, user + system), or -1 where the JVM cannot tell. */
-    static long processNanos() {
+    public static long processNanos() {
         return OS == null ? -1 : OS.getProcessCpuTime();
     }
 }

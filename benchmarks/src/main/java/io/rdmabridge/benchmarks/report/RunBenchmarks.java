@@ -25,8 +25,9 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * {@code bin/run-benchmarks [--smoke] [--kafka] [--out DIR]}: runs the JMH suite ({@link BenchmarkSuite}) and the
- * {@code rdma-perf} patterns in loopback, compares the RDMA channel with its baselines measured in the same run,
+ * {@code bin/run-benchmarks [--smoke] [--kafka | --spark | --grpc] [--out DIR]}: runs the JMH suite
+ * ({@link BenchmarkSuite}), the {@code rdma-perf} patterns in loopback and the gRPC streaming benchmark
+ * ({@link GrpcSection}), compares the RDMA channel with its baselines measured in the same run,
  * profiles (JFR) the configurations that miss a target, and writes {@code RESULTS.md} with PNG charts into
  * {@code DIR} (default {@code docs/results}; {@code benchmarks/target/results-smoke} in smoke mode).
  *
@@ -55,6 +56,7 @@ public final class RunBenchmarks {
         boolean smoke = false;
         boolean kafkaOnly = false;
         boolean sparkOnly = false;
+        boolean grpcOnly = false;
         Path out = null;
         Path kafkaResults = null;
         String kafkaCommand = "bin/run-benchmarks --kafka";
@@ -66,8 +68,9 @@ public final class RunBenchmarks {
                 case "--kafka-results" -> kafkaResults = Paths.get(args[++i]);
                 case "--kafka-command" -> kafkaCommand = args[++i];
                 case "--spark" -> sparkOnly = true;
+                case "--grpc" -> grpcOnly = true;
                 default -> {
-                    System.err.println("usage: run-benchmarks [--smoke] [--kafka | --spark] [--out DIR]");
+                    System.err.println("usage: run-benchmarks [--smoke] [--kafka | --spark | --grpc] [--out DIR]");
                     System.exit(2);
                 }
             }
@@ -80,6 +83,12 @@ public final class RunBenchmarks {
             // The Spark step alone, its section replacing the older one in the existing page.
             SparkSection.splice(out.resolve("RESULTS.md"), SparkSection.measure(new ArrayList<>()));
             log("wrote the Spark section of " + out.resolve("RESULTS.md"));
+            System.exit(0);
+        }
+        if (grpcOnly) {
+            // The gRPC streaming benchmark alone, its section replacing the older one in the existing page.
+            GrpcSection.splice(out.resolve("RESULTS.md"), GrpcSection.measure(smoke, new ArrayList<>()));
+            log("wrote the gRPC section of " + out.resolve("RESULTS.md"));
             System.exit(0);
         }
         RunBenchmarks run = new RunBenchmarks(smoke, out, kafkaResults, kafkaCommand);
@@ -166,6 +175,8 @@ public final class RunBenchmarks {
                 "cross");
         copiesSection(jmh);
         perfSection(perf);
+        log("gRPC client streaming across processes, RDMA vs NIO");
+        md.append(GrpcSection.measure(smoke, commands));
         if (!smoke) {
             log("Spark TeraSort-style shuffle (bin/rdma-bridge-demo --terasort)");
             md.append(SparkSection.measure(commands));

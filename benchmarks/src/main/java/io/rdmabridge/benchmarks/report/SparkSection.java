@@ -55,15 +55,6 @@ final class SparkSection {
 
     /** Puts {@code section} into {@code results} in place of an older Spark section, or before its command list. */
     static void splice(Path results, String section) throws IOException {
-        String md = Files.exists(results) ? Files.readString(results) : "";
-        int start = md.indexOf(TITLE);
-        if (start >= 0) {
-            int end = md.indexOf("\n## ", start + TITLE.length());
-            md = md.substring(0, start) + section + (end < 0 ? "" : md.substring(end + 1));
-        } else {
-            int commands = md.indexOf("## Commands");
-            md = commands < 0 ? md + section : md.substring(0, commands) + section + md.substring(commands);
-        }
-        Files.writeString(results, md);
+        PageSections.splice(results, TITLE, section);
     }
 }

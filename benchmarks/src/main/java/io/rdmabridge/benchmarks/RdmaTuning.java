@@ -1,0 +1,60 @@
+package io.rdmabridge.benchmarks;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.channel.ChannelOption;
+import io.rdmabridge.netty.RdmaChannelOption;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.BiConsumer;
+
+/**
+ * RDMA channel options a benchmark run may override, for measuring candidate defaults: system properties
+ * {@value #RENDEZVOUS_THRESHOLD} (the sender's threshold) and {@value #RECEIVE_BUFFER_SIZE} (each side's posted
+ * receive size), read by {@link PerfClient}, {@link PerfServer} and the gRPC streaming benchmark and passed on to a
+ * {@link ChildServer}. Unset or 0: the channel's default. Thread-safe (reads system properties only).
+ */
+public final class RdmaTuning {
+    /** System property: {@link RdmaChannelOption#RENDEZVOUS_THRESHOLD} of benchmark channels. */
+    public static final String RENDEZVOUS_THRESHOLD = "rdmabridge.bench.rendezvousThreshold";
+    /** System property: {@link RdmaChannelOption#RECEIVE_BUFFER_SIZE} of benchmark channels. */
+    public static final String RECEIVE_BUFFER_SIZE = "rdmabridge.bench.receiveBufferSize";
+
+    private RdmaTuning() {
+    }
+
+    /** Sets the overridden options on a client bootstrap of the RDMA channel. */
+    static void apply(Bootstrap b) {
+        forEach(b::option);
+    }
+
+    /** Sets the overridden options on the accepted channels of an RDMA server bootstrap. */
+    static void apply(ServerBootstrap b) {
+        forEach(b::childOption);
+    }
+
+    /** Hands each overridden option and its value to {@code set} (a bootstrap's, or a gRPC builder's). */
+    public static void forEach(BiConsumer<ChannelOption<Integer>, Integer> set) {
+        int threshold = Integer.getInteger(RENDEZVOUS_THRESHOLD, 0);
+        int receive = Integer.getInteger(RECEIVE_BUFFER_SIZE, 0);
+        if (threshold > 0) {
+            set.accept(RdmaChannelOption.RENDEZVOUS_THRESHOLD, threshold);
+        }
+        if (receive > 0) {
+            set.accept(RdmaChannelOption.RECEIVE_BUFFER_SIZE, receive);
+        }
+    }
+
+    /** The {@code -D} options that give a child JVM this JVM's overrides. */
+    static List<String> jvmOptions() {
+        List<String> options = new ArrayList<>();
+        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE}) {
+            String value = System.getProperty(name);
+            if (value != null) {
+                options.add("-D" + name + "=" + value);
+            }
+        }
+        return options;
+    }
+}
