@@ -2,29 +2,38 @@ package io.rdmabridge.connection;
 
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.MemoryRegion;
+import io.rdmabridge.verbs.RdmaException;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Registered, memory-mapped chunks of files, so file bytes go to the device without passing through the heap (or
- * any copy). Chunks are {@link #CHUNK_SIZE} bytes of a file at aligned offsets, mapped privately and registered
- * without write access (the device reads them; on Linux before 6.2 registering copies each page once); at most
+ * any copy). Chunks are {@link #CHUNK_SIZE} bytes of a file at aligned offsets, mapped read-only and registered
+ * without write access; where the kernel refuses that (Linux before 6.2), each chunk is read into registered memory
+ * instead (one copy per byte, {@link Chunk#isCopy()}); at most
  * {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
  * {@link #acquire} answers {@code null} and the caller waits for completions.
  *
  * <p>Owned by one thread (a channel's event loop). Acquiring an already-mapped chunk allocates nothing.
  */
 public final class FileChunkCache implements AutoCloseable {
+    private static final Logger logger = LoggerFactory.getLogger(FileChunkCache.class);
+    private static final AtomicBoolean REFUSAL_LOGGED = new AtomicBoolean();
     public static final int CHUNK_SIZE = 4 * 1024 * 1024;
 
     private final RegisteredMemory memory;
     private final int maxChunks;
     private final List<Chunk> chunks = new ArrayList<>();
     private boolean closed;
+    private boolean mappingRefused;
 
     public FileChunkCache(RegisteredMemory memory, int maxChunks) {
         if (maxChunks < 1) {
@@ -59,16 +68,53 @@ public final class FileChunkCache implements AutoCloseable {
                     + " bytes); was it truncated while being sent?");
         }
         int length = (int) Math.min(CHUNK_SIZE, size - start);
-        // A private mapping, not a read-only shared one: Linux before 6.2 pins every region it registers for
-        // writing, and refuses a read-only shared mapping with EFAULT (seen on rxe, Linux 6.1: "Bad address"). There
-        // the pin copies each page once (copy on write), so a registered chunk costs its size in memory; later
-        // kernels pin the page cache itself. Nothing writes the mapping either way.
-        MappedByteBuffer map = file.map(FileChannel.MapMode.PRIVATE, start, length);
-        MemoryRegion mr = memory.registerReadOnly(DirectMemory.address(map), length);
-        Chunk c = new Chunk(file, index, start, length, map, mr);
+        Chunk c = mappingRefused ? copy(file, index, start, length) : map(file, index, start, length);
         c.users = 1;
         chunks.add(c);
         return c;
+    }
+
+    private Chunk map(FileChannel file, long index, long start, int length) throws IOException {
+        MappedByteBuffer map = file.map(FileChannel.MapMode.READ_ONLY, start, length);
+        MemoryRegion mr;
+        try {
+            mr = memory.registerReadOnly(DirectMemory.address(map), length);
+        } catch (RdmaException e) {
+            // Linux before 6.2 pins every page it registers for writing and so refuses a read-only shared mapping
+            // (EFAULT; rxe on Linux 6.1 says "Bad address"). A private mapping needs a writable FileChannel, which
+            // a file region does not have: read the chunk into registered memory instead, from now on.
+            DirectBuffers.free(map);
+            mappingRefused = true;
+            if (REFUSAL_LOGGED.compareAndSet(false, true)) {
+                logger.info("Registering a read-only mapping of a file failed ({}): file regions are read into"
+                        + " registered memory instead, one copy per byte; Linux 6.2 or later registers the page"
+                        + " cache itself", e.getMessage());
+            }
+            return copy(file, index, start, length);
+        }
+        return new Chunk(file, index, start, length, map, mr, null);
+    }
+
+    private Chunk copy(FileChannel file, long index, long start, int length) throws IOException {
+        RegisteredMemory.Block block = memory.allocate(length);
+        try {
+            ByteBuffer into = block.buffer().duplicate().clear().limit(length);
+            while (into.hasRemaining()) {
+                if (file.read(into, start + into.position()) < 0) {
+                    throw new IOException("file ended at offset " + (start + into.position()) + " while reading "
+                            + length + " bytes from " + start + "; was it truncated while being sent?");
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            block.free();
+            throw e;
+        }
+        return new Chunk(file, index, start, length, null, block.memoryRegion(), block);
+    }
+
+    /** Whether chunks are read into registered memory (the kernel refused to register a file mapping). */
+    public boolean isCopying() {
+        return mappingRefused;
     }
 
     private boolean evictOne() {
@@ -109,16 +155,19 @@ public final class FileChunkCache implements AutoCloseable {
         private final int length;
         private final MappedByteBuffer map;
         private final MemoryRegion mr;
+        private final RegisteredMemory.Block copy;
         private int users;
         private boolean unmapped;
 
-        Chunk(FileChannel file, long index, long fileOffset, int length, MappedByteBuffer map, MemoryRegion mr) {
+        Chunk(FileChannel file, long index, long fileOffset, int length, MappedByteBuffer map, MemoryRegion mr,
+              RegisteredMemory.Block copy) {
             this.file = file;
             this.index = index;
             this.fileOffset = fileOffset;
             this.length = length;
             this.map = map;
             this.mr = mr;
+            this.copy = copy;
         }
 
         /** File offset of the chunk's first byte. */
@@ -131,7 +180,12 @@ public final class FileChunkCache implements AutoCloseable {
         }
 
         public long address() {
-            return mr.address();
+            return copy != null ? copy.address() : mr.address();
+        }
+
+        /** Whether the chunk's bytes were read into registered memory (one copy) rather than mapped. */
+        public boolean isCopy() {
+            return copy != null;
         }
 
         public MemoryRegion memoryRegion() {
@@ -149,8 +203,12 @@ public final class FileChunkCache implements AutoCloseable {
         void unmap() {
             if (!unmapped) {
                 unmapped = true;
-                memory.deregister(mr);
-                DirectBuffers.free(map);
+                if (copy != null) {
+                    copy.free();
+                } else {
+                    memory.deregister(mr);
+                    DirectBuffers.free(map);
+                }
             }
         }
     }

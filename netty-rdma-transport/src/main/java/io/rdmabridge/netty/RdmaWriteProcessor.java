@@ -306,6 +306,9 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         }
         metrics.addFile(length);
         channel.handler.metrics().addFile(length);
+        if (chunk.isCopy()) {
+            copied(length); // the kernel refused to register the file's mapping: its bytes were read into memory
+        }
         outbound.record(op, length, chunk, true);
     }
 

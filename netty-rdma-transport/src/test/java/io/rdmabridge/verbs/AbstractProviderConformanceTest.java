@@ -375,20 +375,21 @@ public abstract class AbstractProviderConformanceTest {
     }
 
     /**
-     * Memory-mapped files are registered the way the channel's file regions and the Spark block server register them:
-     * a private mapping, without local write access (with remote read and without). Sends gather from them. (A
-     * read-only shared mapping is not what they use: Linux before 6.2 pins every registered page for writing and
-     * refuses one with EFAULT, as rxe on Linux 6.1 does; later kernels accept it.)
+     * File-backed memory: a private mapping of a file, registered without local write access (with remote read and
+     * without), is a source that sends gather from. (A read-only shared mapping, which is what the channel's file
+     * regions try first, is registered by Linux 6.2 and later, and refused with EFAULT before that, where every
+     * registration pins its pages for writing; rxe on Linux 6.1 refuses it. {@code FileChunkCache} then reads the
+     * file into registered memory instead; {@code FileChunkCacheTest} covers both.)
      */
     @Test
-    public void shouldSendFromPrivatelyMappedFile(@TempDir Path dir) throws Exception {
+    public void shouldSendFromPrivateFileMapping(@TempDir Path dir) throws Exception {
         int size = 3 * 4096 + 100;
         Path file = dir.resolve("chunk");
         Files.write(file, TestPattern.bytes(23, 0, size));
         InetSocketAddress addr = listen(Config.accept(4, 4, 8192));
         Connection c = connect(addr);
         ProtectionDomain pd = local.pd(c.id.device());
-        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ)) {
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
             MappedByteBuffer map = channel.map(FileChannel.MapMode.PRIVATE, 0, size);
             long address = DirectMemory.address(map);
             int[] accesses = {0, Access.REMOTE_READ};

@@ -1,0 +1,89 @@
+package io.rdmabridge.connection;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.soft.SoftProvider;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
+import java.util.Random;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * File chunks are registered mappings of the file where the kernel allows it, and registered copies where it refuses
+ * (Linux before 6.2 refuses to register a read-only shared mapping: EFAULT, seen on rxe with Linux 6.1); either way
+ * the chunk holds the file's bytes and every registration is returned.
+ */
+class FileChunkCacheTest {
+    private static final int SIZE = FileChunkCache.CHUNK_SIZE + 123_457;
+
+    private final SoftProvider provider = new SoftProvider();
+    private ProtectionDomain pd;
+    private RegisteredMemory memory;
+    private byte[] content;
+    private Path file;
+
+    @BeforeEach
+    void setUp(@TempDir Path dir) throws Exception {
+        pd = provider.devices().get(0).allocProtectionDomain();
+        memory = new RegisteredMemory(pd);
+        content = new byte[SIZE];
+        new Random(7).nextBytes(content);
+        file = dir.resolve("shuffle.data");
+        Files.write(file, content);
+    }
+
+    @AfterEach
+    void tearDown() {
+        memory.close();
+        pd.close();
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    @Test
+    void shouldMapWhereTheKernelRegistersFileMappings() throws Exception {
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ);
+             FileChunkCache cache = new FileChunkCache(memory, 2)) {
+            assertChunks(cache, channel, false);
+        }
+    }
+
+    @Test
+    void shouldReadChunksIntoRegisteredMemoryWhereTheKernelRefusesTheMapping() throws Exception {
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ);
+             FileChunkCache cache = new FileChunkCache(memory, 2)) {
+            // What ibv_reg_mr answers for a read-only shared mapping on Linux before 6.2.
+            provider.faults().failRegistrations(1);
+            assertChunks(cache, channel, true);
+            assertTrue(cache.isCopying(), "the refusal is remembered: later chunks are read, not mapped");
+        }
+    }
+
+    private void assertChunks(FileChunkCache cache, FileChannel channel, boolean copies) throws Exception {
+        for (long offset : new long[] {0, FileChunkCache.CHUNK_SIZE + 5}) {
+            FileChunkCache.Chunk chunk = cache.acquire(channel, offset);
+            assertEquals(copies, chunk.isCopy(), "chunk at " + offset + " read into registered memory");
+            byte[] bytes = new byte[chunk.length()];
+            DirectMemory.copyToArray(chunk.address(), bytes, 0, bytes.length);
+            int from = (int) chunk.fileOffset();
+            assertArrayEquals(Arrays.copyOfRange(content, from, from + chunk.length()), bytes,
+                    "bytes of the chunk at " + from);
+            long lkeyAddress = chunk.memoryRegion().address();
+            assertTrue(chunk.address() >= lkeyAddress && chunk.address() + chunk.length()
+                    <= lkeyAddress + chunk.memoryRegion().length(), "the chunk lies inside its registered region");
+            chunk.release();
+        }
+        assertEquals(2, cache.size());
+        assertFalse(provider.resourceUsage().isZero(), "chunks stay registered while cached");
+    }
+}
