@@ -64,19 +64,35 @@ final class RawVerbsPeer implements AutoCloseable {
 
     /** Connects to {@code target}: the connection is established when this returns. */
     static RawVerbsPeer connect(RdmaProvider provider, InetSocketAddress target) throws Exception {
-        RawVerbsPeer peer = new RawVerbsPeer(provider);
-        try {
-            peer.id = peer.events.createId();
-            peer.id.resolve(target, 5000);
-            peer.await(CmEventType.ADDR_RESOLVED);
-            peer.setUpQueuePair(peer.id);
+        return open(provider, peer -> {
+            peer.prepareConnect(target);
             peer.id.connect(ConnectionParameters.DEFAULT);
             peer.await(CmEventType.ESTABLISHED);
+        });
+    }
+
+    /** A new peer that {@code setUp} prepares; closed again if that fails. */
+    private static RawVerbsPeer open(RdmaProvider provider, SetUp setUp) throws Exception {
+        RawVerbsPeer peer = new RawVerbsPeer(provider);
+        try {
+            setUp.run(peer);
             return peer;
         } catch (Exception | Error e) {
             peer.close();
             throw e;
         }
+    }
+
+    private interface SetUp {
+        void run(RawVerbsPeer peer) throws Exception;
+    }
+
+    /** Resolves {@code target} and sets up the queue pair and its receives, ready to connect. */
+    private void prepareConnect(InetSocketAddress target) throws Exception {
+        id = events.createId();
+        id.resolve(target, 5000);
+        await(CmEventType.ADDR_RESOLVED);
+        setUpQueuePair(id);
     }
 
     /**
@@ -85,12 +101,8 @@ final class RawVerbsPeer implements AutoCloseable {
      */
     static RawVerbsPeer attempt(RdmaProvider provider, InetSocketAddress target, Runnable beforeConnect)
             throws Exception {
-        RawVerbsPeer peer = new RawVerbsPeer(provider);
-        try {
-            peer.id = peer.events.createId();
-            peer.id.resolve(target, 5000);
-            peer.await(CmEventType.ADDR_RESOLVED);
-            peer.setUpQueuePair(peer.id);
+        return open(provider, peer -> {
+            peer.prepareConnect(target);
             beforeConnect.run();
             peer.id.connect(ConnectionParameters.DEFAULT);
             long deadline = System.nanoTime() + TIMEOUT_NANOS;
@@ -100,11 +112,7 @@ final class RawVerbsPeer implements AutoCloseable {
                 }
                 LockSupport.parkNanos(100_000);
             }
-            return peer;
-        } catch (Exception | Error e) {
-            peer.close();
-            throw e;
-        }
+        });
     }
 
     /** The last connection-manager event, e.g. how {@link #attempt} ended. */
@@ -114,15 +122,10 @@ final class RawVerbsPeer implements AutoCloseable {
 
     /** Listens on {@code address} (port 0: any); {@link #acceptOne()} takes the first connect request. */
     static RawVerbsPeer listen(RdmaProvider provider, InetSocketAddress address) throws Exception {
-        RawVerbsPeer peer = new RawVerbsPeer(provider);
-        try {
+        return open(provider, peer -> {
             peer.listenId = peer.events.createId();
             peer.listenId.listen(address, 4);
-            return peer;
-        } catch (Exception | Error e) {
-            peer.close();
-            throw e;
-        }
+        });
     }
 
     InetSocketAddress listenAddress() {
