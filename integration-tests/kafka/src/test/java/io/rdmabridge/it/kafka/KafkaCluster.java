@@ -2,6 +2,7 @@ package io.rdmabridge.it.kafka;
 
 import java.io.File;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -32,13 +33,23 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
  * jar's agent and {@code rdma.replication.enable=true}; every broker has the plugin jar on its class path and in
  * {@code metric.reporters}, and {@code rdmabridge.test.childJvmOptions} (the disni profile's library path and module
  * export) among its JVM options. Time limits grow with {@code rdmabridge.test.slowdown}.
+ *
+ * <p>One harness for every Kafka line the plugin serves (3.9 and 4.x): the brokers run the Kafka of this module's
+ * class path ({@link #KAFKA_VERSION}), and {@link #start} checks over JMX that each one does. Nothing here differs
+ * between the lines: both format storage with {@code kafka.tools.StorageTool}, start with {@code kafka.Kafka}, accept
+ * a static quorum in {@code controller.quorum.voters}, and log through SLF4J, which on both finds slf4j-simple: the
+ * poms of neither line bring an SLF4J binding (a distribution adds its backend in libs/: reload4j in 3.9, log4j2 in
+ * 4.x), so a broker's log is its standard error and output on both lines.
  */
 final class KafkaCluster implements AutoCloseable {
     static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
+    static final String JMX_REPORTER = "org.apache.kafka.common.metrics.JmxReporter";
     /** Where the inter-broker (replication) listeners are. */
     static final String REPLICATION_HOST = System.getProperty("rdmabridge.test.address", "127.0.0.1");
     /** The plugin's default {@code rdma.port.offset}: a broker's RDMA port is its replication port + this. */
     static final int RDMA_PORT_OFFSET = 1000;
+    /** The version of the Kafka jars on this test's class path, which its brokers run. */
+    static final String KAFKA_VERSION = kafkaVersion();
 
     /** One node's ports, directory and process. */
     static final class Node {
@@ -80,12 +91,33 @@ final class KafkaCluster implements AutoCloseable {
             throw new IllegalStateException("kafka.plugin.jar: " + jar + " (expected: the shaded plugin jar; build it "
                     + "with mvn -o -q -pl kafka-rdma-plugin -am package -DskipTests, or run mvn verify)");
         }
+        String wanted = System.getProperty("it.kafka.version");
+        if (wanted != null && !wanted.equals(KAFKA_VERSION)) {
+            throw new IllegalStateException("Kafka " + KAFKA_VERSION + " is on the test class path, but the module "
+                    + "asks for it.kafka.version=" + wanted + ": a dependency brought another kafka-clients; pin it in "
+                    + "the module's pom");
+        }
         pluginJar = Path.of(jar).toAbsolutePath();
         classPath = brokerClassPath(pluginJar);
         controller = new Node(0, true, root.resolve("controller"), freePort(), 0, freePort());
         for (int id = 1; id <= brokerCount; id++) {
             brokers.put(id, new Node(id, false, root.resolve("broker-" + id), freePort(), freeReplicationPort(),
                     freePort()));
+        }
+    }
+
+    /** The version in kafka-clients' {@code kafka/kafka-version.properties} (AppInfoParser's package differs by line). */
+    private static String kafkaVersion() {
+        try (var in = KafkaCluster.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            if (in == null) {
+                throw new IllegalStateException("kafka/kafka-version.properties not found: kafka-clients is not on the "
+                        + "test class path; add it to the module's test dependencies");
+            }
+            Properties p = new Properties();
+            p.load(in);
+            return p.getProperty("version");
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
         }
     }
 
@@ -165,7 +197,8 @@ final class KafkaCluster implements AutoCloseable {
             p.put("transaction.state.log.replication.factor", replicas);
             p.put("transaction.state.log.min.isr", Integer.toString(Math.min(2, brokers.size())));
             p.put("group.initial.rebalance.delay.ms", "0");
-            p.put("metric.reporters", PLUGIN);
+            // As docs/kafka.md says: Kafka 4.x drops its JmxReporter once metric.reporters is set, so it is listed.
+            p.put("metric.reporters", JMX_REPORTER + "," + PLUGIN);
             p.putAll(n.extra);
         }
         return p;
@@ -251,6 +284,14 @@ final class KafkaCluster implements AutoCloseable {
             }
             throw new AssertionError(logs.toString(), e);
         }
+        for (Node n : brokers.values()) {
+            String running = brokerVersion(n.id);
+            if (!KAFKA_VERSION.equals(running)) {
+                throw new AssertionError("broker " + n.id + " runs Kafka " + running + ", expected " + KAFKA_VERSION
+                        + " (the class path's)");
+            }
+        }
+        System.out.println("Kafka " + KAFKA_VERSION + " cluster up: controller 0, brokers " + brokers.keySet());
     }
 
     private void launch(Node n) throws IOException {
@@ -287,12 +328,23 @@ final class KafkaCluster implements AutoCloseable {
         return Files.exists(n.log()) ? Files.readString(n.log(), StandardCharsets.UTF_8) : "";
     }
 
+    /** The Kafka version broker {@code id} reports in its {@code kafka.server:type=app-info,id=<id>} bean. */
+    String brokerVersion(int id) throws Exception {
+        try (JMXConnector c = jmx(id)) {
+            return (String) c.getMBeanServerConnection().getAttribute(
+                    new ObjectName("kafka.server:type=app-info,id=" + id), "Version");
+        }
+    }
+
+    private JMXConnector jmx(int id) throws IOException {
+        return JMXConnectorFactory.connect(new JMXServiceURL("service:jmx:rmi:///jndi/rmi://127.0.0.1:"
+                + brokers.get(id).jmxPort + "/jmxrmi"));
+    }
+
     /** Every attribute of {@code kafka.server:type=rdma-replication,*} in broker {@code id}'s JVM, by bean. */
     Map<String, Map<String, Double>> rdmaMetrics(int id) throws Exception {
         Map<String, Map<String, Double>> out = new LinkedHashMap<>();
-        JMXServiceURL url = new JMXServiceURL("service:jmx:rmi:///jndi/rmi://127.0.0.1:" + brokers.get(id).jmxPort
-                + "/jmxrmi");
-        try (JMXConnector c = JMXConnectorFactory.connect(url)) {
+        try (JMXConnector c = jmx(id)) {
             MBeanServerConnection mbs = c.getMBeanServerConnection();
             for (ObjectName name : mbs.queryNames(new ObjectName("kafka.server:type=rdma-replication,*"), null)) {
                 Map<String, Double> attrs = new LinkedHashMap<>();
