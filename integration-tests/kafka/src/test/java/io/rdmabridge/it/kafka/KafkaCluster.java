@@ -17,6 +17,8 @@ import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import java.util.stream.Collectors;
+import javax.management.InstanceNotFoundException;
+import javax.management.JMException;
 import javax.management.MBeanServerConnection;
 import javax.management.ObjectName;
 import javax.management.remote.JMXConnector;
@@ -285,10 +287,15 @@ final class KafkaCluster implements AutoCloseable {
             throw new AssertionError(logs.toString(), e);
         }
         for (Node n : brokers.values()) {
-            String running = brokerVersion(n.id);
-            if (!KAFKA_VERSION.equals(running)) {
-                throw new AssertionError("broker " + n.id + " runs Kafka " + running + ", expected " + KAFKA_VERSION
-                        + " (the class path's)");
+            // A broker registers its app-info bean at the end of its start-up, which may follow its registration.
+            String[] running = new String[1];
+            await(scaled(Duration.ofSeconds(60)), "broker " + n.id + "'s kafka.server:type=app-info bean", () -> {
+                running[0] = brokerVersion(n.id);
+                return running[0] != null;
+            });
+            if (!KAFKA_VERSION.equals(running[0])) {
+                throw new AssertionError("broker " + n.id + " runs Kafka " + running[0] + ", expected "
+                        + KAFKA_VERSION + " (the class path's)");
             }
         }
         System.out.println("Kafka " + KAFKA_VERSION + " cluster up: controller 0, brokers " + brokers.keySet());
@@ -328,11 +335,18 @@ final class KafkaCluster implements AutoCloseable {
         return Files.exists(n.log()) ? Files.readString(n.log(), StandardCharsets.UTF_8) : "";
     }
 
-    /** The Kafka version broker {@code id} reports in its {@code kafka.server:type=app-info,id=<id>} bean. */
-    String brokerVersion(int id) throws Exception {
+    /**
+     * The Kafka version broker {@code id} reports in its {@code kafka.server:type=app-info,id=<id>} bean, or null while
+     * that bean (or the broker's JMX port) is not there yet.
+     */
+    private String brokerVersion(int id) {
         try (JMXConnector c = jmx(id)) {
             return (String) c.getMBeanServerConnection().getAttribute(
                     new ObjectName("kafka.server:type=app-info,id=" + id), "Version");
+        } catch (InstanceNotFoundException | IOException e) {
+            return null;
+        } catch (JMException e) {
+            throw new IllegalStateException("broker " + id + "'s app-info bean has no Version attribute", e);
         }
     }
 
