@@ -23,9 +23,10 @@ import scala.math.Ordering;
  * Every difference between the Spark lines these sources serve (3.5, 4.0, 4.1, 4.2; one jar for Scala 2.13, one built
  * for 3.5 on Scala 2.12) lives here, each commented with the versions it covers. The {@code ShuffleManager} trait, the
  * {@code ShuffleBlockFetcherIterator} constructor, {@code MapOutputTracker.getMapSizesByExecutorId} and the
- * {@code BlockStoreClient} methods used here are identical across them (checked with javap on 3.5.9, 4.0.4, 4.1.3 and
- * 4.2.0); the reduce side's {@code ExternalSorter} and the moment Spark builds the shuffle manager are not.
- * {@code ManagedBuffer.convertToNettyForSsl} (4.0 and later) is handled in {@link FetchedBlockBuffer}.
+ * {@code BlockStoreClient} methods used here are identical across them (javap on 3.5.9 for both Scala lines, 4.1.3
+ * and 4.2.0; every line runs integration-tests' jobs); the reduce side's {@code ExternalSorter} and the moment Spark
+ * builds the shuffle manager are not. {@code ManagedBuffer.convertToNettyForSsl} (4.0 and later) is handled in
+ * {@link FetchedBlockBuffer}.
  */
 final class SparkCompat {
     /**
@@ -38,10 +39,11 @@ final class SparkCompat {
     }
 
     /**
-     * Whether Spark builds the shuffle manager before {@code SparkEnv.get()} returns its environment: 3.5.x does, inside
-     * {@code SparkEnv.create} (and an executor's block manager is initialized later still), so the manager must start
-     * its transport on its first shuffle call. 4.0 and later build it in {@code SparkEnv.initializeShuffleManager},
-     * with the environment set (on executors, once the block manager is initialized): it starts at once.
+     * Whether Spark builds the shuffle manager before {@code SparkEnv.get()} returns its environment: 3.5.x does,
+     * inside {@code SparkEnv.create} (and an executor's block manager is initialized later still), so the manager must
+     * start its transport on its first shuffle call. 4.0 and later build it in
+     * {@code SparkEnv.initializeShuffleManager}, with the environment set (on executors, once the block manager is
+     * initialized): it starts at once.
      */
     static boolean createsShuffleManagerBeforeEnv() {
         try {
