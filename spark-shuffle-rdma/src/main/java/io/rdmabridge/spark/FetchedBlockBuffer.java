@@ -53,7 +53,7 @@ final class FetchedBlockBuffer extends ManagedBuffer {
                 + "over Spark's transport");
     }
 
-    @Override
+    /** Spark 4.0 and later declare it (abstract); Spark 3.5 does not, hence no {@code @Override}. */
     public Object convertToNettyForSsl() {
         return convertToNetty();
     }

@@ -38,29 +38,52 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
 
     private final SortShuffleManager sort;
     private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
-    private final BlockServerDirectory.Driver driverDirectory;
-    private final ExecutorTransport executorTransport;
+    private final SparkConf conf;
+    private final boolean isDriver;
+    /** Set once by {@link #start()}, after one of the two fields below (neither, on an executor that falls back). */
+    private volatile boolean started;
+    private volatile BlockServerDirectory.Driver driverDirectory;
+    private volatile ExecutorTransport executorTransport;
 
     /** Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor. */
     public RdmaShuffleManager(SparkConf conf, boolean isDriver) {
         sort = new SortShuffleManager(conf);
-        if (isDriver) {
-            driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
-            executorTransport = null;
-        } else {
-            driverDirectory = null;
-            executorTransport = ExecutorTransport.start(conf, metrics);
+        this.conf = conf;
+        this.isDriver = isDriver;
+        if (!SparkCompat.createsShuffleManagerBeforeEnv()) {
+            start();
+        }
+        // Otherwise (Spark 3.5) the first shuffle call starts it: registerShuffle on the driver, before any executor
+        // runs a shuffle task; getWriter or getReader on an executor, before its map output exists.
+    }
+
+    /** The driver's directory, or this executor's transport (or its fallback): once, on the first call. */
+    private void start() {
+        if (started) {
+            return;
+        }
+        synchronized (this) {
+            if (!started) {
+                if (isDriver) {
+                    driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
+                } else {
+                    executorTransport = ExecutorTransport.start(conf, metrics);
+                }
+                started = true;
+            }
         }
     }
 
     @Override
     public <K, V, C> ShuffleHandle registerShuffle(int shuffleId, ShuffleDependency<K, V, C> dependency) {
+        start();
         return sort.registerShuffle(shuffleId, dependency);
     }
 
     @Override
     public <K, V> ShuffleWriter<K, V> getWriter(ShuffleHandle handle, long mapId, TaskContext context,
                                                 ShuffleWriteMetricsReporter metrics) {
+        start();
         return sort.getWriter(handle, mapId, context, metrics);
     }
 
@@ -69,6 +92,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
     public <K, C> ShuffleReader<K, C> getReader(ShuffleHandle handle, int startMapIndex, int endMapIndex,
                                                 int startPartition, int endPartition, TaskContext context,
                                                 ShuffleReadMetricsReporter readMetrics) {
+        start();
         BaseShuffleHandle<K, ?, C> base = (BaseShuffleHandle<K, ?, C>) handle;
         if (executorTransport == null || base.dependency().isShuffleMergeFinalizedMarked()) {
             // No block transport here, or push-based shuffle (merged blocks live in the external shuffle service).

@@ -20,14 +20,17 @@ import scala.Option;
 import scala.math.Ordering;
 
 /**
- * Every difference between the Spark lines this jar serves (4.0, 4.1, 4.2, Scala 2.13) lives here, each commented with
- * the versions it covers. The {@code ShuffleManager} trait, {@code BlockStoreClient} and the
- * {@code ShuffleBlockFetcherIterator} constructor are identical across them; the reduce side's {@code ExternalSorter}
- * is not.
+ * Every difference between the Spark lines these sources serve (3.5, 4.0, 4.1, 4.2; one jar for Scala 2.13, one built
+ * for 3.5 on Scala 2.12) lives here, each commented with the versions it covers. The {@code ShuffleManager} trait, the
+ * {@code ShuffleBlockFetcherIterator} constructor, {@code MapOutputTracker.getMapSizesByExecutorId} and the
+ * {@code BlockStoreClient} methods used here are identical across them (javap on 3.5.9 for both Scala lines, 4.1.3
+ * and 4.2.0; every line runs integration-tests' jobs); the reduce side's {@code ExternalSorter} and the moment Spark
+ * builds the shuffle manager are not. {@code ManagedBuffer.convertToNettyForSsl} (4.0 and later) is handled in
+ * {@link FetchedBlockBuffer}.
  */
 final class SparkCompat {
     /**
-     * {@code ExternalSorter}'s constructor: 5 parameters up to 4.0.x; 4.2 appended {@code rowBasedChecksums}
+     * {@code ExternalSorter}'s constructor: 5 parameters in 3.5.x and 4.0.x; 4.1 appended {@code rowBasedChecksums}
      * (an array, passed empty as Spark's reader does). Looked up once by parameter count.
      */
     private static final Constructor<?> EXTERNAL_SORTER = externalSorterConstructor();
@@ -36,8 +39,24 @@ final class SparkCompat {
     }
 
     /**
+     * Whether Spark builds the shuffle manager before {@code SparkEnv.get()} returns its environment: 3.5.x does,
+     * inside {@code SparkEnv.create} (and an executor's block manager is initialized later still), so the manager must
+     * start its transport on its first shuffle call. 4.0 and later build it in
+     * {@code SparkEnv.initializeShuffleManager}, with the environment set (on executors, once the block manager is
+     * initialized): it starts at once.
+     */
+    static boolean createsShuffleManagerBeforeEnv() {
+        try {
+            SparkEnv.class.getMethod("initializeShuffleManager");
+            return false;
+        } catch (NoSuchMethodException e) {
+            return true;
+        }
+    }
+
+    /**
      * Spark's fetch iterator over {@code client}, configured exactly as {@code BlockStoreShuffleReader.read()} does
-     * (4.0.x to 4.2.x: same 18-parameter constructor, same keys).
+     * (3.5.x to 4.2.x: same 18-parameter constructor, same keys).
      */
     static ShuffleBlockFetcherIterator newFetcherIterator(TaskContext context, BlockStoreClient client,
             scala.collection.Iterator<scala.Tuple2<org.apache.spark.storage.BlockManagerId,
@@ -67,7 +86,7 @@ final class SparkCompat {
                 new org.apache.spark.util.SystemClock());
     }
 
-    /** The conditions of {@code BlockStoreShuffleReader.fetchContinuousBlocksInBatch} (4.0.x to 4.2.x). */
+    /** The conditions of {@code BlockStoreShuffleReader.fetchContinuousBlocksInBatch} (3.5.x to 4.2.x). */
     private static boolean canFetchContinuousBlocksInBatch(SparkConf conf, ShuffleDependency<?, ?, ?> dep) {
         package$ c = package$.MODULE$;
         boolean compressed = (Boolean) conf.get(c.SHUFFLE_COMPRESS());
@@ -110,6 +129,6 @@ final class SparkCompat {
             }
         }
         throw new IllegalStateException("this Spark's ExternalSorter has no constructor (TaskContext, Option, Option, "
-                + "Option, Serializer[, Array]): spark-shuffle-rdma supports Spark 4.0 to 4.2");
+                + "Option, Serializer[, Array]): spark-shuffle-rdma supports Spark 3.5 to 4.2");
     }
 }

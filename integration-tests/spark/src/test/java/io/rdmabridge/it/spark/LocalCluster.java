@@ -22,7 +22,8 @@ final class LocalCluster {
         SparkConf conf = new SparkConf()
                 .setMaster("local-cluster[" + EXECUTORS + ",1,1024]")
                 .setAppName(appName)
-                .set("spark.executorEnv.SPARK_SCALA_VERSION", "2.13")
+                // The Scala line of the Spark under test, set by the POM (2.12 or 2.13).
+                .set("spark.executorEnv.SPARK_SCALA_VERSION", scalaBinaryVersion())
                 .set("spark.ui.enabled", "false")
                 .set("spark.sql.shuffle.partitions", "8")
                 .set("spark.executor.extraJavaOptions", ("-XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
@@ -32,6 +33,15 @@ final class LocalCluster {
         SparkSession spark = SparkSession.builder().config(conf).getOrCreate();
         awaitExecutors(spark);
         return spark;
+    }
+
+    private static String scalaBinaryVersion() {
+        String version = System.getenv("SPARK_SCALA_VERSION");
+        if (version == null) {
+            throw new IllegalStateException("SPARK_SCALA_VERSION is not set: run the Spark tests through Maven, whose "
+                    + "Surefire configuration (integration-tests/spark-parent) sets it, or set it to 2.12 or 2.13");
+        }
+        return version;
     }
 
     /** {@code seconds} on the host, times {@code rdmabridge.test.slowdown} (10 in the rxe guest). */
