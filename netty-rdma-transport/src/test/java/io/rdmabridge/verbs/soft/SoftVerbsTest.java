@@ -672,6 +672,9 @@ class SoftVerbsTest {
                     int slot = (int) rc.wrId(0);
                     postRecv(p.server, slot, dst, slot * 64, 64); // reposted the moment its completion is polled
                     received++;
+                    // A stall detector, not a rate: on a loaded host 2,000 round trips of receiver-not-ready
+                    // retries may take longer than one timeout, but no receive may take that long.
+                    deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
                 }
                 assertTrue(System.nanoTime() < deadline, "stalled after " + received + " receives");
             }
