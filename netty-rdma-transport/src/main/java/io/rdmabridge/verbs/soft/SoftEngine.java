@@ -43,6 +43,8 @@ final class SoftEngine {
     final SoftFaults faults = new SoftFaults(this);
     /** Every live region's lkey and rkey (one key per region, as mlx5 has it). */
     final MemoryKeyTable keys = new MemoryKeyTable();
+    /** Registered memory a same-host peer can map, and the same-host test of the handshake. */
+    final SharedMemoryFiles sharedMemory = new SharedMemoryFiles();
     /** Listening ids by bound port: connects to a local address with that port take the direct path. */
     final ConcurrentHashMap<Integer, SoftCmId> listeners = new ConcurrentHashMap<>();
     final Set<SoftLink> links = ConcurrentHashMap.newKeySet();

@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaException;
+import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -57,6 +58,17 @@ final class SoftProtectionDomain implements ProtectionDomain {
         validate(address, length, access);
         open(mr, address, length, access);
         return mr;
+    }
+
+    /** In a shared file a same-host peer can map, when {@value SharedMemoryFiles#SAME_HOST_PROPERTY} is shm. */
+    @Override
+    public ByteBuffer allocateMemory(int capacity) {
+        return engine.sharedMemory.allocate(capacity);
+    }
+
+    @Override
+    public void freeMemory(ByteBuffer memory) {
+        engine.sharedMemory.free(memory);
     }
 
     private void validate(long address, long length, int access) throws RdmaException {

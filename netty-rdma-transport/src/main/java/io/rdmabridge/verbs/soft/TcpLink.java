@@ -66,6 +66,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private volatile SocketChannel ch;
     private volatile SelectionKey key;
     private volatile String peer;
+    /** The same-host token this side sent in its CONNECT or ACCEPT, and the peer's; engine thread. */
+    private byte[] localToken;
+    private byte[] peerToken;
+    /**
+     * Both ends offered shared memory on one host and directory ({@link SharedMemoryFiles#sameHost}); set before
+     * ESTABLISHED. The data path is still this socket: the shared-memory link that will use it is not built yet.
+     */
+    private volatile boolean sameHost;
 
     // Small while the handshake runs (a stranger's socket costs little), full size once connected.
     private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
@@ -150,8 +158,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         TcpLink link = new TcpLink(id.engine, ACTIVE_CONNECTING, null, id);
         link.peer = String.valueOf(target);
         SoftQueuePair q = id.softQueuePair();
+        link.localToken = id.engine.sharedMemory.hostToken();
         link.handshakeOut = SoftHandshake.encode(SoftHandshake.CONNECT, q.qpn, parameters, parameters.privateData(),
-                0);
+                0, link.localToken);
         synchronized (id) {
             id.tcpLink = link;
         }
@@ -267,7 +276,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("accepting the connection from " + peer + " failed: " + t);
                 return;
             }
-            handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
+            localToken = engine.sharedMemory.hostToken();
+            sameHost = SharedMemoryFiles.sameHost(localToken, peerToken);
+            handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0,
+                    localToken);
             phase = CONNECTED;
             engine.links.add(this);
             q.markReadyToSend(this);
@@ -519,6 +531,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 closeNow();
                 return false;
             }
+            peerToken = h.hostToken();
             SoftCmId p = SoftCmId.passive(l, localAddress, remoteAddress, params);
             p.tcpLink = this;
             id = p;
@@ -538,6 +551,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         } catch (IOException e) {
             localAddress = null;
         }
+        sameHost = SharedMemoryFiles.sameHost(localToken, h.hostToken());
         if (!i.connectAccepted(this, params, localAddress)) {
             closeNow();
             return false;
@@ -1232,6 +1246,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
         }
         engine.links.remove(this);
+    }
+
+    /** Whether the peer shares this host and its shared-memory directory, and both ends offered shared memory. */
+    boolean sameHost() {
+        return sameHost;
     }
 
     @Override

@@ -1,0 +1,222 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.DirectMemory;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Arrays;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Registered memory that a peer process on the same host can map: each allocation is a file of its own in the
+ * shared-memory directory ({@code /dev/shm}, or {@value #DIRECTORY_PROPERTY}), owner-only (0600), named
+ * {@code rdmabridge-soft-<pid>-<n>} and mapped read-write. A file is deleted when its memory is freed, the files still
+ * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by the next process
+ * that allocates here. Memory the directory cannot hold (no such directory, full, not permitted) falls back to plain
+ * direct memory with one WARN, and is counted ({@link #fallbacks()}): it keeps working, through a copy.
+ *
+ * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot and shared-memory
+ * directory, so two processes exchanging it learn whether they could share mappings.
+ *
+ * <p>Thread-safe. Allocating and freeing are rare (slabs, receive rings) and may allocate and take the map's locks;
+ * nothing here is on a work request's path.
+ */
+final class SharedMemoryFiles {
+    /**
+     * {@code shm} or {@code tcp} (default while the shared-memory data path is built): whether registered memory is
+     * allocated in shared files and same-host peers are recognised in the handshake. Read at every allocation and
+     * handshake.
+     */
+    static final String SAME_HOST_PROPERTY = "rdmabridge.soft.sameHost";
+    /** The directory of the shared files; default {@code /dev/shm}. */
+    static final String DIRECTORY_PROPERTY = "rdmabridge.soft.shmDirectory";
+    static final String PREFIX = "rdmabridge-soft-";
+    static final int TOKEN_LENGTH = 16;
+    private static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
+
+    private final long pid = ProcessHandle.current().pid();
+    private final AtomicLong nextFile = new AtomicLong();
+    /** Live files by the address of their mapping. */
+    private final ConcurrentHashMap<Long, Path> files = new ConcurrentHashMap<>();
+    private final AtomicLong liveBytes = new AtomicLong();
+    private final AtomicLong fallbacks = new AtomicLong();
+    private final AtomicBoolean started = new AtomicBoolean();
+    private final AtomicBoolean fallbackLogged = new AtomicBoolean();
+    private static final AtomicBoolean BAD_PROPERTY_LOGGED = new AtomicBoolean();
+    private volatile byte[] token;
+
+    /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
+    static boolean enabled() {
+        String value = System.getProperty(SAME_HOST_PROPERTY, "tcp").trim();
+        if ("shm".equalsIgnoreCase(value)) {
+            return true;
+        }
+        if (!"tcp".equalsIgnoreCase(value) && BAD_PROPERTY_LOGGED.compareAndSet(false, true)) {
+            SoftEngine.logger.warn("soft0: {}={} (expected: shm or tcp); using tcp", SAME_HOST_PROPERTY, value);
+        }
+        return false;
+    }
+
+    static Path directory() {
+        return Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
+    }
+
+    /**
+     * {@code capacity} bytes in a new shared file when {@link #enabled()}, else (or when the directory refuses) plain
+     * direct memory.
+     */
+    ByteBuffer allocate(int capacity) {
+        if (capacity < 0) {
+            throw new IllegalArgumentException("capacity: " + capacity + " (expected: >= 0)");
+        }
+        if (capacity == 0 || !enabled()) {
+            return ByteBuffer.allocateDirect(capacity);
+        }
+        Path dir = directory();
+        if (started.compareAndSet(false, true)) {
+            removeFilesOfDeadProcesses(dir, pid);
+            Runtime.getRuntime().addShutdownHook(new Thread(this::deleteAll, "soft0-shm-cleanup"));
+        }
+        Path file = dir.resolve(PREFIX + pid + '-' + nextFile.incrementAndGet());
+        MappedByteBuffer map;
+        try {
+            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                // Mapping past the end grows the file; tmpfs allocates its pages on first touch.
+                map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
+            }
+        } catch (IOException | RuntimeException e) {
+            deleteQuietly(file);
+            fallbacks.incrementAndGet();
+            if (fallbackLogged.compareAndSet(false, true)) {
+                SoftEngine.logger.warn("soft0: cannot allocate registered memory in {} ({}): using private memory, "
+                        + "which a same-host peer reaches only through a copy (fix the directory's space or "
+                        + "permissions, choose another with -D{}, or set -D{}=tcp)", dir, e.toString(),
+                        DIRECTORY_PROPERTY, SAME_HOST_PROPERTY);
+            }
+            return ByteBuffer.allocateDirect(capacity);
+        }
+        files.put(DirectMemory.address(map), file);
+        liveBytes.addAndGet(capacity);
+        return map;
+    }
+
+    /** Unmaps and deletes {@code memory}'s file when it is one of ours, else frees it as plain direct memory. */
+    void free(ByteBuffer memory) {
+        Path file = memory.isDirect() ? files.remove(DirectMemory.address(memory)) : null;
+        int capacity = memory.capacity();
+        DirectMemory.free(memory);
+        if (file != null) {
+            deleteQuietly(file);
+            liveBytes.addAndGet(-capacity);
+        }
+    }
+
+    /** Shared files of this process that are not freed yet. */
+    int liveFiles() {
+        return files.size();
+    }
+
+    long liveBytes() {
+        return liveBytes.get();
+    }
+
+    /** Allocations that wanted a shared file and got private memory instead. */
+    long fallbacks() {
+        return fallbacks.get();
+    }
+
+    /**
+     * 16 bytes naming this host's current boot and its shared-memory directory (the file system and inode, so a
+     * container with a /dev/shm of its own differs), or zeros when {@link #enabled()} is false or the host cannot be
+     * named: a peer whose token equals ours, non-zero, can map our files.
+     */
+    byte[] hostToken() {
+        if (!enabled()) {
+            return NO_TOKEN;
+        }
+        byte[] t = token;
+        if (t == null) {
+            t = computeToken(directory());
+            token = t;
+        }
+        return t;
+    }
+
+    /** Whether a peer's token says it shares our host and directory; both tokens as sent, zeros when disabled. */
+    static boolean sameHost(byte[] ours, byte[] theirs) {
+        return !Arrays.equals(ours, NO_TOKEN) && Arrays.equals(ours, theirs);
+    }
+
+    private static byte[] computeToken(Path dir) {
+        try {
+            String bootId = Files.readString(Paths.get("/proc/sys/kernel/random/boot_id")).trim();
+            Object device = Files.getAttribute(dir, "unix:dev");
+            Object inode = Files.getAttribute(dir, "unix:ino");
+            MessageDigest sha = MessageDigest.getInstance("SHA-256");
+            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode)
+                    .getBytes(StandardCharsets.UTF_8));
+            return Arrays.copyOf(digest, TOKEN_LENGTH);
+        } catch (IOException | UnsupportedOperationException | IllegalArgumentException
+                 | NoSuchAlgorithmException e) {
+            SoftEngine.logger.warn("soft0: cannot tell this host's boot and shared-memory directory {} apart ({}): "
+                    + "same-host peers will use TCP (run on Linux with {} present, or set -D{}=tcp)", dir,
+                    e.toString(), dir, SAME_HOST_PROPERTY);
+            return NO_TOKEN;
+        }
+    }
+
+    /**
+     * Deletes the files of processes that died without their shutdown hook (SIGKILL, a crash), those of an earlier
+     * process with our pid among them; called before our first file.
+     */
+    private static void removeFilesOfDeadProcesses(Path dir, long self) {
+        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + "*")) {
+            for (Path file : stream) {
+                String name = file.getFileName().toString();
+                int dash = name.indexOf('-', PREFIX.length());
+                if (dash < 0) {
+                    continue;
+                }
+                long owner;
+                try {
+                    owner = Long.parseLong(name.substring(PREFIX.length(), dash));
+                } catch (NumberFormatException e) {
+                    continue;
+                }
+                if (owner == self || ProcessHandle.of(owner).isEmpty()) {
+                    deleteQuietly(file);
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            // Nothing to clean, or not ours to list: allocation reports a directory that does not work.
+        }
+    }
+
+    private void deleteAll() {
+        for (Path file : files.values()) {
+            deleteQuietly(file);
+        }
+    }
+
+    private static void deleteQuietly(Path file) {
+        try {
+            Files.deleteIfExists(file);
+        } catch (IOException e) {
+            SoftEngine.logger.warn("soft0: cannot delete shared-memory file {} ({}); delete it by hand", file,
+                    e.toString());
+        }
+    }
+}
