@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs.soft;
 
+import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.DirectMemory;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -15,7 +16,6 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -40,22 +40,30 @@ final class SharedMemoryFiles {
      * handshake.
      */
     static final String SAME_HOST_PROPERTY = "rdmabridge.soft.sameHost";
-    /** The directory of the shared files; default {@code /dev/shm}. */
+    /** The directory of the shared files, read when the device starts; default {@code /dev/shm}. */
     static final String DIRECTORY_PROPERTY = "rdmabridge.soft.shmDirectory";
     static final String PREFIX = "rdmabridge-soft-";
     static final int TOKEN_LENGTH = 16;
     private static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
 
     private final long pid = ProcessHandle.current().pid();
+    /** Where our files are, and where a same-host peer's are (equal tokens mean equal directories). */
+    final Path directory = Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
     private final AtomicLong nextFile = new AtomicLong();
-    /** Live files by the address of their mapping. */
-    private final ConcurrentHashMap<Long, Path> files = new ConcurrentHashMap<>();
+    /** Live files, sorted by the address of their mapping; replaced whole under {@code this} (rare). */
+    private volatile Mappings mappings = new Mappings(new long[0], new long[0], new long[0], new Path[0]);
     private final AtomicLong liveBytes = new AtomicLong();
     private final AtomicLong fallbacks = new AtomicLong();
     private final AtomicBoolean started = new AtomicBoolean();
     private final AtomicBoolean fallbackLogged = new AtomicBoolean();
     private static final AtomicBoolean BAD_PROPERTY_LOGGED = new AtomicBoolean();
     private volatile byte[] token;
+    /** This process's published keys and queue pairs; created with the first shared file or same-host link. */
+    private volatile SharedKeyTable keyTable;
+    private boolean keyTableFailed;
+    /** RDMA WRITEs and READs of same-host links done one-sided, and those that went over TCP instead. */
+    final AtomicLong oneSided = new AtomicLong();
+    final AtomicLong overTcp = new AtomicLong();
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
@@ -69,10 +77,6 @@ final class SharedMemoryFiles {
         return false;
     }
 
-    static Path directory() {
-        return Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
-    }
-
     /**
      * {@code capacity} bytes in a new shared file when {@link #enabled()}, else (or when the directory refuses) plain
      * direct memory.
@@ -84,12 +88,10 @@ final class SharedMemoryFiles {
         if (capacity == 0 || !enabled()) {
             return ByteBuffer.allocateDirect(capacity);
         }
-        Path dir = directory();
-        if (started.compareAndSet(false, true)) {
-            removeFilesOfDeadProcesses(dir, pid);
-            Runtime.getRuntime().addShutdownHook(new Thread(this::deleteAll, "soft0-shm-cleanup"));
-        }
-        Path file = dir.resolve(PREFIX + pid + '-' + nextFile.incrementAndGet());
+        Path dir = directory;
+        start(dir);
+        long number = nextFile.incrementAndGet();
+        Path file = dir.resolve(PREFIX + pid + '-' + number);
         MappedByteBuffer map;
         try {
             Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
@@ -108,14 +110,34 @@ final class SharedMemoryFiles {
             }
             return ByteBuffer.allocateDirect(capacity);
         }
-        files.put(DirectMemory.address(map), file);
+        synchronized (this) {
+            mappings = mappings.with(DirectMemory.address(map), capacity, number, file);
+        }
         liveBytes.addAndGet(capacity);
         return map;
     }
 
+    /** Before our first file: stale files go, and ours will go at exit. */
+    private void start(Path dir) {
+        if (started.compareAndSet(false, true)) {
+            removeFilesOfDeadProcesses(dir, pid);
+            Runtime.getRuntime().addShutdownHook(new Thread(this::deleteAll, "soft0-shm-cleanup"));
+        }
+    }
+
     /** Unmaps and deletes {@code memory}'s file when it is one of ours, else frees it as plain direct memory. */
     void free(ByteBuffer memory) {
-        Path file = memory.isDirect() ? files.remove(DirectMemory.address(memory)) : null;
+        Path file = null;
+        if (memory.isDirect()) {
+            synchronized (this) {
+                Mappings m = mappings;
+                int k = m.find(DirectMemory.address(memory), 0);
+                if (k >= 0 && m.bases[k] == DirectMemory.address(memory)) {
+                    file = m.paths[k];
+                    mappings = m.without(k);
+                }
+            }
+        }
         int capacity = memory.capacity();
         DirectMemory.free(memory);
         if (file != null) {
@@ -126,7 +148,17 @@ final class SharedMemoryFiles {
 
     /** Shared files of this process that are not freed yet. */
     int liveFiles() {
-        return files.size();
+        return mappings.bases.length;
+    }
+
+    /** The live files now: an immutable snapshot to search without locks or allocation. */
+    Mappings mappings() {
+        return mappings;
+    }
+
+    /** This process's id, which names its files. */
+    long pid() {
+        return pid;
     }
 
     long liveBytes() {
@@ -149,7 +181,7 @@ final class SharedMemoryFiles {
         }
         byte[] t = token;
         if (t == null) {
-            t = computeToken(directory());
+            t = computeToken(directory);
             token = t;
         }
         return t;
@@ -206,17 +238,149 @@ final class SharedMemoryFiles {
     }
 
     private void deleteAll() {
-        for (Path file : files.values()) {
+        for (Path file : mappings.paths) {
             deleteQuietly(file);
+        }
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            deleteQuietly(t.file);
         }
     }
 
-    private static void deleteQuietly(Path file) {
+    /**
+     * This process's key table, created on first use in the shared-memory directory, or {@code null} when it cannot
+     * be (one WARN): peers then take the TCP path for everything.
+     */
+    SharedKeyTable keyTable() {
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            return t;
+        }
+        synchronized (this) {
+            if (keyTable == null && !keyTableFailed) {
+                Path dir = directory;
+                start(dir);
+                try {
+                    keyTable = SharedKeyTable.create(dir.resolve(PREFIX + pid + "-keys"));
+                } catch (IOException | RuntimeException e) {
+                    keyTableFailed = true;
+                    SoftEngine.logger.warn("soft0: cannot create the shared key table in {} ({}): same-host peers "
+                            + "will use TCP (fix the directory's space or permissions, or set -D{}=tcp)", dir,
+                            e.toString(), SAME_HOST_PROPERTY);
+                }
+            }
+            return keyTable;
+        }
+    }
+
+    /**
+     * Publishes a registration under {@code key} when its range lies in one of our shared files (peers can then
+     * reach it one-sided); anything else stays private and is served through the TCP path. Caller holds the
+     * engine's key lock. Allocates nothing once the table exists.
+     */
+    void publish(int key, int domain, int access, long address, long length) {
+        if ((access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) == 0) {
+            return;
+        }
+        Mappings m = mappings;
+        int k = m.find(address, length);
+        if (k < 0) {
+            return;
+        }
+        SharedKeyTable t = keyTable();
+        if (t != null) {
+            t.publish(key, domain, access, address, length, m.numbers[k], address - m.bases[k]);
+        }
+    }
+
+    /** Withdraws {@code key} if it was published, waiting out peers' copies. Caller holds the engine's key lock. */
+    void withdraw(int key) {
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            t.withdraw(key);
+        }
+    }
+
+    static void deleteQuietly(Path file) {
         try {
             Files.deleteIfExists(file);
         } catch (IOException e) {
             SoftEngine.logger.warn("soft0: cannot delete shared-memory file {} ({}); delete it by hand", file,
                     e.toString());
+        }
+    }
+
+    /**
+     * The live files at one moment, sorted by mapping address: parallel arrays of address, size, file number (the
+     * {@code <n>} of the name) and path. Immutable.
+     */
+    static final class Mappings {
+        final long[] bases;
+        final long[] sizes;
+        final long[] numbers;
+        final Path[] paths;
+
+        Mappings(long[] bases, long[] sizes, long[] numbers, Path[] paths) {
+            this.bases = bases;
+            this.sizes = sizes;
+            this.numbers = numbers;
+            this.paths = paths;
+        }
+
+        /** The index of the mapping that holds {@code [address, address + length)} whole, or -1. */
+        int find(long address, long length) {
+            int lo = 0;
+            int hi = bases.length - 1;
+            while (lo <= hi) {
+                int mid = (lo + hi) >>> 1;
+                if (bases[mid] <= address) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            // hi: the last mapping that starts at or before address.
+            return hi >= 0 && address - bases[hi] <= sizes[hi] - length ? hi : -1;
+        }
+
+        Mappings with(long base, long size, long number, Path path) {
+            int at = -(java.util.Arrays.binarySearch(bases, base) + 1);
+            return new Mappings(insert(bases, at, base), insert(sizes, at, size), insert(numbers, at, number),
+                    insert(paths, at, path));
+        }
+
+        Mappings without(int k) {
+            return new Mappings(remove(bases, k), remove(sizes, k), remove(numbers, k), remove(paths, k));
+        }
+
+        private static long[] insert(long[] a, int at, long v) {
+            long[] r = new long[a.length + 1];
+            System.arraycopy(a, 0, r, 0, at);
+            r[at] = v;
+            System.arraycopy(a, at, r, at + 1, a.length - at);
+            return r;
+        }
+
+        private static Path[] insert(Path[] a, int at, Path v) {
+            Path[] r = new Path[a.length + 1];
+            System.arraycopy(a, 0, r, 0, at);
+            r[at] = v;
+            System.arraycopy(a, at, r, at + 1, a.length - at);
+            return r;
+        }
+
+        private static long[] remove(long[] a, int k) {
+            long[] r = new long[a.length - 1];
+            System.arraycopy(a, 0, r, 0, k);
+            System.arraycopy(a, k + 1, r, k, a.length - k - 1);
+            return r;
+        }
+
+        private static Path[] remove(Path[] a, int k) {
+            Path[] r = new Path[a.length - 1];
+            System.arraycopy(a, 0, r, 0, k);
+            System.arraycopy(a, k + 1, r, k, a.length - k - 1);
+            return r;
         }
     }
 }

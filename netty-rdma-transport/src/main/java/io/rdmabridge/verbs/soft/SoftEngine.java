@@ -51,6 +51,7 @@ final class SoftEngine {
 
     private final Object keyLock = new Object();
     private final AtomicInteger nextQpNumber = new AtomicInteger();
+    private final AtomicInteger nextDomainId = new AtomicInteger();
     private final AtomicInteger nextDirectPort = new AtomicInteger();
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
     private volatile Selector selector;
@@ -82,6 +83,11 @@ final class SoftEngine {
         return e;
     }
 
+    /** A protection domain's id in the shared key table: regions and queue pairs must share one. */
+    int nextDomainId() {
+        return nextDomainId.incrementAndGet();
+    }
+
     int nextQpNumber() {
         for (;;) {
             int n = nextQpNumber.incrementAndGet() & 0xffffff;
@@ -105,6 +111,7 @@ final class SoftEngine {
                         + " already, the device's limit (expected: deregister regions no longer used)");
             }
             mr.open(address, length, access, key);
+            sharedMemory.publish(key, mr.pd.id, access, address, length);
             usage.memoryRegistered(length);
         }
     }
@@ -112,6 +119,8 @@ final class SoftEngine {
     /** Frees {@code key}, the cleared key of a region of {@code length} bytes. */
     void deregister(int key, long length) {
         synchronized (keyLock) {
+            // Before the slot is free: once this returns, no same-host peer copies into or out of the region.
+            sharedMemory.withdraw(key);
             keys.remove(key);
             usage.memoryDeregistered(length);
         }

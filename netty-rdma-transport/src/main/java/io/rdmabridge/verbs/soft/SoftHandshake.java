@@ -29,6 +29,9 @@ import java.nio.ByteBuffer;
  * |              Same-Host Token (16 bytes; REJECT: 0)            | 24
  * |                                                               |
  * +---------------------------------------------------------------+
+ * |                 Process Id (with a token; else 0)             | 40
+ * |                                                               |
+ * +---------------------------------------------------------------+
  * |       Private Data (CONNECT <= 56, ACCEPT <= 196,           ...
  * |                     REJECT <= 148 bytes)                      |
  * +---------------------------------------------------------------+
@@ -51,7 +54,8 @@ final class SoftHandshake {
     static final int RESERVED2_OFFSET = 18;
     static final int STATUS_OFFSET = 20;
     static final int TOKEN_OFFSET = 24;
-    static final int HEADER_LENGTH = TOKEN_OFFSET + SharedMemoryFiles.TOKEN_LENGTH;
+    static final int PID_OFFSET = TOKEN_OFFSET + SharedMemoryFiles.TOKEN_LENGTH;
+    static final int HEADER_LENGTH = PID_OFFSET + 8;
 
     static final int CONNECT = 1;
     static final int ACCEPT = 2;
@@ -97,6 +101,11 @@ final class SoftHandshake {
         return token;
     }
 
+    /** The sender's process id, which names its shared files; meaningful with a non-zero token only. */
+    long pid() {
+        return buffer.getLong(offset + PID_OFFSET);
+    }
+
     /** The parameters carried by a CONNECT or ACCEPT whose header passed {@link #validate(int)}. */
     ConnectionParameters parameters(byte[] privateData) {
         return new ConnectionParameters(privateData, buffer.get(offset + RESPONDER_RESOURCES_OFFSET) & 0xff,
@@ -106,12 +115,12 @@ final class SoftHandshake {
 
     /** Encodes a whole handshake (header and private data), with no same-host token, into a new array. */
     static byte[] encode(int kind, int qpNumber, ConnectionParameters parameters, byte[] privateData, int status) {
-        return encode(kind, qpNumber, parameters, privateData, status, new byte[SharedMemoryFiles.TOKEN_LENGTH]);
+        return encode(kind, qpNumber, parameters, privateData, status, new byte[SharedMemoryFiles.TOKEN_LENGTH], 0);
     }
 
-    /** Encodes a whole handshake (header, {@code hostToken} and private data) into a new array. */
+    /** Encodes a whole handshake (header, {@code hostToken}, {@code pid} and private data) into a new array. */
     static byte[] encode(int kind, int qpNumber, ConnectionParameters parameters, byte[] privateData, int status,
-                         byte[] hostToken) {
+                         byte[] hostToken, long pid) {
         ByteBuffer b = ByteBuffer.allocate(HEADER_LENGTH + privateData.length);
         b.putInt(MAGIC).putShort((short) VERSION).put((byte) kind).put((byte) 0).putInt(qpNumber);
         if (parameters != null) {
@@ -120,7 +129,7 @@ final class SoftHandshake {
         } else {
             b.putInt(0);
         }
-        b.putShort((short) privateData.length).putShort((short) 0).putInt(status).put(hostToken).put(privateData);
+        b.putShort((short) privateData.length).putShort((short) 0).putInt(status).put(hostToken).putLong(pid).put(privateData);
         return b.array();
     }
 

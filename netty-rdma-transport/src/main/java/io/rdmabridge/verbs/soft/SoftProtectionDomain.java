@@ -17,6 +17,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class SoftProtectionDomain implements ProtectionDomain {
     final SoftEngine engine;
     private final SoftDevice device;
+    /** Names the domain in the shared key table ({@link SharedKeyTable}). */
+    final int id;
     final AtomicInteger memoryRegions = new AtomicInteger();
     final AtomicInteger queuePairs = new AtomicInteger();
     private final AtomicBoolean closed = new AtomicBoolean();
@@ -24,6 +26,7 @@ final class SoftProtectionDomain implements ProtectionDomain {
     SoftProtectionDomain(SoftDevice device, SoftEngine engine) {
         this.device = device;
         this.engine = engine;
+        id = engine.nextDomainId();
         engine.usage.protectionDomains(1);
     }
 

@@ -172,6 +172,22 @@ public final class SoftProvider implements RdmaProvider {
         return SoftEngine.get().usage;
     }
 
+    /**
+     * RDMA WRITEs and READs this JVM executed one-sided in a same-host peer's shared memory (see
+     * {@value SharedMemoryFiles#SAME_HOST_PROPERTY}), for tests and diagnostics.
+     */
+    public long oneSidedOperations() {
+        return SoftEngine.get().sharedMemory.oneSided.get();
+    }
+
+    /**
+     * RDMA WRITEs and READs of same-host links that went over TCP because the peer's memory could not be reached
+     * one-sided (not allocated in shared memory, say), for tests and diagnostics: each cost the peer's engine a copy.
+     */
+    public long sameHostOperationsOverTcp() {
+        return SoftEngine.get().sharedMemory.overTcp.get();
+    }
+
     /** The fault-injection hooks of the JVM-wide software device, for tests; never {@code null}. */
     public SoftFaults faults() {
         return SoftEngine.get().faults;

@@ -6,6 +6,14 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.SendWorkRequest;
+import io.rdmabridge.verbs.WcOpcode;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WorkCompletions;
+import io.rdmabridge.verbs.WrOpcode;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
@@ -14,9 +22,11 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -26,36 +36,39 @@ import org.junit.jupiter.api.io.TempDir;
  * their cleanup, and the handshake's same-host test.
  */
 class SoftSameHostTest {
+    /** The JVM-wide device's directory (Surefire runs each test class in a JVM of its own). */
+    @TempDir
+    static Path deviceDir;
+    /** The directory of the files a test's own {@link SharedMemoryFiles} makes. */
     @TempDir
     Path dir;
-    private String oldMode;
-    private String oldDirectory;
+
+    @BeforeAll
+    static void shareTheDevicesMemoryInATemporaryDirectory() {
+        System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, deviceDir.toString());
+        assertEquals(deviceDir, SoftEngine.get().sharedMemory.directory);
+    }
 
     @BeforeEach
-    void shareMemoryInTheTemporaryDirectory() {
-        oldMode = System.getProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-        oldDirectory = System.getProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
+    void shareMemory() {
         System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.toString());
     }
 
-    @AfterEach
-    void restoreProperties() {
-        restore(SharedMemoryFiles.SAME_HOST_PROPERTY, oldMode);
-        restore(SharedMemoryFiles.DIRECTORY_PROPERTY, oldDirectory);
-    }
-
-    private static void restore(String key, String value) {
-        if (value == null) {
-            System.clearProperty(key);
-        } else {
-            System.setProperty(key, value);
-        }
+    @AfterAll
+    static void restoreProperties() {
+        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
     }
 
     private List<Path> files() throws IOException {
-        try (Stream<Path> s = Files.list(dir)) {
-            return s.toList();
+        return files(dir);
+    }
+
+    /** The data files in {@code d}: the key table, which lives as long as the process, left out. */
+    private static List<Path> files(Path d) throws IOException {
+        try (Stream<Path> s = Files.list(d)) {
+            return s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList();
         }
     }
 
@@ -134,10 +147,10 @@ class SoftSameHostTest {
         try (var pd = provider.devices().get(0).allocProtectionDomain()) {
             ByteBuffer memory = pd.allocateMemory(65536);
             assertInstanceOf(MappedByteBuffer.class, memory);
-            assertEquals(1, files().size());
-            pd.register(memory, io.rdmabridge.verbs.Access.ALL).close();
+            assertEquals(1, files(deviceDir).size());
+            pd.register(memory, Access.ALL).close();
             pd.freeMemory(memory);
-            assertEquals(List.of(), files());
+            assertEquals(List.of(), files(deviceDir));
         }
         SoftPair.assertResourcesReleased(provider);
     }
@@ -171,5 +184,65 @@ class SoftSameHostTest {
 
     private static TcpLink tcpLink(SoftPair.Side side) {
         return assertInstanceOf(TcpLink.class, ((SoftQueuePair) side.qp).link);
+    }
+
+    /** A region of {@code size} bytes in memory from the side's domain (shared when the mode is shm). */
+    private static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access,
+                                          List<Runnable> toFree) throws Exception {
+        ByteBuffer memory = side.pd.allocateMemory(size);
+        ProtectionDomain pd = side.pd;
+        toFree.add(() -> pd.freeMemory(memory));
+        return p.track(new SoftPair.Buffer(memory, side.pd.register(memory, access)));
+    }
+
+    @Test
+    void shouldWriteAndReadSharedMemoryOneSidedAndStillOrderAgainstSends() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        List<Runnable> toFree = new ArrayList<>();
+        SendWorkRequest swr = new SendWorkRequest(4);
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = shared(p, p.client, 65536, Access.ALL, toFree);
+            SoftPair.Buffer remote = shared(p, p.server, 65536, Access.LOCAL_WRITE | Access.REMOTE_WRITE
+                    | Access.REMOTE_READ, toFree);
+            SoftPair.Buffer inbox = shared(p, p.server, 64, Access.LOCAL_WRITE, toFree);
+            long oneSided = provider.oneSidedOperations();
+            local.fill(7);
+            p.client.qp.postSend(swr.reset().wrId(1).opcode(WrOpcode.RDMA_WRITE).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address() + 100, remote.mr().rkey()).addSge(local.address(), 40000,
+                            local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 1, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(100, 40000, 7, 0);
+            assertEquals(0, remote.get(99));
+            assertEquals(0, remote.get(40100));
+            assertEquals(oneSided + 1, provider.oneSidedOperations(), "the WRITE ran one-sided");
+
+            // A SEND behind a one-sided WRITE: the WRITE's bytes are in place when the receive completes.
+            p.server.qp.postRecv(new RecvWorkRequest(1).wrId(9).addSge(inbox.address(), 64, inbox.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(2).opcode(WrOpcode.RDMA_WRITE)
+                    .remote(remote.address(), remote.mr().rkey()).addSge(local.address() + 1, 50, local.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(3).flags(SendWorkRequest.SIGNALED)
+                    .addSge(local.address(), 8, local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 9, WcStatus.SUCCESS, WcOpcode.RECV);
+            remote.assertFilled(0, 50, 7, 1);
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 3, WcStatus.SUCCESS, WcOpcode.SEND);
+
+            SoftPair.Buffer back = shared(p, p.client, 65536, Access.ALL, toFree);
+            p.client.qp.postSend(swr.reset().wrId(4).opcode(WrOpcode.RDMA_READ).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address() + 100, remote.mr().rkey())
+                    .addSge(back.address(), 1000, back.mr().lkey())
+                    .addSge(back.address() + 2000, 39000, back.mr().lkey()));
+            WorkCompletions wc = SoftPair.pollOne(p.client.sendCq, null);
+            SoftPair.assertCompletion(wc, 4, WcStatus.SUCCESS, WcOpcode.RDMA_READ);
+            assertEquals(40000, wc.byteLength(0));
+            back.assertFilled(0, 1000, 7, 0);
+            back.assertFilled(2000, 39000, 7, 1000);
+            assertEquals(oneSided + 3, provider.oneSidedOperations(), "both WRITEs and the READ ran one-sided");
+            SoftPair.assertQuiet(p.server.recvCq, 20);
+        } finally {
+            toFree.forEach(Runnable::run);
+        }
+        SoftPair.assertResourcesReleased(provider);
+        assertEquals(List.of(), files(deviceDir), "shared files left");
     }
 }
