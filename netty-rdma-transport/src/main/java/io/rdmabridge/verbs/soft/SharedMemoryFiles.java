@@ -51,7 +51,7 @@ final class SharedMemoryFiles {
     final Path directory = Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
     private final AtomicLong nextFile = new AtomicLong();
     /** Live files, sorted by the address of their mapping; replaced whole under {@code this} (rare). */
-    private volatile Mappings mappings = new Mappings(new long[0], new long[0], new long[0], new Path[0]);
+    private volatile Mappings mappings = new Mappings(new Mapping[0]);
     private final AtomicLong liveBytes = new AtomicLong();
     private final AtomicLong fallbacks = new AtomicLong();
     private final AtomicBoolean started = new AtomicBoolean();
@@ -111,7 +111,7 @@ final class SharedMemoryFiles {
             return ByteBuffer.allocateDirect(capacity);
         }
         synchronized (this) {
-            mappings = mappings.with(DirectMemory.address(map), capacity, number, file);
+            mappings = mappings.with(new Mapping(DirectMemory.address(map), capacity, number, file));
         }
         liveBytes.addAndGet(capacity);
         return map;
@@ -130,11 +130,10 @@ final class SharedMemoryFiles {
         Path file = null;
         if (memory.isDirect()) {
             synchronized (this) {
-                Mappings m = mappings;
-                int k = m.find(DirectMemory.address(memory), 0);
-                if (k >= 0 && m.bases[k] == DirectMemory.address(memory)) {
-                    file = m.paths[k];
-                    mappings = m.without(k);
+                Mapping m = mappings.find(DirectMemory.address(memory), 0);
+                if (m != null && m.base() == DirectMemory.address(memory)) {
+                    file = m.path();
+                    mappings = mappings.without(m);
                 }
             }
         }
@@ -148,12 +147,7 @@ final class SharedMemoryFiles {
 
     /** Shared files of this process that are not freed yet. */
     int liveFiles() {
-        return mappings.bases.length;
-    }
-
-    /** The live files now: an immutable snapshot to search without locks or allocation. */
-    Mappings mappings() {
-        return mappings;
+        return mappings.entries.length;
     }
 
     /** This process's id, which names its files. */
@@ -238,8 +232,8 @@ final class SharedMemoryFiles {
     }
 
     private void deleteAll() {
-        for (Path file : mappings.paths) {
-            deleteQuietly(file);
+        for (Mapping m : mappings.entries) {
+            deleteQuietly(m.path());
         }
         SharedKeyTable t = keyTable;
         if (t != null) {
@@ -282,14 +276,13 @@ final class SharedMemoryFiles {
         if ((access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) == 0) {
             return;
         }
-        Mappings m = mappings;
-        int k = m.find(address, length);
-        if (k < 0) {
+        Mapping m = mappings.find(address, length);
+        if (m == null) {
             return;
         }
         SharedKeyTable t = keyTable();
         if (t != null) {
-            t.publish(key, domain, access, address, length, m.numbers[k], address - m.bases[k]);
+            t.publish(key, domain, access, address, length, m.number(), address - m.base());
         }
     }
 
@@ -310,77 +303,58 @@ final class SharedMemoryFiles {
         }
     }
 
-    /**
-     * The live files at one moment, sorted by mapping address: parallel arrays of address, size, file number (the
-     * {@code <n>} of the name) and path. Immutable.
-     */
-    static final class Mappings {
-        final long[] bases;
-        final long[] sizes;
-        final long[] numbers;
-        final Path[] paths;
+    /** One live file: its mapping's address and size, its number (the {@code <n>} of its name) and path. */
+    record Mapping(long base, long size, long number, Path path) {
+    }
 
-        Mappings(long[] bases, long[] sizes, long[] numbers, Path[] paths) {
-            this.bases = bases;
-            this.sizes = sizes;
-            this.numbers = numbers;
-            this.paths = paths;
+    /** The live files at one moment, sorted by mapping address. Immutable. */
+    static final class Mappings {
+        final Mapping[] entries;
+
+        Mappings(Mapping[] entries) {
+            this.entries = entries;
         }
 
-        /** The index of the mapping that holds {@code [address, address + length)} whole, or -1. */
-        int find(long address, long length) {
+        /** The mapping that holds {@code [address, address + length)} whole, or {@code null}; allocates nothing. */
+        Mapping find(long address, long length) {
             int lo = 0;
-            int hi = bases.length - 1;
+            int hi = entries.length - 1;
             while (lo <= hi) {
                 int mid = (lo + hi) >>> 1;
-                if (bases[mid] <= address) {
+                if (entries[mid].base <= address) {
                     lo = mid + 1;
                 } else {
                     hi = mid - 1;
                 }
             }
             // hi: the last mapping that starts at or before address.
-            return hi >= 0 && address - bases[hi] <= sizes[hi] - length ? hi : -1;
+            if (hi < 0) {
+                return null;
+            }
+            Mapping m = entries[hi];
+            return address - m.base <= m.size - length ? m : null;
         }
 
-        Mappings with(long base, long size, long number, Path path) {
-            int at = -(java.util.Arrays.binarySearch(bases, base) + 1);
-            return new Mappings(insert(bases, at, base), insert(sizes, at, size), insert(numbers, at, number),
-                    insert(paths, at, path));
+        Mappings with(Mapping added) {
+            int at = 0;
+            while (at < entries.length && entries[at].base < added.base) {
+                at++;
+            }
+            Mapping[] r = new Mapping[entries.length + 1];
+            System.arraycopy(entries, 0, r, 0, at);
+            r[at] = added;
+            System.arraycopy(entries, at, r, at + 1, entries.length - at);
+            return new Mappings(r);
         }
 
-        Mappings without(int k) {
-            return new Mappings(remove(bases, k), remove(sizes, k), remove(numbers, k), remove(paths, k));
-        }
-
-        private static long[] insert(long[] a, int at, long v) {
-            long[] r = new long[a.length + 1];
-            System.arraycopy(a, 0, r, 0, at);
-            r[at] = v;
-            System.arraycopy(a, at, r, at + 1, a.length - at);
-            return r;
-        }
-
-        private static Path[] insert(Path[] a, int at, Path v) {
-            Path[] r = new Path[a.length + 1];
-            System.arraycopy(a, 0, r, 0, at);
-            r[at] = v;
-            System.arraycopy(a, at, r, at + 1, a.length - at);
-            return r;
-        }
-
-        private static long[] remove(long[] a, int k) {
-            long[] r = new long[a.length - 1];
-            System.arraycopy(a, 0, r, 0, k);
-            System.arraycopy(a, k + 1, r, k, a.length - k - 1);
-            return r;
-        }
-
-        private static Path[] remove(Path[] a, int k) {
-            Path[] r = new Path[a.length - 1];
-            System.arraycopy(a, 0, r, 0, k);
-            System.arraycopy(a, k + 1, r, k, a.length - k - 1);
-            return r;
+        Mappings without(Mapping removed) {
+            Mapping[] r = new Mapping[entries.length - 1];
+            for (int k = 0, j = 0; k < entries.length; k++) {
+                if (entries[k] != removed) {
+                    r[j++] = entries[k];
+                }
+            }
+            return new Mappings(r);
         }
     }
 }
