@@ -61,6 +61,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /** Most one-sided requests one DIRECT frame reports; more wait for the next one. */
     static final int MAX_DIRECT = 1 << 24;
+    /**
+     * From this size a WRITE or READ behind unacknowledged requests waits for their acknowledgement (a round trip)
+     * to run one-sided, rather than streaming through the socket; smaller ones go over the wire at once.
+     */
+    static final int ONE_SIDED_WAIT_BYTES = 64 * 1024;
 
     private volatile int phase;
     private final SoftCmId listener;
@@ -85,6 +90,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private int directCount;
     /** A one-sided request completed and a failed one behind it retired: the link ends after the drain. */
     private boolean sharedFailed;
+    /** The next request waits to run one-sided until the earlier ones are done; an ACK wakes the pump. */
+    private volatile boolean sharedWaiting;
 
     // Small while the handshake runs (a stranger's socket costs little), full size once connected.
     private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
@@ -823,6 +830,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     return;
                 }
                 markAcked(q, head, seq + 1);
+                if (sharedWaiting) {
+                    sharedWaiting = false;
+                    wake = true;
+                }
             } else {
                 long seq = seqOf(psn, head - q.sqDepth, sent);
                 if (seq < 0) {
@@ -1172,6 +1183,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     q.sqSent = seq + 1;
                     return;
                 }
+                if (r == SHARED_WAIT) {
+                    return;
+                }
             }
             if (directCount > 0) {
                 if (room() < SoftFrame.HEADER_LENGTH) {
@@ -1217,20 +1231,33 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private static final int SHARED_DONE = 0;
     private static final int SHARED_DECLINED = 1;
     private static final int SHARED_FAILED = 2;
+    private static final int SHARED_WAIT = 3;
 
     /**
      * Tries RDMA WRITE or READ {@code seq} (slot {@code i}) one-sided, in the peer's shared memory; drainer.
      *
      * @return {@link #SHARED_DONE}; {@link #SHARED_DECLINED}: send it over the wire, where the peer decides;
-     *         {@link #SHARED_FAILED}: done, but a failed request behind it completed and the link must end
+     *         {@link #SHARED_FAILED}: done, but a failed request behind it completed and the link must end;
+     *         {@link #SHARED_WAIT}: earlier requests are outstanding, try again when an acknowledgement comes
      */
     private int executeShared(SoftQueuePair q, SharedPeer shared, long seq, int i) {
         q.sqLock.lock();
         try {
-            // Only with every earlier request complete: the responder would have executed them first (RC order).
-            if (q.sqHead != seq || q.state != QpState.RTS || q.checkLocal(i) != WcStatus.SUCCESS) {
+            if (q.state != QpState.RTS || q.checkLocal(i) != WcStatus.SUCCESS) {
                 return SHARED_DECLINED;
             }
+            // Only with every earlier request done: the responder would have executed them first (RC order).
+            sharedWaiting = true; // before the check, under the lock an acknowledgement takes too: no wake-up lost
+            for (long s = q.sqHead; s < seq; s++) {
+                if (!q.sDone[q.sIndex(s)]) {
+                    if (q.sLength[i] >= ONE_SIDED_WAIT_BYTES) {
+                        return SHARED_WAIT;
+                    }
+                    sharedWaiting = false;
+                    return SHARED_DECLINED;
+                }
+            }
+            sharedWaiting = false;
             if (!shared.execute(q, i, peerQpn)) {
                 engine.sharedMemory.overTcp.incrementAndGet();
                 return SHARED_DECLINED;

@@ -47,8 +47,9 @@
  *       non-zero tokens make the TCP link same-host.</li>
  *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
  *       links, in {@code rdmabridge-soft-<pid>-keys}. A requester executes RDMA WRITE and READ one-sided when every
- *       earlier request of the queue pair is complete (RC order) and the table vouches for key, domain, bounds,
- *       access and queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration waits
+ *       earlier request of the queue pair is done (RC order; one of 64 KiB or more waits for the acknowledgement of
+ *       earlier ones, a smaller one goes over the wire) and the table vouches for key, domain, bounds, access and
+ *       queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration waits
  *       out peers' copies (an in-use count per key slot). Everything else takes the TCP path unchanged, which stays
  *       the authority: a doubtful case is never failed one-sided, it is sent.</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and checks
@@ -59,7 +60,9 @@
  *   <li>SEND through a shared receive ring and completions through shared rings (the target's engine still copies
  *       every SEND out of the socket), then wake-ups: busy-poll free, one doorbell byte on the TCP socket when the
  *       peer is parked. Then the TCP socket carries only the handshake, the doorbell and peer death.</li>
- *   <li>One-sided requests while earlier ones are still in flight (today they wait for the wire to drain).</li>
+ *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
+ *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
+ *       a READ must see an earlier SEND's or WRITE's bytes.</li>
  *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied; peers' mappings counted in
  *       {@link io.rdmabridge.verbs.ResourceUsage}; the key table's 48 MiB sparse file sized to the live key slots.</li>
  *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI

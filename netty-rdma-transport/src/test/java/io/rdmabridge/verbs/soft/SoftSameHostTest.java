@@ -238,11 +238,61 @@ class SoftSameHostTest {
             back.assertFilled(0, 1000, 7, 0);
             back.assertFilled(2000, 39000, 7, 1000);
             assertEquals(oneSided + 3, provider.oneSidedOperations(), "both WRITEs and the READ ran one-sided");
+
+            // A large WRITE right behind a SEND waits for the SEND's acknowledgement, then runs one-sided.
+            p.server.qp.postRecv(new RecvWorkRequest(1).wrId(10).addSge(inbox.address(), 64, inbox.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(5).flags(SendWorkRequest.SIGNALED)
+                    .addSge(local.address(), 8, local.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(6).opcode(WrOpcode.RDMA_WRITE).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address(), remote.mr().rkey()).addSge(local.address(), 65536, local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 5, WcStatus.SUCCESS, WcOpcode.SEND);
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 6, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(0, 65536, 7, 0);
+            assertEquals(oneSided + 4, provider.oneSidedOperations(), "the WRITE behind the SEND ran one-sided");
+            SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 10, WcStatus.SUCCESS, WcOpcode.RECV);
             SoftPair.assertQuiet(p.server.recvCq, 20);
         } finally {
             toFree.forEach(Runnable::run);
         }
         SoftPair.assertResourcesReleased(provider);
         assertEquals(List.of(), files(deviceDir), "shared files left");
+    }
+
+    @Test
+    void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
+        SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.PREFIX + "1-keys"));
+        SharedKeyTable peer = SharedKeyTable.open(owner.file);
+        try {
+            int key = 0x5a000007;
+            owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512);
+            assertEquals(-1, peer.acquire(key ^ 0x100000), "a key of another tag");
+            int e = peer.acquire(key);
+            assertTrue(e >= 0);
+            assertEquals(3, peer.domain(e));
+            assertEquals(0x10000, peer.address(e));
+            assertEquals(4096, peer.length(e));
+            assertEquals(2, peer.fileNumber(e));
+            assertEquals(512, peer.fileOffset(e));
+
+            Thread deregistration = new Thread(() -> owner.withdraw(key), "withdraw");
+            deregistration.start();
+            deregistration.join(200);
+            assertTrue(deregistration.isAlive(), "deregistration returned while the peer still copies");
+            assertEquals(-1, peer.acquire(key), "the key is refused as soon as deregistration starts");
+            peer.release(e);
+            deregistration.join(10_000);
+            assertFalse(deregistration.isAlive(), "deregistration still waits after the peer's copy ended");
+            assertEquals(-1, peer.acquire(key));
+
+            owner.publishQueuePair(77, 3);
+            assertEquals(3, peer.queuePairDomain(77));
+            assertEquals(-1, peer.queuePairDomain(78));
+            owner.withdrawQueuePair(77);
+            assertEquals(-1, peer.queuePairDomain(77));
+        } finally {
+            io.rdmabridge.verbs.DirectMemory.free(peer.mapping());
+            io.rdmabridge.verbs.DirectMemory.free(owner.mapping());
+        }
     }
 }
