@@ -347,7 +347,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
-        /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
+    /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
     private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote,
                         boolean readBufInReadMode) {
         ByteBuffer r = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);

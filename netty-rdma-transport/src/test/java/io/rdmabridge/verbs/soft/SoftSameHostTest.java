@@ -32,8 +32,9 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * The same-host groundwork of the soft provider: registered memory in shared files that another process can map,
- * their cleanup, and the handshake's same-host test.
+ * The soft provider's same-host path: registered memory in shared files that another process can map, their cleanup,
+ * the handshake's same-host test, the shared key table's deregistration guard, and one-sided WRITE and READ in order
+ * with the TCP link's SENDs.
  */
 class SoftSameHostTest {
     /** The JVM-wide device's directory (Surefire runs each test class in a JVM of its own). */
