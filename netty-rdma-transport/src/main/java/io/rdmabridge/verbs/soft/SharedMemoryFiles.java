@@ -205,10 +205,10 @@ final class SharedMemoryFiles {
     }
 
     /**
-     * Deletes the files of processes that died without their shutdown hook (SIGKILL, a crash), those of an earlier
-     * process with our pid among them; called before our first file.
+     * Deletes the files of processes that died without their shutdown hook (SIGKILL, a crash), and those of
+     * {@code alsoPid} (an earlier process with our pid, before our first file; -1 for none).
      */
-    private static void removeFilesOfDeadProcesses(Path dir, long self) {
+    static void removeFilesOfDeadProcesses(Path dir, long alsoPid) {
         try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + "*")) {
             for (Path file : stream) {
                 String name = file.getFileName().toString();
@@ -222,7 +222,7 @@ final class SharedMemoryFiles {
                 } catch (NumberFormatException e) {
                     continue;
                 }
-                if (owner == self || ProcessHandle.of(owner).isEmpty()) {
+                if (owner == alsoPid || ProcessHandle.of(owner).isEmpty()) {
                     deleteQuietly(file);
                 }
             }

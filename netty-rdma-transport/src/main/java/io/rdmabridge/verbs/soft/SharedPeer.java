@@ -30,6 +30,7 @@ final class SharedPeer {
     private static final long TABLE_RETRY_NANOS = 100_000_000L;
 
     private final Path directory;
+    private final long peerPid;
     private final String filePrefix;
     private final AtomicInteger users = new AtomicInteger();
     private final AtomicBoolean unmapped = new AtomicBoolean();
@@ -45,6 +46,7 @@ final class SharedPeer {
 
     SharedPeer(Path directory, long peerPid) {
         this.directory = directory;
+        this.peerPid = peerPid;
         filePrefix = SharedMemoryFiles.PREFIX + peerPid + '-';
     }
 
@@ -167,11 +169,17 @@ final class SharedPeer {
         return count++;
     }
 
-    /** Unmaps everything once no copy is under way; any thread, idempotent. */
+    /**
+     * Unmaps everything once no copy is under way; any thread, idempotent. When the peer died (killed, so without
+     * its shutdown hook), its files are deleted now rather than by the next process that starts this path.
+     */
     void close() {
         closed = true;
         if (users.get() == 0) {
             unmapAll();
+        }
+        if (ProcessHandle.of(peerPid).map(p -> !p.isAlive()).orElse(true)) {
+            SharedMemoryFiles.removeFilesOfDeadProcesses(directory, -1);
         }
     }
 

@@ -52,8 +52,10 @@
  *       queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration waits
  *       out peers' copies (an in-use count per key slot). Everything else takes the TCP path unchanged, which stays
  *       the authority: a doubtful case is never failed one-sided, it is sent.</li>
- *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and checks
- *       it was taken; {@code SoftSameHostTest} covers files, cleanup, tokens and one-sided WRITE/READ ordering.</li>
+ *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
+ *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking the path was
+ *       taken; {@code SoftSameHostTest} covers files, cleanup, tokens, the deregistration guard and one-sided
+ *       WRITE/READ ordering. The whole module suite also passes with the path on in every JVM.</li>
  * </ul>
  * Next:
  * <ul>
@@ -68,7 +70,8 @@
  *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI
  *       on it; the results page with this path beside TCP and epoll.</li>
  * </ul>
- * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); the key table of a
- * killed process stays until the next process on the host starts this path.
+ * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); the files of a killed
+ * process are deleted by a surviving peer when its link closes and the process is gone (not when it is still a
+ * zombie), otherwise by the next process on the host that starts this path.
  */
 package io.rdmabridge.verbs.soft;
