@@ -20,6 +20,8 @@ public final class RdmaTuning {
     public static final String RENDEZVOUS_THRESHOLD = "rdmabridge.bench.rendezvousThreshold";
     /** System property: {@link RdmaChannelOption#RECEIVE_BUFFER_SIZE} of benchmark channels. */
     public static final String RECEIVE_BUFFER_SIZE = "rdmabridge.bench.receiveBufferSize";
+    /** The soft provider's same-host path ({@code shm} or {@code tcp}), passed on to the child as it is. */
+    public static final String SAME_HOST = "rdmabridge.soft.sameHost";
 
     private RdmaTuning() {
     }
@@ -49,7 +51,7 @@ public final class RdmaTuning {
     /** The {@code -D} options that give a child JVM this JVM's overrides. */
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
-        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE}) {
+        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, SAME_HOST}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

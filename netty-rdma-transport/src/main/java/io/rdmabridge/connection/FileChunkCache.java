@@ -83,7 +83,7 @@ public final class FileChunkCache implements AutoCloseable {
             // Linux before 6.2 pins every page it registers for writing and so refuses a read-only shared mapping
             // (EFAULT; rxe on Linux 6.1 says "Bad address"). A private mapping needs a writable FileChannel, which
             // a file region does not have: read the chunk into registered memory instead, from now on.
-            DirectBuffers.free(map);
+            DirectMemory.free(map);
             mappingRefused = true;
             if (REFUSAL_LOGGED.compareAndSet(false, true)) {
                 logger.info("Registering a read-only mapping of a file failed ({}): file regions are read into"
@@ -207,7 +207,7 @@ public final class FileChunkCache implements AutoCloseable {
                     copy.free();
                 } else {
                     memory.deregister(mr);
-                    DirectBuffers.free(map);
+                    DirectMemory.free(map);
                 }
             }
         }

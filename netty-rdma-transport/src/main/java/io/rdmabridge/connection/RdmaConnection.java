@@ -250,7 +250,7 @@ public final class RdmaConnection {
         wrKind = new byte[sqDepth];
         wrOp = new long[sqDepth];
         wrs = new SendWorkRequest[] {new SendWorkRequest(maxSge), new SendWorkRequest(maxSge)};
-        headerRing = DirectBuffers.allocate(sqDepth * HEADER_SLOT_SIZE).order(ByteOrder.LITTLE_ENDIAN);
+        headerRing = memory.protectionDomain().allocateMemory(sqDepth * HEADER_SLOT_SIZE).order(ByteOrder.LITTLE_ENDIAN);
         headerMr = memory.register(headerRing);
         headerBase = headerMr.address();
         scratchView = headerRing.duplicate();
@@ -1080,7 +1080,7 @@ public final class RdmaConnection {
         withdrawAll();
         qp.close();
         memory.deregister(headerMr);
-        DirectBuffers.free(headerRing);
+        memory.protectionDomain().freeMemory(headerRing);
         recv.close();
     }
 

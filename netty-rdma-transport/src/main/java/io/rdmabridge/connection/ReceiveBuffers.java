@@ -64,11 +64,11 @@ public final class ReceiveBuffers {
         this.slotSize = slotSize;
         this.count = count;
         state = new byte[count];
-        slab = DirectBuffers.allocate((int) bytes);
+        slab = memory.protectionDomain().allocateMemory((int) bytes);
         try {
             mr = memory.register(slab);
         } catch (RdmaException | RuntimeException e) {
-            DirectBuffers.free(slab);
+            memory.protectionDomain().freeMemory(slab);
             throw e;
         }
         view = slab.duplicate().order(ByteOrder.LITTLE_ENDIAN);
@@ -178,7 +178,7 @@ public final class ReceiveBuffers {
         if (closed && held == 0 && !released) {
             released = true;
             memory.deregister(mr);
-            DirectBuffers.free(slab);
+            memory.protectionDomain().freeMemory(slab);
         }
     }
 }

@@ -119,12 +119,12 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     private Block dedicated(int size) throws RdmaException {
-        ByteBuffer memory = DirectBuffers.allocate(size);
+        ByteBuffer memory = pd.allocateMemory(size);
         MemoryRegion mr;
         try {
             mr = pd.register(memory, ACCESS);
         } catch (RdmaException | RuntimeException e) {
-            DirectBuffers.free(memory);
+            pd.freeMemory(memory);
             throw e;
         }
         regions.add(mr);
@@ -327,11 +327,11 @@ public final class RegisteredMemory implements AutoCloseable {
         boolean touched = true;
 
         Slab(int blockSize, int count) throws RdmaException {
-            memory = DirectBuffers.allocate(blockSize * count);
+            memory = pd.allocateMemory(blockSize * count);
             try {
                 mr = pd.register(memory, ACCESS);
             } catch (RdmaException | RuntimeException e) {
-                DirectBuffers.free(memory);
+                pd.freeMemory(memory);
                 throw e;
             }
             regions.add(mr);
@@ -384,7 +384,7 @@ public final class RegisteredMemory implements AutoCloseable {
                 regions.remove(mr);
                 mr.close();
                 pooledBytes.addAndGet(-memory.capacity());
-                DirectBuffers.free(memory);
+                pd.freeMemory(memory);
                 regionRemoved();
             }
         }
@@ -444,7 +444,7 @@ public final class RegisteredMemory implements AutoCloseable {
                 regions.remove(mr);
                 mr.close();
                 dedicatedBytes.addAndGet(-buffer.capacity());
-                DirectBuffers.free(buffer);
+                pd.freeMemory(buffer);
                 regionRemoved();
             }
         }

@@ -59,6 +59,21 @@ public final class DirectMemory {
         return unsafe().getLong(directBuffer, BUFFER_ADDRESS_OFFSET);
     }
 
+    /**
+     * Frees a direct buffer's memory (or unmaps a mapped buffer) at once, rather than whenever the garbage collector
+     * gets to it; the buffer must be the allocated one, not a slice or duplicate, and must not be used afterwards.
+     * Where that is not possible the garbage collector frees it later; nothing else changes.
+     */
+    public static void free(ByteBuffer directBuffer) {
+        if (UNSAFE != null) {
+            try {
+                UNSAFE.invokeCleaner(directBuffer);
+            } catch (RuntimeException e) {
+                // A slice, duplicate or heap buffer: left to the garbage collector.
+            }
+        }
+    }
+
     /** Copies {@code length} bytes between native addresses; the ranges may overlap. */
     public static void copy(long srcAddress, long dstAddress, long length) {
         unsafe().copyMemory(srcAddress, dstAddress, length);

@@ -49,6 +49,26 @@ public interface ProtectionDomain extends AutoCloseable {
     }
 
     /**
+     * Allocates {@code capacity} bytes of direct memory meant to be registered in this domain. A provider may place it
+     * where a peer on the same host can reach it (the soft provider's shared-memory path); the default, which the
+     * DiSNI provider uses, allocates plain direct memory. Free it with {@link #freeMemory(ByteBuffer)}, after its
+     * regions are closed.
+     *
+     * @throws IllegalArgumentException when {@code capacity} is negative
+     */
+    default ByteBuffer allocateMemory(int capacity) {
+        return ByteBuffer.allocateDirect(capacity);
+    }
+
+    /**
+     * Gives back memory from {@link #allocateMemory(int)} (the buffer itself, not a slice or duplicate) at once,
+     * rather than whenever the garbage collector gets to it; the buffer must not be used afterwards.
+     */
+    default void freeMemory(ByteBuffer memory) {
+        DirectMemory.free(memory);
+    }
+
+    /**
      * Deallocates the domain ({@code ibv_dealloc_pd}).
      *
      * @throws IllegalStateException when memory regions or queue pairs of this domain are still alive

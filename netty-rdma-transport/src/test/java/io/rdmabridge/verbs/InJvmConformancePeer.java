@@ -188,7 +188,8 @@ final class InJvmConformancePeer implements ConformancePeer {
     @Override
     public Region register(long length, int access, int guard) throws Exception {
         return call(() -> {
-            ByteBuffer buffer = ByteBuffer.allocateDirect(Math.toIntExact(length + 2L * guard));
+            // Through the domain, as the channel allocates: the provider may share it with a same-host peer.
+            ByteBuffer buffer = pd.allocateMemory(Math.toIntExact(length + 2L * guard));
             PeerRegion r = new PeerRegion(buffer, guard);
             r.mr = pd.register(r.address(), length, access);
             regions.add(r);
@@ -591,6 +592,7 @@ final class InJvmConformancePeer implements ConformancePeer {
         connsByQp.clear();
         for (PeerRegion r : regions) {
             r.mr.close();
+            pd.freeMemory(r.buffer);
         }
         regions.clear();
         requests.clear();

@@ -34,6 +34,8 @@ final class LocalEnd implements AutoCloseable {
     private final List<RdmaCmId> ids = new ArrayList<>();
     private final List<CompletionQueue> cqs = new ArrayList<>();
     private final List<MemoryRegion> regions = new ArrayList<>();
+    /** Memory from {@link ProtectionDomain#allocateMemory}, given back after the regions are closed. */
+    private final List<Buffer> buffers = new ArrayList<>();
     private final WorkCompletions wc = new WorkCompletions(512);
     /** Completions polled from a queue beyond what a caller asked for, handed out first next time. */
     private final Map<CompletionQueue, ArrayDeque<Wc>> backlog = new HashMap<>();
@@ -108,10 +110,20 @@ final class LocalEnd implements AutoCloseable {
     }
 
     Buffer register(RdmaDevice device, int size, int access) throws RdmaException {
-        ByteBuffer buf = ByteBuffer.allocateDirect(size);
-        MemoryRegion mr = pd(device).register(buf, access);
+        // Through the domain, as the channel allocates: the provider may share it with a same-host peer.
+        ProtectionDomain pd = pd(device);
+        ByteBuffer buf = pd.allocateMemory(size);
+        MemoryRegion mr;
+        try {
+            mr = pd.register(buf, access);
+        } catch (RdmaException | RuntimeException e) {
+            pd.freeMemory(buf);
+            throw e;
+        }
         regions.add(mr);
-        return new Buffer(buf, mr);
+        Buffer b = new Buffer(buf, mr);
+        buffers.add(b);
+        return b;
     }
 
     Buffer register(Connection c, int size, int access) throws RdmaException {
@@ -333,6 +345,10 @@ final class LocalEnd implements AutoCloseable {
         for (MemoryRegion mr : regions) {
             closeAndRecord(mr, failures);
         }
+        for (Buffer b : buffers) {
+            b.mr().protectionDomain().freeMemory(b.buf());
+        }
+        buffers.clear();
         for (ProtectionDomain pd : pds.values()) {
             closeAndRecord(pd, failures);
         }

@@ -18,7 +18,11 @@ class SoftCrossProcessConformanceTest extends AbstractProviderConformanceTest {
 
     @Override
     protected ConformancePeer newPeer() throws Exception {
-        return new ProcessConformancePeer(provider.name(), List.of("-D" + SoftProvider.PRIVATE_DATA_PROPERTY
-                + "=deliver"));
+        return new ProcessConformancePeer(provider.name(), peerJvmOptions());
+    }
+
+    /** The peer JVM's options: the provider's modes. */
+    List<String> peerJvmOptions() {
+        return List.of("-D" + SoftProvider.PRIVATE_DATA_PROPERTY + "=deliver");
     }
 }

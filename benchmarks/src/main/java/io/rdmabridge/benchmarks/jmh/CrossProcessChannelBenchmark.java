@@ -10,7 +10,8 @@ import org.openjdk.jmh.annotations.Param;
  * teardown): the RDMA channel on the soft provider (whose queue pairs then talk over TCP) against Netty epoll and NIO.
  * Same operations as {@link InJvmChannelBenchmark}, from {@link ChannelBenchmark}.
  *
- * <p>{@code rendezvousThreshold} and {@code receiveBufferSize} (0: the channel's defaults) override those RDMA options
+ * <p>{@code sameHost} = {@code shm} puts the soft provider on its same-host shared-memory path at both ends.
+ * {@code rendezvousThreshold} and {@code receiveBufferSize} (0: the channel's defaults) override those RDMA options
  * at both ends ({@link RdmaTuning}), so candidate defaults can be measured against each other in one run.
  */
 public class CrossProcessChannelBenchmark extends ChannelBenchmark {
@@ -23,6 +24,13 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param("0")
     public int receiveBufferSize;
 
+    /**
+     * The soft provider's path between the two processes: {@code tcp} (its TCP emulation, the default) or {@code shm}
+     * (one-sided WRITE and READ in shared memory, {@code rdmabridge.soft.sameHost}); both ends use it.
+     */
+    @Param("tcp")
+    public String sameHost;
+
     @Override
     Bench open(boolean echo) throws Exception {
         // Each parameter combination runs in its own forked JVM, so the properties only reach this trial.
@@ -32,6 +40,7 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
         if (receiveBufferSize > 0) {
             System.setProperty(RdmaTuning.RECEIVE_BUFFER_SIZE, Integer.toString(receiveBufferSize));
         }
+        System.setProperty(RdmaTuning.SAME_HOST, sameHost);
         return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
     }
 }

@@ -288,7 +288,8 @@ final class VerbsPerf {
         private void setUp() throws RdmaException {
             lastProgress = System.nanoTime();
             pd = id.device().allocProtectionDomain();
-            data = ByteBuffer.allocateDirect(settings.maxSize());
+            // From the domain: the soft provider's same-host path lets the peer reach it one-sided.
+            data = pd.allocateMemory(settings.maxSize());
             dataMr = pd.register(data, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ);
             control = ByteBuffer.allocateDirect(64);
             controlMr = pd.register(control, Access.LOCAL_WRITE);
@@ -664,6 +665,9 @@ final class VerbsPerf {
             }
             if (dataMr != null) {
                 dataMr.close();
+            }
+            if (data != null) {
+                pd.freeMemory(data);
             }
             if (controlMr != null) {
                 controlMr.close();

@@ -43,12 +43,15 @@ final class SoftEngine {
     final SoftFaults faults = new SoftFaults(this);
     /** Every live region's lkey and rkey (one key per region, as mlx5 has it). */
     final MemoryKeyTable keys = new MemoryKeyTable();
+    /** Registered memory a same-host peer can map, and the same-host test of the handshake. */
+    final SharedMemoryFiles sharedMemory = new SharedMemoryFiles();
     /** Listening ids by bound port: connects to a local address with that port take the direct path. */
     final ConcurrentHashMap<Integer, SoftCmId> listeners = new ConcurrentHashMap<>();
     final Set<SoftLink> links = ConcurrentHashMap.newKeySet();
 
     private final Object keyLock = new Object();
     private final AtomicInteger nextQpNumber = new AtomicInteger();
+    private final AtomicInteger nextDomainId = new AtomicInteger();
     private final AtomicInteger nextDirectPort = new AtomicInteger();
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
     private volatile Selector selector;
@@ -80,6 +83,11 @@ final class SoftEngine {
         return e;
     }
 
+    /** A protection domain's id in the shared key table: regions and queue pairs must share one. */
+    int nextDomainId() {
+        return nextDomainId.incrementAndGet();
+    }
+
     int nextQpNumber() {
         for (;;) {
             int n = nextQpNumber.incrementAndGet() & 0xffffff;
@@ -103,6 +111,7 @@ final class SoftEngine {
                         + " already, the device's limit (expected: deregister regions no longer used)");
             }
             mr.open(address, length, access, key);
+            sharedMemory.publish(key, mr.pd.id, access, address, length);
             usage.memoryRegistered(length);
         }
     }
@@ -110,6 +119,8 @@ final class SoftEngine {
     /** Frees {@code key}, the cleared key of a region of {@code length} bytes. */
     void deregister(int key, long length) {
         synchronized (keyLock) {
+            // Before the slot is free: once this returns, no same-host peer copies into or out of the region.
+            sharedMemory.withdraw(key);
             keys.remove(key);
             usage.memoryDeregistered(length);
         }

@@ -40,6 +40,9 @@ import java.nio.ByteBuffer;
  *       (no receive was posted for PSN: the requester retransmits from PSN after its RNR timer, the responder drops
  *       later requests until then), {@link #READ_RESPONSE} (data of READ PSN at an offset).</li>
  *   <li>{@link #DISCONNECT}: the sender leaves; the receiver flushes and closes.</li>
+ *   <li>{@link #DIRECT} (same-host links): the requester executed Message Length requests from PSN on itself, in
+ *       shared memory ({@link SharedPeer}); the responder moves its expected PSN past them. Sent before the next
+ *       request frame, never acknowledged.</li>
  * </ul>
  * Not thread-safe: one instance per reading or writing thread.
  */
@@ -68,7 +71,8 @@ final class SoftFrame {
     static final int NAK = 8;
     static final int RNR_NAK = 9;
     static final int DISCONNECT = 10;
-    static final int MAX_OPCODE = DISCONNECT;
+    static final int DIRECT = 11;
+    static final int MAX_OPCODE = DIRECT;
 
     static final int FIRST = 1;
     static final int LAST = 2;
@@ -187,6 +191,8 @@ final class SoftFrame {
                 return "RNR_NAK";
             case DISCONNECT:
                 return "DISCONNECT";
+            case DIRECT:
+                return "DIRECT";
             default:
                 return "UNKNOWN(" + opcode + ")";
         }

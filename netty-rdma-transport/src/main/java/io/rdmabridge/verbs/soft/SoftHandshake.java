@@ -6,7 +6,9 @@ import java.nio.ByteBuffer;
 /**
  * Flyweight over the handshake that opens every soft TCP connection, in network byte order (big-endian). The
  * connecting side sends one {@link #CONNECT}; the listening side answers with one {@link #ACCEPT} or {@link #REJECT};
- * data frames ({@link SoftFrame}) follow an ACCEPT.
+ * data frames ({@link SoftFrame}) follow an ACCEPT. CONNECT and ACCEPT carry the sender's same-host token
+ * ({@link SharedMemoryFiles#hostToken()}, zeros when it offers no shared memory): equal non-zero tokens tell both
+ * ends they share a host and its shared-memory directory.
  *
  * <pre>
  *  0                   1                   2                   3
@@ -14,7 +16,7 @@ import java.nio.ByteBuffer;
  * +---------------------------------------------------------------+
  * |                    Magic 0x52425357 "RBSW"                    |  0
  * +-------------------------------+---------------+---------------+
- * |          Version (1)          |     Kind      | Reserved (0)  |  4
+ * |          Version (2)          |     Kind      | Reserved (0)  |  4
  * +-------------------------------+---------------+---------------+
  * |                      Queue Pair Number                        |  8
  * +---------------+---------------+---------------+---------------+
@@ -24,6 +26,12 @@ import java.nio.ByteBuffer;
  * +-------------------------------+-------------------------------+
  * |                  Status (REJECT: CM reason)                   | 20
  * +---------------------------------------------------------------+
+ * |              Same-Host Token (16 bytes; REJECT: 0)            | 24
+ * |                                                               |
+ * +---------------------------------------------------------------+
+ * |                 Process Id (with a token; else 0)             | 40
+ * |                                                               |
+ * +---------------------------------------------------------------+
  * |       Private Data (CONNECT <= 56, ACCEPT <= 196,           ...
  * |                     REJECT <= 148 bytes)                      |
  * +---------------------------------------------------------------+
@@ -32,7 +40,7 @@ import java.nio.ByteBuffer;
  */
 final class SoftHandshake {
     static final int MAGIC = 0x52425357;
-    static final int VERSION = 1;
+    static final int VERSION = 2;
     static final int MAGIC_OFFSET = 0;
     static final int VERSION_OFFSET = 4;
     static final int KIND_OFFSET = 6;
@@ -45,7 +53,9 @@ final class SoftHandshake {
     static final int PRIVATE_DATA_LENGTH_OFFSET = 16;
     static final int RESERVED2_OFFSET = 18;
     static final int STATUS_OFFSET = 20;
-    static final int HEADER_LENGTH = 24;
+    static final int TOKEN_OFFSET = 24;
+    static final int PID_OFFSET = TOKEN_OFFSET + SharedMemoryFiles.TOKEN_LENGTH;
+    static final int HEADER_LENGTH = PID_OFFSET + 8;
 
     static final int CONNECT = 1;
     static final int ACCEPT = 2;
@@ -84,6 +94,18 @@ final class SoftHandshake {
         return buffer.getInt(offset + STATUS_OFFSET);
     }
 
+    /** The sender's same-host token, copied out. */
+    byte[] hostToken() {
+        byte[] token = new byte[SharedMemoryFiles.TOKEN_LENGTH];
+        buffer.get(offset + TOKEN_OFFSET, token);
+        return token;
+    }
+
+    /** The sender's process id, which names its shared files; meaningful with a non-zero token only. */
+    long pid() {
+        return buffer.getLong(offset + PID_OFFSET);
+    }
+
     /** The parameters carried by a CONNECT or ACCEPT whose header passed {@link #validate(int)}. */
     ConnectionParameters parameters(byte[] privateData) {
         return new ConnectionParameters(privateData, buffer.get(offset + RESPONDER_RESOURCES_OFFSET) & 0xff,
@@ -91,8 +113,14 @@ final class SoftHandshake {
                 buffer.get(offset + RNR_RETRY_COUNT_OFFSET) & 0xff);
     }
 
-    /** Encodes a whole handshake (header and private data) into a new array. */
+    /** Encodes a whole handshake (header and private data), with no same-host token, into a new array. */
     static byte[] encode(int kind, int qpNumber, ConnectionParameters parameters, byte[] privateData, int status) {
+        return encode(kind, qpNumber, parameters, privateData, status, new byte[SharedMemoryFiles.TOKEN_LENGTH], 0);
+    }
+
+    /** Encodes a whole handshake (header, {@code hostToken}, {@code pid} and private data) into a new array. */
+    static byte[] encode(int kind, int qpNumber, ConnectionParameters parameters, byte[] privateData, int status,
+                         byte[] hostToken, long pid) {
         ByteBuffer b = ByteBuffer.allocate(HEADER_LENGTH + privateData.length);
         b.putInt(MAGIC).putShort((short) VERSION).put((byte) kind).put((byte) 0).putInt(qpNumber);
         if (parameters != null) {
@@ -101,7 +129,7 @@ final class SoftHandshake {
         } else {
             b.putInt(0);
         }
-        b.putShort((short) privateData.length).putShort((short) 0).putInt(status).put(privateData);
+        b.putShort((short) privateData.length).putShort((short) 0).putInt(status).put(hostToken).putLong(pid).put(privateData);
         return b.array();
     }
 

@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaException;
+import java.nio.ByteBuffer;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -16,6 +17,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class SoftProtectionDomain implements ProtectionDomain {
     final SoftEngine engine;
     private final SoftDevice device;
+    /** Names the domain in the shared key table ({@link SharedKeyTable}). */
+    final int id;
     final AtomicInteger memoryRegions = new AtomicInteger();
     final AtomicInteger queuePairs = new AtomicInteger();
     private final AtomicBoolean closed = new AtomicBoolean();
@@ -23,6 +26,7 @@ final class SoftProtectionDomain implements ProtectionDomain {
     SoftProtectionDomain(SoftDevice device, SoftEngine engine) {
         this.device = device;
         this.engine = engine;
+        id = engine.nextDomainId();
         engine.usage.protectionDomains(1);
     }
 
@@ -57,6 +61,17 @@ final class SoftProtectionDomain implements ProtectionDomain {
         validate(address, length, access);
         open(mr, address, length, access);
         return mr;
+    }
+
+    /** In a shared file a same-host peer can map, when {@value SharedMemoryFiles#SAME_HOST_PROPERTY} is shm. */
+    @Override
+    public ByteBuffer allocateMemory(int capacity) {
+        return engine.sharedMemory.allocate(capacity);
+    }
+
+    @Override
+    public void freeMemory(ByteBuffer memory) {
+        engine.sharedMemory.free(memory);
     }
 
     private void validate(long address, long length, int access) throws RdmaException {

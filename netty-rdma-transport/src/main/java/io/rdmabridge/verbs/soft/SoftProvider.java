@@ -34,7 +34,8 @@ import java.util.Locale;
  * at that moment. Instances in both modes can live in one JVM and connect to each other.
  *
  * <p>Other system properties: {@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp} forces the
- * TCP wire path even between queue pairs of one JVM; {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
+ * TCP wire path even between queue pairs of one JVM; {@code rdmabridge.soft.sameHost} = {@code tcp} (default) or
+ * {@code shm} lets processes on one host run RDMA WRITE and READ one-sided in shared memory (see the package javadoc); {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
  * bounds how long an accepted socket may take to send its connect request. Thread-safe.
  */
 public final class SoftProvider implements RdmaProvider {
@@ -170,6 +171,22 @@ public final class SoftProvider implements RdmaProvider {
     @Override
     public ResourceUsage resourceUsage() {
         return SoftEngine.get().usage;
+    }
+
+    /**
+     * RDMA WRITEs and READs this JVM executed one-sided in a same-host peer's shared memory (see
+     * {@value SharedMemoryFiles#SAME_HOST_PROPERTY}), for tests and diagnostics.
+     */
+    public long oneSidedOperations() {
+        return SoftEngine.get().sharedMemory.oneSided.get();
+    }
+
+    /**
+     * RDMA WRITEs and READs of same-host links that went over TCP because the peer's memory could not be reached
+     * one-sided (not allocated in shared memory, say), for tests and diagnostics: each cost the peer's engine a copy.
+     */
+    public long sameHostOperationsOverTcp() {
+        return SoftEngine.get().sharedMemory.overTcp.get();
     }
 
     /** The fault-injection hooks of the JVM-wide software device, for tests; never {@code null}. */

@@ -60,6 +60,8 @@ final class SoftQueuePair implements QueuePair {
     final int qpn;
     volatile QpState state = QpState.INIT;
     volatile SoftLink link;
+    /** Published in the shared key table, so that a same-host peer may WRITE and READ one-sided. */
+    private volatile boolean shared;
     /** Our parameters (connect or accept) and the peer's; set before the queue pair reaches RTS. */
     volatile ConnectionParameters localParams = ConnectionParameters.DEFAULT;
     volatile ConnectionParameters peerParams = ConnectionParameters.DEFAULT;
@@ -168,8 +170,28 @@ final class SoftQueuePair implements QueuePair {
                 return false;
             }
             if (STATE.compareAndSet(this, s, QpState.ERROR)) {
+                withdrawShared();
                 return true;
             }
+        }
+    }
+
+    /** Lets the same-host peer WRITE and READ this queue pair's memory one-sided; an RTS queue pair only. */
+    void publishShared() {
+        SharedKeyTable t = engine.sharedMemory.keyTable();
+        if (t != null && state == QpState.RTS) {
+            shared = true;
+            t.publishQueuePair(qpn, pd.id);
+            if (state != QpState.RTS) {
+                t.withdrawQueuePair(qpn); // lost a race with an error or close, which may have run first
+            }
+        }
+    }
+
+    private void withdrawShared() {
+        if (shared) {
+            shared = false;
+            engine.sharedMemory.keyTable().withdrawQueuePair(qpn);
         }
     }
 
@@ -668,6 +690,7 @@ final class SoftQueuePair implements QueuePair {
                 return;
             }
             if (STATE.compareAndSet(this, s, QpState.DESTROYED)) {
+                withdrawShared();
                 break;
             }
         }

@@ -59,6 +59,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int CLOSING = 5;
     static final int CLOSED = 6;
 
+    /** Most one-sided requests one DIRECT frame reports; more wait for the next one. */
+    static final int MAX_DIRECT = 1 << 24;
+    /**
+     * From this size a WRITE or READ behind unacknowledged requests waits for their acknowledgement (a round trip)
+     * to run one-sided, rather than streaming through the socket; smaller ones go over the wire at once.
+     */
+    static final int ONE_SIDED_WAIT_BYTES = 64 * 1024;
+
     private volatile int phase;
     private final SoftCmId listener;
     private volatile SoftCmId id;
@@ -66,6 +74,24 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private volatile SocketChannel ch;
     private volatile SelectionKey key;
     private volatile String peer;
+    /** The same-host token this side sent in its CONNECT or ACCEPT, and the peer's token, pid and qpn. */
+    private byte[] localToken;
+    private byte[] peerToken;
+    private long peerPid;
+    private int peerQpn;
+    /**
+     * Both ends offered shared memory on one host and directory ({@link SharedMemoryFiles#sameHost}); set before
+     * ESTABLISHED, with {@link #sharedPeer}, through which RDMA WRITE and READ run one-sided when they can.
+     */
+    private volatile boolean sameHost;
+    private volatile SharedPeer sharedPeer;
+    /** Requests executed one-sided whose PSNs the responder has not been told of yet: a DIRECT frame; drainer. */
+    private int directPsn;
+    private int directCount;
+    /** A one-sided request completed and a failed one behind it retired: the link ends after the drain. */
+    private boolean sharedFailed;
+    /** The next request waits to run one-sided until the earlier ones are done; an ACK wakes the pump. */
+    private volatile boolean sharedWaiting;
 
     // Small while the handshake runs (a stranger's socket costs little), full size once connected.
     private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
@@ -150,8 +176,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         TcpLink link = new TcpLink(id.engine, ACTIVE_CONNECTING, null, id);
         link.peer = String.valueOf(target);
         SoftQueuePair q = id.softQueuePair();
+        link.localToken = id.engine.sharedMemory.hostToken();
         link.handshakeOut = SoftHandshake.encode(SoftHandshake.CONNECT, q.qpn, parameters, parameters.privateData(),
-                0);
+                0, link.localToken, id.engine.sharedMemory.pid());
         synchronized (id) {
             id.tcpLink = link;
         }
@@ -267,10 +294,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("accepting the connection from " + peer + " failed: " + t);
                 return;
             }
-            handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0);
+            localToken = engine.sharedMemory.hostToken();
+            handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0,
+                    localToken, engine.sharedMemory.pid());
             phase = CONNECTED;
             engine.links.add(this);
             q.markReadyToSend(this);
+            startSharing(q);
             passiveId.emit(CmEventType.ESTABLISHED, null, 0, null);
             try {
                 key.interestOps(SelectionKey.OP_READ);
@@ -303,6 +333,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     /** The active side gave up (timeout, disconnect, close) before the handshake completed. */
     void abortHandshake() {
         engine.execute(closeTask);
+    }
+
+    /**
+     * On a same-host link, publishes our queue pair for the peer's one-sided requests and prepares ours; engine
+     * thread, once the queue pair is RTS and before ESTABLISHED.
+     */
+    private void startSharing(SoftQueuePair q) {
+        sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
+        if (sameHost) {
+            q.publishShared();
+            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid);
+        }
     }
 
     /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
@@ -519,6 +561,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 closeNow();
                 return false;
             }
+            peerToken = h.hostToken();
+            peerPid = h.pid();
+            peerQpn = h.qpNumber();
             SoftCmId p = SoftCmId.passive(l, localAddress, remoteAddress, params);
             p.tcpLink = this;
             id = p;
@@ -538,6 +583,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         } catch (IOException e) {
             localAddress = null;
         }
+        peerToken = h.hostToken();
+        peerPid = h.pid();
+        peerQpn = h.qpNumber();
         if (!i.connectAccepted(this, params, localAddress)) {
             closeNow();
             return false;
@@ -552,6 +600,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return false;
         }
         q.markReadyToSend(this);
+        startSharing(q);
         i.emit(CmEventType.ESTABLISHED, data, 0, null);
         return true;
     }
@@ -566,6 +615,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             case SoftFrame.WRITE:
             case SoftFrame.WRITE_WITH_IMM:
             case SoftFrame.READ_REQUEST:
+            case SoftFrame.DIRECT:
                 onRequest(f, payloadAddress);
                 break;
             case SoftFrame.ACK:
@@ -603,6 +653,16 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         int length = f.messageLength();
         boolean first = (flags & SoftFrame.FIRST) != 0;
         boolean last = (flags & SoftFrame.LAST) != 0;
+        if (op == SoftFrame.DIRECT) {
+            if (!sameHost || discarding || inMessage || psn != expectedPsn || !first || !last || length < 1
+                    || length > MAX_DIRECT) {
+                violation("DIRECT psn=" + psn + " count=" + length + " (expected: on a same-host link, psn "
+                        + expectedPsn + ", count 1.." + MAX_DIRECT + ", between messages)");
+                return;
+            }
+            expectedPsn += length; // the requester executed them itself, in our shared memory
+            return;
+        }
         if (discarding) {
             int d = psn - discardPsn;
             if (d == 0 && first) {
@@ -770,6 +830,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     return;
                 }
                 markAcked(q, head, seq + 1);
+                if (sharedWaiting) {
+                    sharedWaiting = false;
+                    wake = true;
+                }
             } else {
                 long seq = seqOf(psn, head - q.sqDepth, sent);
                 if (seq < 0) {
@@ -934,6 +998,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             if (failed) {
                 teardown("queue pair " + q.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
             }
+        }
+        if (sharedFailed) {
+            sharedFailed = false;
+            teardown("queue pair " + qp.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
         }
         if (readResponseFailed) {
             readResponseFailed = false;
@@ -1102,6 +1170,30 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             if ((q.sFlags[i] & SendWorkRequest.FENCE) != 0 && cursorOffset == 0 && readsInFlight.get() > 0) {
                 return; // IBV_SEND_FENCE: earlier RDMA READs first; their last response wakes the pump
             }
+            SharedPeer shared = sharedPeer;
+            if (shared != null && cursorOffset == 0 && length > 0 && directCount < MAX_DIRECT
+                    && (op == WrOpcode.RDMA_WRITE || op == WrOpcode.RDMA_READ)) {
+                int r = executeShared(q, shared, seq, i);
+                if (r == SHARED_DONE) {
+                    seq++;
+                    q.sqSent = seq;
+                    continue;
+                }
+                if (r == SHARED_FAILED) {
+                    q.sqSent = seq + 1;
+                    return;
+                }
+                if (r == SHARED_WAIT) {
+                    return;
+                }
+            }
+            if (directCount > 0) {
+                if (room() < SoftFrame.HEADER_LENGTH) {
+                    return;
+                }
+                putHeader(SoftFrame.DIRECT, SoftFrame.FIRST | SoftFrame.LAST, directPsn, 0, directCount, 0, 0, 0);
+                directCount = 0;
+            }
             if (op == WrOpcode.RDMA_READ) {
                 if (readsInFlight.get() >= readLimit || room() < SoftFrame.HEADER_LENGTH) {
                     return;
@@ -1133,6 +1225,55 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             seq++;
             q.sqSent = seq;
+        }
+    }
+
+    private static final int SHARED_DONE = 0;
+    private static final int SHARED_DECLINED = 1;
+    private static final int SHARED_FAILED = 2;
+    private static final int SHARED_WAIT = 3;
+
+    /**
+     * Tries RDMA WRITE or READ {@code seq} (slot {@code i}) one-sided, in the peer's shared memory; drainer.
+     *
+     * @return {@link #SHARED_DONE}; {@link #SHARED_DECLINED}: send it over the wire, where the peer decides;
+     *         {@link #SHARED_FAILED}: done, but a failed request behind it completed and the link must end;
+     *         {@link #SHARED_WAIT}: earlier requests are outstanding, try again when an acknowledgement comes
+     */
+    private int executeShared(SoftQueuePair q, SharedPeer shared, long seq, int i) {
+        q.sqLock.lock();
+        try {
+            if (q.state != QpState.RTS || q.checkLocal(i) != WcStatus.SUCCESS) {
+                return SHARED_DECLINED;
+            }
+            // Only with every earlier request done: the responder would have executed them first (RC order).
+            sharedWaiting = true; // before the check, under the lock an acknowledgement takes too: no wake-up lost
+            for (long s = q.sqHead; s < seq; s++) {
+                if (!q.sDone[q.sIndex(s)]) {
+                    if (q.sLength[i] >= ONE_SIDED_WAIT_BYTES) {
+                        return SHARED_WAIT;
+                    }
+                    sharedWaiting = false;
+                    return SHARED_DECLINED;
+                }
+            }
+            sharedWaiting = false;
+            if (!shared.execute(q, i, peerQpn)) {
+                engine.sharedMemory.overTcp.incrementAndGet();
+                return SHARED_DECLINED;
+            }
+            engine.sharedMemory.oneSided.incrementAndGet();
+            q.sDone[i] = true;
+            if (directCount++ == 0) {
+                directPsn = (int) seq;
+            }
+            if (q.retireLocked()) {
+                sharedFailed = true;
+                return SHARED_FAILED;
+            }
+            return SHARED_DONE;
+        } finally {
+            q.sqLock.unlock();
         }
     }
 
@@ -1219,6 +1360,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private void closeNow() {
         handshakeDone();
         phase = CLOSED;
+        SharedPeer shared = sharedPeer;
+        if (shared != null) {
+            shared.close();
+        }
         SelectionKey k = key;
         if (k != null) {
             k.cancel();
@@ -1232,6 +1377,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
         }
         engine.links.remove(this);
+    }
+
+    /** Whether the peer shares this host and its shared-memory directory, and both ends offered shared memory. */
+    boolean sameHost() {
+        return sameHost;
     }
 
     @Override

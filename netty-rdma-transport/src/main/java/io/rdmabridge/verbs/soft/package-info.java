@@ -15,6 +15,10 @@
  *       {@link io.rdmabridge.verbs.soft.SoftHandshake} then {@link io.rdmabridge.verbs.soft.SoftFrame}s, validated
  *       field by field; bounded buffers; cumulative ACKs; RNR NAK with go-back retransmission.</li>
  *   <li>{@link io.rdmabridge.verbs.soft.SoftCompletionQueue}: lock-free many-producer, single-consumer ring.</li>
+ *   <li>Same-host path ({@code rdmabridge.soft.sameHost=shm}, below): {@link io.rdmabridge.verbs.soft.SharedMemoryFiles}
+ *       (registered memory in shared files, the same-host token), {@link io.rdmabridge.verbs.soft.SharedKeyTable}
+ *       (a process's published keys and queue pairs) and {@link io.rdmabridge.verbs.soft.SharedPeer} (the
+ *       requester's one-sided WRITE and READ), driven by the {@link io.rdmabridge.verbs.soft.TcpLink}.</li>
  * </ul>
  *
  * <h2>Modes</h2>
@@ -27,6 +31,47 @@
  *       modes in one JVM construct {@code new SoftProvider(SoftProvider.PrivateDataMode.NONE)} instead.</li>
  *   <li>{@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp}: the TCP wire path even between
  *       queue pairs of one JVM.</li>
+ *   <li>{@code rdmabridge.soft.sameHost} = {@code tcp} (default) or {@code shm}: the same-host path below, read at
+ *       every allocation and connection; {@code rdmabridge.soft.shmDirectory} (default {@code /dev/shm}, read when
+ *       the device starts) holds its files.</li>
  * </ul>
+ *
+ * <h2>Same-host path (issue 13): what is done, what is next</h2>
+ * Done (first stage, off by default):
+ * <ul>
+ *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
+ *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid>-<n>}, deleted at free,
+ *       at exit, and by the next process when their owner was killed. The DiSNI provider keeps the default, plain
+ *       direct memory.</li>
+ *   <li>The handshake (version 2) carries a same-host token (boot id and shared-memory directory) and the pid; equal
+ *       non-zero tokens make the TCP link same-host.</li>
+ *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
+ *       links, in {@code rdmabridge-soft-<pid>-keys}. A requester executes RDMA WRITE and READ one-sided when every
+ *       earlier request of the queue pair is done (RC order; one of 64 KiB or more waits for the acknowledgement of
+ *       earlier ones, a smaller one goes over the wire) and the table vouches for key, domain, bounds, access and
+ *       queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration waits
+ *       out peers' copies (an in-use count per key slot). Everything else takes the TCP path unchanged, which stays
+ *       the authority: a doubtful case is never failed one-sided, it is sent.</li>
+ *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
+ *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking the path was
+ *       taken; {@code SoftSameHostTest} covers files, cleanup, tokens, the deregistration guard and one-sided
+ *       WRITE/READ ordering. The whole module suite also passes with the path on in every JVM.</li>
+ * </ul>
+ * Next:
+ * <ul>
+ *   <li>SEND through a shared receive ring and completions through shared rings (the target's engine still copies
+ *       every SEND out of the socket), then wake-ups: busy-poll free, one doorbell byte on the TCP socket when the
+ *       peer is parked. Then the TCP socket carries only the handshake, the doorbell and peer death.</li>
+ *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
+ *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
+ *       a READ must see an earlier SEND's or WRITE's bytes.</li>
+ *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied; peers' mappings counted in
+ *       {@link io.rdmabridge.verbs.ResourceUsage}; the key table's 48 MiB sparse file sized to the live key slots.</li>
+ *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI
+ *       on it; the results page with this path beside TCP and epoll.</li>
+ * </ul>
+ * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); the files of a killed
+ * process are deleted by a surviving peer when its link closes and the process is gone (not when it is still a
+ * zombie), otherwise by the next process on the host that starts this path.
  */
 package io.rdmabridge.verbs.soft;

@@ -192,6 +192,12 @@ final class SoftPair implements AutoCloseable {
         }
     }
 
+    /** Closes {@code b}'s region with the pair. */
+    Buffer track(Buffer b) {
+        regions.add(b.mr());
+        return b;
+    }
+
     void deregister(MemoryRegion mr) {
         mr.close();
         regions.remove(mr);

@@ -1,0 +1,238 @@
+package io.rdmabridge.verbs.soft;
+
+import java.io.IOException;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * A process's memory keys and connected queue pairs as a same-host peer sees them: a shared file
+ * ({@code rdmabridge-soft-<pid>-keys}) that the owner writes and peers map, so that a peer can check an RDMA WRITE or
+ * READ against the owner's keys, bounds, access rights and queue pair itself and then copy straight into or out of
+ * the owner's shared memory, with no work on the owner's side: one-sided, as a NIC does it.
+ *
+ * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
+ * A header (magic, version, slot counts); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
+ * key (0 while not published), in-use count, protection-domain id, access, the region's address and length in the
+ * owner, and the file number and offset of its shared file; then one 8-byte entry per queue-pair slot
+ * ({@code qpn & (QP_SLOTS - 1)}): the queue pair number (0 when none) and its domain's id.
+ *
+ * <h2>Deregistration against a peer's copy</h2>
+ * The owner rewrites an entry only while its key is 0, and publishes the key last (release). A peer raises the
+ * in-use count before it reads the key and lowers it after its copy. Withdrawing clears the key and then waits for
+ * the count to reach 0, so once a deregistration returns no peer touches the memory, as with a NIC after
+ * {@code ibv_dereg_mr}. Both sides use sequentially consistent accesses for this pair. A peer that stops between
+ * raising and lowering (killed mid-copy) holds a withdrawal up for at most {@link #WITHDRAW_WAIT_NANOS}, then a
+ * WARN names it.
+ *
+ * <h2>Trust</h2>
+ * Peers are local processes of the same user, yet every value read from a peer's table is checked before use (see
+ * {@link SharedPeer}), and anything doubtful falls back to the TCP path, where the owner decides.
+ *
+ * <p>Thread-safety: the owner's writes are serialised by the engine's key lock (regions) or per queue pair; peer
+ * reads are lock-free and allocation-free from any thread.
+ */
+final class SharedKeyTable {
+    static final int MAGIC = 0x5242534b;
+    static final int VERSION = 1;
+    static final int REGION_SLOTS = MemoryKeyTable.MAX_REGIONS + 1;
+    static final int QP_SLOTS = 1 << 16;
+    static final int HEADER = 64;
+    static final int REGION_ENTRY = 48;
+    static final int QP_ENTRY = 8;
+    static final long SIZE = HEADER + (long) REGION_SLOTS * REGION_ENTRY + (long) QP_SLOTS * QP_ENTRY;
+    static final long WITHDRAW_WAIT_NANOS = 2_000_000_000L;
+
+    // Entry field offsets.
+    static final int KEY = 0;
+    static final int IN_USE = 4;
+    static final int DOMAIN = 8;
+    static final int ACCESS = 12;
+    static final int ADDRESS = 16;
+    static final int LENGTH = 24;
+    static final int FILE_NUMBER = 32;
+    static final int FILE_OFFSET = 40;
+
+    private static final VarHandle INT =
+            MethodHandles.byteBufferViewVarHandle(int[].class, ByteOrder.nativeOrder());
+    private static final VarHandle LONG =
+            MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
+
+    private final MappedByteBuffer map;
+    final Path file;
+
+    private SharedKeyTable(MappedByteBuffer map, Path file) {
+        this.map = map;
+        this.file = file;
+    }
+
+    /** Creates the owner's table in {@code file} (owner-only); the caller deletes it at exit. */
+    static SharedKeyTable create(Path file) throws IOException {
+        Files.deleteIfExists(file);
+        Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+        SharedKeyTable t = new SharedKeyTable(map(file, SIZE), file);
+        INT.set(t.map, 4, VERSION);
+        INT.set(t.map, 8, REGION_SLOTS);
+        INT.set(t.map, 12, QP_SLOTS);
+        INT.setRelease(t.map, 0, MAGIC);
+        return t;
+    }
+
+    /**
+     * Maps a peer's table.
+     *
+     * @return the table, or {@code null} when the file is missing or not a table of this version
+     */
+    static SharedKeyTable open(Path file) {
+        try {
+            if (Files.size(file) != SIZE) {
+                return null;
+            }
+            SharedKeyTable t = new SharedKeyTable(map(file, SIZE), file);
+            boolean valid = (int) INT.getAcquire(t.map, 0) == MAGIC && (int) INT.get(t.map, 4) == VERSION
+                    && (int) INT.get(t.map, 8) == REGION_SLOTS && (int) INT.get(t.map, 12) == QP_SLOTS;
+            return valid ? t : null;
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static MappedByteBuffer map(Path file, long size) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+            return ch.map(FileChannel.MapMode.READ_WRITE, 0, size);
+        }
+    }
+
+    /** The mapping; freed by {@link io.rdmabridge.verbs.DirectMemory#free} when no copy can still use it. */
+    MappedByteBuffer mapping() {
+        return map;
+    }
+
+    private static int entry(int slot) {
+        return HEADER + slot * REGION_ENTRY;
+    }
+
+    private static int qpEntry(int qpn) {
+        return (int) (HEADER + (long) REGION_SLOTS * REGION_ENTRY + (long) (qpn & (QP_SLOTS - 1)) * QP_ENTRY);
+    }
+
+    // ------------------------------------------------------------------ owner side
+
+    /** Publishes a registration under {@code key}; the slot's previous key was withdrawn. Caller holds the key lock. */
+    void publish(int key, int domain, int access, long address, long length, long fileNumber, long fileOffset) {
+        int e = entry(key & (REGION_SLOTS - 1));
+        INT.set(map, e + DOMAIN, domain);
+        INT.set(map, e + ACCESS, access);
+        LONG.set(map, e + ADDRESS, address);
+        LONG.set(map, e + LENGTH, length);
+        LONG.set(map, e + FILE_NUMBER, fileNumber);
+        LONG.set(map, e + FILE_OFFSET, fileOffset);
+        INT.setVolatile(map, e + KEY, key);
+    }
+
+    /**
+     * Withdraws {@code key} if it is published, then waits until no peer copies under it. Caller holds the key lock.
+     */
+    void withdraw(int key) {
+        int e = entry(key & (REGION_SLOTS - 1));
+        if ((int) INT.getVolatile(map, e + KEY) != key) {
+            return;
+        }
+        INT.setVolatile(map, e + KEY, 0);
+        long deadline = System.nanoTime() + WITHDRAW_WAIT_NANOS;
+        int spins = 0;
+        while ((int) INT.getVolatile(map, e + IN_USE) > 0) {
+            if (System.nanoTime() - deadline > 0) {
+                // The count stays as it is: a slow peer's release must not drive it below zero.
+                SoftEngine.logger.warn("soft0: a same-host peer still holds memory key 0x{} after {} ms (killed "
+                        + "mid-copy?); deregistering anyway", Integer.toHexString(key),
+                        WITHDRAW_WAIT_NANOS / 1_000_000);
+                return;
+            }
+            if (++spins > 100) {
+                LockSupport.parkNanos(10_000);
+            } else {
+                Thread.onSpinWait();
+            }
+        }
+    }
+
+    /** Publishes connected queue pair {@code qpn} of domain {@code domain} (a later one of the same slot wins). */
+    void publishQueuePair(int qpn, int domain) {
+        int e = qpEntry(qpn);
+        INT.setVolatile(map, e, 0);
+        INT.set(map, e + 4, domain);
+        INT.setVolatile(map, e, qpn);
+    }
+
+    /** Withdraws {@code qpn} when it still owns its slot. */
+    void withdrawQueuePair(int qpn) {
+        INT.compareAndSet(map, qpEntry(qpn), qpn, 0);
+    }
+
+    // ------------------------------------------------------------------ peer side
+
+    /**
+     * Takes a hold on the entry of {@code rkey}: the in-use count is raised and the key is live.
+     *
+     * @return the entry's offset for the accessors, or -1 (nothing held) when the key is not published
+     */
+    int acquire(int rkey) {
+        int slot = rkey & (REGION_SLOTS - 1);
+        if (slot == 0) {
+            return -1;
+        }
+        int e = entry(slot);
+        INT.getAndAdd(map, e + IN_USE, 1);
+        if ((int) INT.getVolatile(map, e + KEY) != rkey) {
+            INT.getAndAdd(map, e + IN_USE, -1);
+            return -1;
+        }
+        return e;
+    }
+
+    void release(int e) {
+        INT.getAndAdd(map, e + IN_USE, -1);
+    }
+
+    int domain(int e) {
+        return (int) INT.get(map, e + DOMAIN);
+    }
+
+    int access(int e) {
+        return (int) INT.get(map, e + ACCESS);
+    }
+
+    long address(int e) {
+        return (long) LONG.get(map, e + ADDRESS);
+    }
+
+    long length(int e) {
+        return (long) LONG.get(map, e + LENGTH);
+    }
+
+    long fileNumber(int e) {
+        return (long) LONG.get(map, e + FILE_NUMBER);
+    }
+
+    long fileOffset(int e) {
+        return (long) LONG.get(map, e + FILE_OFFSET);
+    }
+
+    /** The domain id of connected queue pair {@code qpn}, or -1 when it is not published (gone, or in error). */
+    int queuePairDomain(int qpn) {
+        int e = qpEntry(qpn);
+        if ((int) INT.getVolatile(map, e) != qpn || qpn == 0) {
+            return -1;
+        }
+        int domain = (int) INT.get(map, e + 4);
+        return (int) INT.getVolatile(map, e) == qpn ? domain : -1;
+    }
+}

@@ -1,0 +1,360 @@
+package io.rdmabridge.verbs.soft;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.DirectMemory;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Registered memory that a peer process on the same host can map: each allocation is a file of its own in the
+ * shared-memory directory ({@code /dev/shm}, or {@value #DIRECTORY_PROPERTY}), owner-only (0600), named
+ * {@code rdmabridge-soft-<pid>-<n>} and mapped read-write. A file is deleted when its memory is freed, the files still
+ * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by the next process
+ * that allocates here. Memory the directory cannot hold (no such directory, full, not permitted) falls back to plain
+ * direct memory with one WARN, and is counted ({@link #fallbacks()}): it keeps working, through a copy.
+ *
+ * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot and shared-memory
+ * directory, so two processes exchanging it learn whether they could share mappings.
+ *
+ * <p>Thread-safe. Allocating and freeing are rare (slabs, receive rings) and may allocate and take the map's locks;
+ * nothing here is on a work request's path.
+ */
+final class SharedMemoryFiles {
+    /**
+     * {@code shm} or {@code tcp} (default while the shared-memory data path is built): whether registered memory is
+     * allocated in shared files and same-host peers are recognised in the handshake. Read at every allocation and
+     * handshake.
+     */
+    static final String SAME_HOST_PROPERTY = "rdmabridge.soft.sameHost";
+    /** The directory of the shared files, read when the device starts; default {@code /dev/shm}. */
+    static final String DIRECTORY_PROPERTY = "rdmabridge.soft.shmDirectory";
+    static final String PREFIX = "rdmabridge-soft-";
+    static final int TOKEN_LENGTH = 16;
+    private static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
+
+    private final long pid = ProcessHandle.current().pid();
+    /** Where our files are, and where a same-host peer's are (equal tokens mean equal directories). */
+    final Path directory = Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
+    private final AtomicLong nextFile = new AtomicLong();
+    /** Live files, sorted by the address of their mapping; replaced whole under {@code this} (rare). */
+    private volatile Mappings mappings = new Mappings(new Mapping[0]);
+    private final AtomicLong liveBytes = new AtomicLong();
+    private final AtomicLong fallbacks = new AtomicLong();
+    private final AtomicBoolean started = new AtomicBoolean();
+    private final AtomicBoolean fallbackLogged = new AtomicBoolean();
+    private static final AtomicBoolean BAD_PROPERTY_LOGGED = new AtomicBoolean();
+    private volatile byte[] token;
+    /** This process's published keys and queue pairs; created with the first shared file or same-host link. */
+    private volatile SharedKeyTable keyTable;
+    private boolean keyTableFailed;
+    /** RDMA WRITEs and READs of same-host links done one-sided, and those that went over TCP instead. */
+    final AtomicLong oneSided = new AtomicLong();
+    final AtomicLong overTcp = new AtomicLong();
+
+    /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
+    static boolean enabled() {
+        String value = System.getProperty(SAME_HOST_PROPERTY, "tcp").trim();
+        if ("shm".equalsIgnoreCase(value)) {
+            return true;
+        }
+        if (!"tcp".equalsIgnoreCase(value) && BAD_PROPERTY_LOGGED.compareAndSet(false, true)) {
+            SoftEngine.logger.warn("soft0: {}={} (expected: shm or tcp); using tcp", SAME_HOST_PROPERTY, value);
+        }
+        return false;
+    }
+
+    /**
+     * {@code capacity} bytes in a new shared file when {@link #enabled()}, else (or when the directory refuses) plain
+     * direct memory.
+     */
+    ByteBuffer allocate(int capacity) {
+        if (capacity < 0) {
+            throw new IllegalArgumentException("capacity: " + capacity + " (expected: >= 0)");
+        }
+        if (capacity == 0 || !enabled()) {
+            return ByteBuffer.allocateDirect(capacity);
+        }
+        Path dir = directory;
+        start(dir);
+        long number = nextFile.incrementAndGet();
+        Path file = dir.resolve(PREFIX + pid + '-' + number);
+        MappedByteBuffer map;
+        try {
+            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                // Mapping past the end grows the file; tmpfs allocates its pages on first touch.
+                map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
+            }
+        } catch (IOException | RuntimeException e) {
+            deleteQuietly(file);
+            fallbacks.incrementAndGet();
+            if (fallbackLogged.compareAndSet(false, true)) {
+                SoftEngine.logger.warn("soft0: cannot allocate registered memory in {} ({}): using private memory, "
+                        + "which a same-host peer reaches only through a copy (fix the directory's space or "
+                        + "permissions, choose another with -D{}, or set -D{}=tcp)", dir, e.toString(),
+                        DIRECTORY_PROPERTY, SAME_HOST_PROPERTY);
+            }
+            return ByteBuffer.allocateDirect(capacity);
+        }
+        synchronized (this) {
+            mappings = mappings.with(new Mapping(DirectMemory.address(map), capacity, number, file));
+        }
+        liveBytes.addAndGet(capacity);
+        return map;
+    }
+
+    /** Before our first file: stale files go, and ours will go at exit. */
+    private void start(Path dir) {
+        if (started.compareAndSet(false, true)) {
+            removeFilesOfDeadProcesses(dir, pid);
+            Runtime.getRuntime().addShutdownHook(new Thread(this::deleteAll, "soft0-shm-cleanup"));
+        }
+    }
+
+    /** Unmaps and deletes {@code memory}'s file when it is one of ours, else frees it as plain direct memory. */
+    void free(ByteBuffer memory) {
+        Path file = null;
+        if (memory.isDirect()) {
+            synchronized (this) {
+                Mapping m = mappings.find(DirectMemory.address(memory), 0);
+                if (m != null && m.base() == DirectMemory.address(memory)) {
+                    file = m.path();
+                    mappings = mappings.without(m);
+                }
+            }
+        }
+        int capacity = memory.capacity();
+        DirectMemory.free(memory);
+        if (file != null) {
+            deleteQuietly(file);
+            liveBytes.addAndGet(-capacity);
+        }
+    }
+
+    /** Shared files of this process that are not freed yet. */
+    int liveFiles() {
+        return mappings.entries.length;
+    }
+
+    /** This process's id, which names its files. */
+    long pid() {
+        return pid;
+    }
+
+    long liveBytes() {
+        return liveBytes.get();
+    }
+
+    /** Allocations that wanted a shared file and got private memory instead. */
+    long fallbacks() {
+        return fallbacks.get();
+    }
+
+    /**
+     * 16 bytes naming this host's current boot and its shared-memory directory (the file system and inode, so a
+     * container with a /dev/shm of its own differs), or zeros when {@link #enabled()} is false or the host cannot be
+     * named: a peer whose token equals ours, non-zero, can map our files.
+     */
+    byte[] hostToken() {
+        if (!enabled()) {
+            return NO_TOKEN;
+        }
+        byte[] t = token;
+        if (t == null) {
+            t = computeToken(directory);
+            token = t;
+        }
+        return t;
+    }
+
+    /** Whether a peer's token says it shares our host and directory; both tokens as sent, zeros when disabled. */
+    static boolean sameHost(byte[] ours, byte[] theirs) {
+        return !Arrays.equals(ours, NO_TOKEN) && Arrays.equals(ours, theirs);
+    }
+
+    private static byte[] computeToken(Path dir) {
+        try {
+            String bootId = Files.readString(Paths.get("/proc/sys/kernel/random/boot_id")).trim();
+            Object device = Files.getAttribute(dir, "unix:dev");
+            Object inode = Files.getAttribute(dir, "unix:ino");
+            MessageDigest sha = MessageDigest.getInstance("SHA-256");
+            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode)
+                    .getBytes(StandardCharsets.UTF_8));
+            return Arrays.copyOf(digest, TOKEN_LENGTH);
+        } catch (IOException | UnsupportedOperationException | IllegalArgumentException
+                 | NoSuchAlgorithmException e) {
+            SoftEngine.logger.warn("soft0: cannot tell this host's boot and shared-memory directory {} apart ({}): "
+                    + "same-host peers will use TCP (run on Linux with {} present, or set -D{}=tcp)", dir,
+                    e.toString(), dir, SAME_HOST_PROPERTY);
+            return NO_TOKEN;
+        }
+    }
+
+    /**
+     * Deletes the files of processes that died without their shutdown hook (SIGKILL, a crash), and those of
+     * {@code alsoPid} (an earlier process with our pid, before our first file; -1 for none).
+     */
+    static void removeFilesOfDeadProcesses(Path dir, long alsoPid) {
+        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + "*")) {
+            for (Path file : stream) {
+                String name = file.getFileName().toString();
+                int dash = name.indexOf('-', PREFIX.length());
+                if (dash < 0) {
+                    continue;
+                }
+                long owner;
+                try {
+                    owner = Long.parseLong(name.substring(PREFIX.length(), dash));
+                } catch (NumberFormatException e) {
+                    continue;
+                }
+                if (owner == alsoPid || ProcessHandle.of(owner).isEmpty()) {
+                    deleteQuietly(file);
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            // Nothing to clean, or not ours to list: allocation reports a directory that does not work.
+        }
+    }
+
+    private void deleteAll() {
+        for (Mapping m : mappings.entries) {
+            deleteQuietly(m.path());
+        }
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            deleteQuietly(t.file);
+        }
+    }
+
+    /**
+     * This process's key table, created on first use in the shared-memory directory, or {@code null} when it cannot
+     * be (one WARN): peers then take the TCP path for everything.
+     */
+    SharedKeyTable keyTable() {
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            return t;
+        }
+        synchronized (this) {
+            if (keyTable == null && !keyTableFailed) {
+                Path dir = directory;
+                start(dir);
+                try {
+                    keyTable = SharedKeyTable.create(dir.resolve(PREFIX + pid + "-keys"));
+                } catch (IOException | RuntimeException e) {
+                    keyTableFailed = true;
+                    SoftEngine.logger.warn("soft0: cannot create the shared key table in {} ({}): same-host peers "
+                            + "will use TCP (fix the directory's space or permissions, or set -D{}=tcp)", dir,
+                            e.toString(), SAME_HOST_PROPERTY);
+                }
+            }
+            return keyTable;
+        }
+    }
+
+    /**
+     * Publishes a registration under {@code key} when its range lies in one of our shared files (peers can then
+     * reach it one-sided); anything else stays private and is served through the TCP path. Caller holds the
+     * engine's key lock. Allocates nothing once the table exists.
+     */
+    void publish(int key, int domain, int access, long address, long length) {
+        if ((access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) == 0) {
+            return;
+        }
+        Mapping m = mappings.find(address, length);
+        if (m == null) {
+            return;
+        }
+        SharedKeyTable t = keyTable();
+        if (t != null) {
+            t.publish(key, domain, access, address, length, m.number(), address - m.base());
+        }
+    }
+
+    /** Withdraws {@code key} if it was published, waiting out peers' copies. Caller holds the engine's key lock. */
+    void withdraw(int key) {
+        SharedKeyTable t = keyTable;
+        if (t != null) {
+            t.withdraw(key);
+        }
+    }
+
+    static void deleteQuietly(Path file) {
+        try {
+            Files.deleteIfExists(file);
+        } catch (IOException e) {
+            SoftEngine.logger.warn("soft0: cannot delete shared-memory file {} ({}); delete it by hand", file,
+                    e.toString());
+        }
+    }
+
+    /** One live file: its mapping's address and size, its number (the {@code <n>} of its name) and path. */
+    record Mapping(long base, long size, long number, Path path) {
+    }
+
+    /** The live files at one moment, sorted by mapping address. Immutable. */
+    static final class Mappings {
+        final Mapping[] entries;
+
+        Mappings(Mapping[] entries) {
+            this.entries = entries;
+        }
+
+        /** The mapping that holds {@code [address, address + length)} whole, or {@code null}; allocates nothing. */
+        Mapping find(long address, long length) {
+            int lo = 0;
+            int hi = entries.length - 1;
+            while (lo <= hi) {
+                int mid = (lo + hi) >>> 1;
+                if (entries[mid].base <= address) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            // hi: the last mapping that starts at or before address.
+            if (hi < 0) {
+                return null;
+            }
+            Mapping m = entries[hi];
+            return address - m.base <= m.size - length ? m : null;
+        }
+
+        Mappings with(Mapping added) {
+            int at = 0;
+            while (at < entries.length && entries[at].base < added.base) {
+                at++;
+            }
+            Mapping[] r = new Mapping[entries.length + 1];
+            System.arraycopy(entries, 0, r, 0, at);
+            r[at] = added;
+            System.arraycopy(entries, at, r, at + 1, entries.length - at);
+            return new Mappings(r);
+        }
+
+        Mappings without(Mapping removed) {
+            Mapping[] r = new Mapping[entries.length - 1];
+            for (int k = 0, j = 0; k < entries.length; k++) {
+                if (entries[k] != removed) {
+                    r[j++] = entries[k];
+                }
+            }
+            return new Mappings(r);
+        }
+    }
+}

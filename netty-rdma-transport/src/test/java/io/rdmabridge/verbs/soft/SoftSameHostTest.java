@@ -1,0 +1,299 @@
+package io.rdmabridge.verbs.soft;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.SendWorkRequest;
+import io.rdmabridge.verbs.WcOpcode;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WorkCompletions;
+import io.rdmabridge.verbs.WrOpcode;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The soft provider's same-host path: registered memory in shared files that another process can map, their cleanup,
+ * the handshake's same-host test, the shared key table's deregistration guard, and one-sided WRITE and READ in order
+ * with the TCP link's SENDs.
+ */
+class SoftSameHostTest {
+    /** The JVM-wide device's directory (Surefire runs each test class in a JVM of its own). */
+    @TempDir
+    static Path deviceDir;
+    /** The directory of the files a test's own {@link SharedMemoryFiles} makes. */
+    @TempDir
+    Path dir;
+
+    @BeforeAll
+    static void shareTheDevicesMemoryInATemporaryDirectory() {
+        System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, deviceDir.toString());
+        assertEquals(deviceDir, SoftEngine.get().sharedMemory.directory);
+    }
+
+    @BeforeEach
+    void shareMemory() {
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.toString());
+    }
+
+    @AfterAll
+    static void restoreProperties() {
+        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
+    }
+
+    private List<Path> files() throws IOException {
+        return files(dir);
+    }
+
+    /** The data files in {@code d}: the key table, which lives as long as the process, left out. */
+    private static List<Path> files(Path d) throws IOException {
+        try (Stream<Path> s = Files.list(d)) {
+            return s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList();
+        }
+    }
+
+    @Test
+    void shouldAllocateOwnerOnlySharedFilesThatAnotherMappingSeesAndDeleteThemWhenFreed() throws Exception {
+        SharedMemoryFiles shm = new SharedMemoryFiles();
+        ByteBuffer memory = shm.allocate(8192);
+        assertInstanceOf(MappedByteBuffer.class, memory);
+        List<Path> files = files();
+        assertEquals(1, files.size(), files.toString());
+        Path file = files.get(0);
+        assertTrue(file.getFileName().toString().startsWith(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid()
+                + '-'), file.toString());
+        assertEquals("rw-------", PosixFilePermissions.toString(Files.getPosixFilePermissions(file)));
+        assertEquals(8192, Files.size(file));
+        assertEquals(1, shm.liveFiles());
+        assertEquals(8192, shm.liveBytes());
+
+        // A second mapping of the file, as a peer process would make, sees the bytes written through the first.
+        memory.put(5000, (byte) 42);
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            MappedByteBuffer peer = ch.map(FileChannel.MapMode.READ_ONLY, 0, 8192);
+            assertEquals(42, peer.get(5000));
+        }
+
+        shm.free(memory);
+        assertEquals(List.of(), files());
+        assertEquals(0, shm.liveFiles());
+        assertEquals(0, shm.liveBytes());
+        assertEquals(0, shm.fallbacks());
+    }
+
+    @Test
+    void shouldRemoveFilesOfDeadProcessesButNotOfLiveOnes() throws Exception {
+        Process finished = new ProcessBuilder("true").start();
+        finished.waitFor();
+        Path dead = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + finished.pid() + "-1"));
+        long parent = ProcessHandle.current().parent().orElseThrow().pid();
+        Path live = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + parent + "-1"));
+        Path foreign = Files.createFile(dir.resolve("other-file"));
+
+        SharedMemoryFiles shm = new SharedMemoryFiles();
+        ByteBuffer memory = shm.allocate(4096);
+        assertFalse(Files.exists(dead), "file of the dead process " + finished.pid() + " still there");
+        assertTrue(Files.exists(live));
+        assertTrue(Files.exists(foreign));
+        shm.free(memory);
+        assertEquals(2, files().size());
+    }
+
+    @Test
+    void shouldFallBackToPrivateMemoryAndCountItWhenTheDirectoryRefuses() {
+        System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.resolve("missing").toString());
+        SharedMemoryFiles shm = new SharedMemoryFiles();
+        ByteBuffer memory = shm.allocate(4096);
+        assertTrue(memory.isDirect());
+        assertEquals(1, shm.fallbacks());
+        assertEquals(0, shm.liveFiles());
+        shm.free(memory);
+    }
+
+    @Test
+    void shouldAllocatePlainDirectMemoryWhenTurnedOff() throws Exception {
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
+        SharedMemoryFiles shm = new SharedMemoryFiles();
+        ByteBuffer memory = shm.allocate(4096);
+        assertEquals(List.of(), files());
+        assertEquals(0, shm.fallbacks());
+        assertArrayEquals(new byte[SharedMemoryFiles.TOKEN_LENGTH], shm.hostToken());
+        shm.free(memory);
+    }
+
+    @Test
+    void shouldAllocateThroughTheProtectionDomainAndRegisterTheSharedMemory() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (var pd = provider.devices().get(0).allocProtectionDomain()) {
+            ByteBuffer memory = pd.allocateMemory(65536);
+            assertInstanceOf(MappedByteBuffer.class, memory);
+            assertEquals(1, files(deviceDir).size());
+            pd.register(memory, Access.ALL).close();
+            pd.freeMemory(memory);
+            assertEquals(List.of(), files(deviceDir));
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    @Test
+    void shouldRecogniseSameHostPeersOnlyWhenBothOfferSharedMemory() {
+        SharedMemoryFiles shm = new SharedMemoryFiles();
+        byte[] token = shm.hostToken();
+        byte[] none = new byte[SharedMemoryFiles.TOKEN_LENGTH];
+        assertFalse(SharedMemoryFiles.sameHost(none, none), "zeros offer nothing");
+        assertTrue(SharedMemoryFiles.sameHost(token, token.clone()));
+        assertFalse(SharedMemoryFiles.sameHost(token, none));
+        assertFalse(SharedMemoryFiles.sameHost(none, token));
+        byte[] otherHost = token.clone();
+        otherHost[0] ^= 1;
+        assertFalse(SharedMemoryFiles.sameHost(token, otherHost));
+    }
+
+    @Test
+    void shouldTellBothEndsOfATcpConnectionTheyShareTheHost() throws Exception {
+        try (SoftPair p = SoftPair.tcp()) {
+            assertTrue(tcpLink(p.client).sameHost());
+            assertTrue(tcpLink(p.server).sameHost());
+        }
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
+        try (SoftPair p = SoftPair.tcp()) {
+            assertFalse(tcpLink(p.client).sameHost());
+            assertFalse(tcpLink(p.server).sameHost());
+        }
+    }
+
+    private static TcpLink tcpLink(SoftPair.Side side) {
+        return assertInstanceOf(TcpLink.class, ((SoftQueuePair) side.qp).link);
+    }
+
+    /** A region of {@code size} bytes in memory from the side's domain (shared when the mode is shm). */
+    private static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access,
+                                          List<Runnable> toFree) throws Exception {
+        ByteBuffer memory = side.pd.allocateMemory(size);
+        ProtectionDomain pd = side.pd;
+        toFree.add(() -> pd.freeMemory(memory));
+        return p.track(new SoftPair.Buffer(memory, side.pd.register(memory, access)));
+    }
+
+    @Test
+    void shouldWriteAndReadSharedMemoryOneSidedAndStillOrderAgainstSends() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        List<Runnable> toFree = new ArrayList<>();
+        SendWorkRequest swr = new SendWorkRequest(4);
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = shared(p, p.client, 65536, Access.ALL, toFree);
+            SoftPair.Buffer remote = shared(p, p.server, 65536, Access.LOCAL_WRITE | Access.REMOTE_WRITE
+                    | Access.REMOTE_READ, toFree);
+            SoftPair.Buffer inbox = shared(p, p.server, 64, Access.LOCAL_WRITE, toFree);
+            long oneSided = provider.oneSidedOperations();
+            local.fill(7);
+            p.client.qp.postSend(swr.reset().wrId(1).opcode(WrOpcode.RDMA_WRITE).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address() + 100, remote.mr().rkey()).addSge(local.address(), 40000,
+                            local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 1, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(100, 40000, 7, 0);
+            assertEquals(0, remote.get(99));
+            assertEquals(0, remote.get(40100));
+            assertEquals(oneSided + 1, provider.oneSidedOperations(), "the WRITE ran one-sided");
+
+            // A SEND behind a one-sided WRITE: the WRITE's bytes are in place when the receive completes.
+            p.server.qp.postRecv(new RecvWorkRequest(1).wrId(9).addSge(inbox.address(), 64, inbox.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(2).opcode(WrOpcode.RDMA_WRITE)
+                    .remote(remote.address(), remote.mr().rkey()).addSge(local.address() + 1, 50, local.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(3).flags(SendWorkRequest.SIGNALED)
+                    .addSge(local.address(), 8, local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 9, WcStatus.SUCCESS, WcOpcode.RECV);
+            remote.assertFilled(0, 50, 7, 1);
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 3, WcStatus.SUCCESS, WcOpcode.SEND);
+
+            SoftPair.Buffer back = shared(p, p.client, 65536, Access.ALL, toFree);
+            p.client.qp.postSend(swr.reset().wrId(4).opcode(WrOpcode.RDMA_READ).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address() + 100, remote.mr().rkey())
+                    .addSge(back.address(), 1000, back.mr().lkey())
+                    .addSge(back.address() + 2000, 39000, back.mr().lkey()));
+            WorkCompletions wc = SoftPair.pollOne(p.client.sendCq, null);
+            SoftPair.assertCompletion(wc, 4, WcStatus.SUCCESS, WcOpcode.RDMA_READ);
+            assertEquals(40000, wc.byteLength(0));
+            back.assertFilled(0, 1000, 7, 0);
+            back.assertFilled(2000, 39000, 7, 1000);
+            assertEquals(oneSided + 3, provider.oneSidedOperations(), "both WRITEs and the READ ran one-sided");
+
+            // A large WRITE right behind a SEND waits for the SEND's acknowledgement, then runs one-sided.
+            p.server.qp.postRecv(new RecvWorkRequest(1).wrId(10).addSge(inbox.address(), 64, inbox.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(5).flags(SendWorkRequest.SIGNALED)
+                    .addSge(local.address(), 8, local.mr().lkey()));
+            p.client.qp.postSend(swr.reset().wrId(6).opcode(WrOpcode.RDMA_WRITE).flags(SendWorkRequest.SIGNALED)
+                    .remote(remote.address(), remote.mr().rkey()).addSge(local.address(), 65536, local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 5, WcStatus.SUCCESS, WcOpcode.SEND);
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 6, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(0, 65536, 7, 0);
+            assertEquals(oneSided + 4, provider.oneSidedOperations(), "the WRITE behind the SEND ran one-sided");
+            SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 10, WcStatus.SUCCESS, WcOpcode.RECV);
+            SoftPair.assertQuiet(p.server.recvCq, 20);
+        } finally {
+            toFree.forEach(Runnable::run);
+        }
+        SoftPair.assertResourcesReleased(provider);
+        assertEquals(List.of(), files(deviceDir), "shared files left");
+    }
+
+    @Test
+    void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
+        SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.PREFIX + "1-keys"));
+        SharedKeyTable peer = SharedKeyTable.open(owner.file);
+        try {
+            int key = 0x5a000007;
+            owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512);
+            assertEquals(-1, peer.acquire(key ^ 0x100000), "a key of another tag");
+            int e = peer.acquire(key);
+            assertTrue(e >= 0);
+            assertEquals(3, peer.domain(e));
+            assertEquals(0x10000, peer.address(e));
+            assertEquals(4096, peer.length(e));
+            assertEquals(2, peer.fileNumber(e));
+            assertEquals(512, peer.fileOffset(e));
+
+            Thread deregistration = new Thread(() -> owner.withdraw(key), "withdraw");
+            deregistration.start();
+            deregistration.join(200);
+            assertTrue(deregistration.isAlive(), "deregistration returned while the peer still copies");
+            assertEquals(-1, peer.acquire(key), "the key is refused as soon as deregistration starts");
+            peer.release(e);
+            deregistration.join(10_000);
+            assertFalse(deregistration.isAlive(), "deregistration still waits after the peer's copy ended");
+            assertEquals(-1, peer.acquire(key));
+
+            owner.publishQueuePair(77, 3);
+            assertEquals(3, peer.queuePairDomain(77));
+            assertEquals(-1, peer.queuePairDomain(78));
+            owner.withdrawQueuePair(77);
+            assertEquals(-1, peer.queuePairDomain(77));
+        } finally {
+            io.rdmabridge.verbs.DirectMemory.free(peer.mapping());
+            io.rdmabridge.verbs.DirectMemory.free(owner.mapping());
+        }
+    }
+}
