@@ -220,11 +220,18 @@ final class RawVerbsPeer implements AutoCloseable {
         long deadline = System.nanoTime() + TIMEOUT_NANOS;
         while (System.nanoTime() < deadline) {
             int n = cq.poll(wc);
+            int status = -1;
             for (int i = 0; i < n; i++) {
                 if (wc.wrId(i) == 0) {
-                    return wc.status(i);
+                    status = wc.status(i);
+                } else {
+                    // Receives polled in the same batch, before or after this completion, are kept in order for
+                    // receivedFrame(): dropping those after it lost the peer's first frame whenever they shared a poll.
+                    landed.add(wc.status(i) == WcStatus.SUCCESS ? wc.wrId(i) : -1L - wc.status(i));
                 }
-                landed.add(wc.status(i) == WcStatus.SUCCESS ? wc.wrId(i) : -1L - wc.status(i));
+            }
+            if (status >= 0) {
+                return status;
             }
             LockSupport.parkNanos(100_000);
         }
