@@ -45,8 +45,15 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
     private volatile BlockServerDirectory.Driver driverDirectory;
     private volatile ExecutorTransport executorTransport;
 
-    /** Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor. */
+    /**
+     * Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor.
+     *
+     * @throws IllegalStateException when this jar was built for the other Scala line than the running Spark's; the
+     *         message names the jar to use instead
+     */
     public RdmaShuffleManager(SparkConf conf, boolean isDriver) {
+        // Before anything compiled against Scala runs: the wrong jar's first symptom would come much later.
+        ScalaLine.check();
         sort = new SortShuffleManager(conf);
         this.conf = conf;
         this.isDriver = isDriver;
