@@ -64,6 +64,8 @@ final class SharedMemoryFiles {
     /** RDMA WRITEs and READs of same-host links done one-sided, and those that went over TCP instead. */
     final AtomicLong oneSided = new AtomicLong();
     final AtomicLong overTcp = new AtomicLong();
+    /** Frames received through same-host links' shared-memory rings ({@link ShmRing}). */
+    final AtomicLong ringFrames = new AtomicLong();
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
@@ -143,6 +145,16 @@ final class SharedMemoryFiles {
             deleteQuietly(file);
             liveBytes.addAndGet(-capacity);
         }
+    }
+
+    /** The {@code <n>} of the file that {@code memory} (as {@link #allocate} returned it) maps, or -1. */
+    long fileNumber(ByteBuffer memory) {
+        if (!memory.isDirect()) {
+            return -1;
+        }
+        long address = DirectMemory.address(memory);
+        Mapping m = mappings.find(address, 0);
+        return m != null && m.base() == address ? m.number() : -1;
     }
 
     /** Shared files of this process that are not freed yet. */

@@ -54,6 +54,8 @@ final class SoftEngine {
     private final AtomicInteger nextDomainId = new AtomicInteger();
     private final AtomicInteger nextDirectPort = new AtomicInteger();
     private final ConcurrentLinkedQueue<Runnable> tasks = new ConcurrentLinkedQueue<>();
+    /** Same-host links whose peer's ring the engine thread polls; replaced whole under {@code this} (rare). */
+    private volatile TcpLink[] ringLinks = new TcpLink[0];
     private volatile Selector selector;
     private volatile ScheduledThreadPoolExecutor timer;
 
@@ -173,6 +175,27 @@ final class SoftEngine {
         return Integer.getInteger("rdmabridge.soft.maxPendingHandshakes", 64);
     }
 
+    /**
+     * How long the engine thread keeps polling the rings of same-host links after the last frame before it parks in
+     * {@code select()} (a peer's DOORBELL then wakes it); {@value #RING_SPIN_PROPERTY}, in microseconds, read once.
+     */
+    static final String RING_SPIN_PROPERTY = "rdmabridge.soft.ringSpinMicros";
+    static final long RING_SPIN_NANOS = Math.max(0, Long.getLong(RING_SPIN_PROPERTY, 50)) * 1_000L;
+
+    synchronized void addRingLink(TcpLink link) {
+        TcpLink[] a = java.util.Arrays.copyOf(ringLinks, ringLinks.length + 1);
+        a[a.length - 1] = link;
+        ringLinks = a;
+        Selector s = selector;
+        if (s != null) {
+            s.wakeup();
+        }
+    }
+
+    synchronized void removeRingLink(TcpLink link) {
+        ringLinks = java.util.Arrays.stream(ringLinks).filter(l -> l != link).toArray(TcpLink[]::new);
+    }
+
     static long handshakeTimeoutMillis() {
         return Long.getLong("rdmabridge.soft.handshakeTimeoutMillis", 10_000L);
     }
@@ -247,6 +270,20 @@ final class SoftEngine {
         }
     }
 
+    /** One poll of every same-host link's ring; whether any held frames. A failure closes that link alone. */
+    private static boolean pollRings(TcpLink[] rings) {
+        boolean any = false;
+        for (TcpLink l : rings) {
+            try {
+                any |= l.pollRing();
+            } catch (Throwable t) {
+                logger.warn("soft0: unexpected failure while serving {}", l, t);
+                l.onFailure(t);
+            }
+        }
+        return any;
+    }
+
     /** Something the engine thread services when its key is selected. */
     interface Handler {
         void onSelected(SelectionKey key);
@@ -257,9 +294,34 @@ final class SoftEngine {
 
     private void runEngine() {
         Selector s = selector;
+        long lastFrame = System.nanoTime();
         for (;;) {
             try {
-                s.select(1000);
+                TcpLink[] rings = ringLinks;
+                if (rings.length == 0) {
+                    s.select(1000);
+                } else if (pollRings(rings)) {
+                    lastFrame = System.nanoTime();
+                    s.selectNow();
+                } else if (System.nanoTime() - lastFrame < RING_SPIN_NANOS) {
+                    Thread.onSpinWait();
+                    s.selectNow();
+                } else {
+                    // Park: flags first, then a last look; whatever a peer publishes after that rings our socket.
+                    boolean arrived = false;
+                    for (TcpLink l : rings) {
+                        arrived |= l.parkRing();
+                    }
+                    if (arrived) {
+                        s.selectNow();
+                    } else {
+                        s.select(1000);
+                    }
+                    for (TcpLink l : rings) {
+                        l.unparkRing();
+                    }
+                    lastFrame = System.nanoTime();
+                }
                 Runnable task;
                 while ((task = tasks.poll()) != null) {
                     runSafely(task);
