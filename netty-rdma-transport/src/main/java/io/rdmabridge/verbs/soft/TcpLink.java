@@ -105,6 +105,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private ByteBuffer out;
     private long outAddress;
     // ---- the peer's ring, mapped when its RING frame is processed (engine thread)
+    private boolean peerSwitched;
     private ShmRing inRing;
     private long inHead;
     private long inTail;
@@ -523,9 +524,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (readBuf.remaining() < SoftFrame.HEADER_LENGTH + payload) {
                     break;
                 }
-                if (inRing != null) {
+                if (peerSwitched) {
                     // The peer published these before it wrote this frame to the socket: they come first.
-                    drainInRing();
+                    if (inRing != null) {
+                        drainInRing();
+                    }
                     if (failReason != null) {
                         break;
                     }
@@ -563,13 +566,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /** The peer's RING frame: map its ring; from now on its frames come from there. */
     private void onRingAnnounced(SoftFrame f) {
-        if (!sameHost || inRing != null || f.flags() != 0 || f.psn() != 0 || f.rkey() != 0 || f.imm() != 0) {
+        if (!sameHost || peerSwitched || f.flags() != 0 || f.psn() != 0 || f.rkey() != 0 || f.imm() != 0) {
             violation("RING frame flags=" + f.flags() + " psn=" + f.psn() + " rkey=" + f.rkey() + " imm=" + f.imm()
                     + " (expected: once, on a same-host link, with flags, psn, rkey and imm 0)");
             return;
         }
+        peerSwitched = true;
         try {
             inRing = ShmRing.open(engine.sharedMemory.directory, peerPid, f.address(), f.messageLength());
+        } catch (java.nio.file.NoSuchFileException e) {
+            // The peer closed its end and deleted the ring before we got here (our DISCONNECT crossed its RING
+            // frame, say): it writes no more, and its final frame and the socket's end still come.
+            return;
         } catch (IOException | RuntimeException | InternalError e) {
             violation("cannot map the ring the peer announced: " + e.getMessage());
             return;

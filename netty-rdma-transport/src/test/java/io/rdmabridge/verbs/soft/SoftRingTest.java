@@ -19,13 +19,10 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Consumer;
-import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -152,7 +149,7 @@ class SoftRingTest {
                     "frames through rings: " + (provider.ringFrames() - before));
         }
         SoftPair.assertResourcesReleased(provider);
-        awaitNoRingFiles();
+        SoftSameHostTest.awaitNoFiles(dir);
     }
 
     @Test
@@ -230,7 +227,7 @@ class SoftRingTest {
         try (SoftPair p = SoftPair.tcp()) {
             assertHealthy(new Stream1(p, p.client, p.server));
         }
-        awaitNoRingFiles();
+        SoftSameHostTest.awaitNoFiles(dir);
     }
 
     private static long tail(MappedByteBuffer ring) {
@@ -271,20 +268,5 @@ class SoftRingTest {
     @Test
     void shouldSurviveAPeerThatTruncatesItsRingFile() throws Exception {
         hostile("faulted", ring -> { }, false);
-    }
-
-    private static void awaitNoRingFiles() throws Exception {
-        long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
-        List<Path> left;
-        do {
-            try (Stream<Path> s = Files.list(dir)) {
-                left = s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList();
-            }
-            if (left.isEmpty()) {
-                return;
-            }
-            SoftPair.sleepMicros(10_000);
-        } while (System.nanoTime() < deadline);
-        assertEquals(List.of(), left, "ring files left");
     }
 }
