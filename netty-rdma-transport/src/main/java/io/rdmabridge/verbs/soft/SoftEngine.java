@@ -28,7 +28,10 @@ import org.slf4j.LoggerFactory;
  * <ul>
  *   <li>{@code soft-rdma-engine}: one NIO {@link Selector} for every TCP listener and connection of the JVM. It
  *       accepts, runs handshakes, reads frames and executes them against registered memory, and writes when a
- *       socket that was full becomes writable. Other threads hand it work with {@link #execute(Runnable)}.</li>
+ *       socket that was full becomes writable. Other threads hand it work with {@link #execute(Runnable)}. While
+ *       same-host links read {@link ShmRing}s, it polls them between non-blocking selects for
+ *       {@value #RING_SPIN_PROPERTY} after the last frame, then parks them (flag, fence, last look) and blocks in
+ *       {@code select()} until a DOORBELL, a socket event or a task wakes it; the poll allocates nothing.</li>
  *   <li>{@code soft-rdma-timer}: receiver-not-ready retries, injected send delays, connect and handshake
  *       timeouts.</li>
  * </ul>

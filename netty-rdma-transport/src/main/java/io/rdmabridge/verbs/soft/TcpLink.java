@@ -37,6 +37,19 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@link SoftFrame#MAX_PAYLOAD} bytes, straight from and into registered memory. Pending acknowledgements are one
  * coalesced PSN, pending READ responses a ring bounded by the negotiated responder resources, so nothing a peer sends
  * can grow memory.
+ *
+ * <h2>Same-host rings</h2>
+ * On a same-host link ({@link #sameHost()}, with {@value ShmRing#PROPERTY} on) each side creates a {@link ShmRing} at
+ * CONNECTED and its drainer announces it with a {@link SoftFrame#RING} frame, its last frame on the socket; from then
+ * on {@link #fill()} encodes frames straight into the ring's free window instead of the write buffer, and the socket
+ * carries only DOORBELLs and the final DISCONNECT or NAK. The engine thread maps the peer's ring when it processes
+ * the peer's RING frame, so it reads the ring only after everything sent before it; it then executes frames in place,
+ * from the ring to registered memory, and drains the ring before it takes any later frame from the socket and before
+ * it acts on the socket's end, so order holds across both. It polls the rings of all such links (see
+ * {@link SoftEngine}); parking and doorbells follow {@link ShmRing}'s handshakes. A peer's ring is as untrusted as
+ * its socket: headers are copied to private memory before they are checked, counters validated, and a fault on a
+ * truncated mapping ({@link InternalError}) closes this link alone with a WARN. The ring path allocates nothing and
+ * takes no lock per frame; executing a frame takes the queue pair's lock as on the socket path.
  */
 final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int READ_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);
