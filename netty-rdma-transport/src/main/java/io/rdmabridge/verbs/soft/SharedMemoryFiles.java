@@ -66,6 +66,13 @@ final class SharedMemoryFiles {
     final AtomicLong overTcp = new AtomicLong();
     /** Frames received through same-host links' shared-memory rings ({@link ShmRing}). */
     final AtomicLong ringFrames = new AtomicLong();
+    /**
+     * The numbers of our live ring files, and whether a link of ours reads that ring: a peer that claims our own pid
+     * (a queue pair of this process, or a liar) may name only a ring of ours that nobody reads yet, never registered
+     * memory or another link's ring.
+     */
+    private final java.util.concurrent.ConcurrentHashMap<Long, Boolean> ownRings =
+            new java.util.concurrent.ConcurrentHashMap<>();
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
@@ -155,6 +162,19 @@ final class SharedMemoryFiles {
         long address = DirectMemory.address(memory);
         Mapping m = mappings.find(address, 0);
         return m != null && m.base() == address ? m.number() : -1;
+    }
+
+    void ringCreated(long number) {
+        ownRings.put(number, Boolean.FALSE);
+    }
+
+    void ringReleased(long number) {
+        ownRings.remove(number);
+    }
+
+    /** Whether our ring {@code number} exists and had no reader; it has one now. */
+    boolean claimOwnRing(long number) {
+        return ownRings.replace(number, Boolean.FALSE, Boolean.TRUE);
     }
 
     /** Shared files of this process that are not freed yet. */

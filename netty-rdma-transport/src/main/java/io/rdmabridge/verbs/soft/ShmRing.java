@@ -110,6 +110,7 @@ final class ShmRing {
             files.free(m);
             return null;
         }
+        files.ringCreated(number);
         return new ShmRing((MappedByteBuffer) m, number, capacity);
     }
 

@@ -585,6 +585,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         peerSwitched = true;
+        SharedMemoryFiles files = engine.sharedMemory;
+        if (peerPid == files.pid() && !files.claimOwnRing(f.address())) {
+            violation("RING frame names file " + f.address() + " of this process (expected: a ring of ours that no"
+                    + " link reads yet)");
+            return;
+        }
         try {
             inRing = ShmRing.open(engine.sharedMemory.directory, peerPid, f.address(), f.messageLength());
         } catch (java.nio.file.NoSuchFileException e) {
@@ -1358,9 +1364,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         outRing = null;
         out = writeBuf;
         if (a != null) {
+            engine.sharedMemory.ringReleased(a.number);
             engine.sharedMemory.free(a.map);
         }
         if (r != null) {
+            engine.sharedMemory.ringReleased(r.number);
             engine.sharedMemory.free(r.map);
         }
     }

@@ -36,7 +36,7 @@
  *       every allocation and connection; {@code rdmabridge.soft.shmDirectory} (default {@code /dev/shm}, read when
  *       the device starts) holds its files. On that path {@code rdmabridge.soft.rings} = {@code true} (default) or
  *       {@code false} (read per connection) moves each side's frames into a shared-memory ring, and
- *       {@code rdmabridge.soft.ringSpinMicros} (default 50, read once) is how long the engine thread keeps polling
+ *       {@code rdmabridge.soft.ringSpinMicros} (default 0, read once) is how long the engine thread keeps polling
  *       the rings after the last frame before it parks.</li>
  * </ul>
  *

@@ -6,6 +6,14 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaEventChannel;
 import io.rdmabridge.verbs.RecvWorkRequest;
 import io.rdmabridge.verbs.SendWorkRequest;
@@ -15,6 +23,9 @@ import io.rdmabridge.verbs.WorkCompletions;
 import io.rdmabridge.verbs.WrOpcode;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
@@ -268,5 +279,46 @@ class SoftRingTest {
     @Test
     void shouldSurviveAPeerThatTruncatesItsRingFile() throws Exception {
         hostile("faulted", ring -> { }, false);
+    }
+
+    @Test
+    void shouldRefuseARingFrameThatNamesAFileOfThisProcessOtherThanAFreeRing() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        RdmaDevice device = provider.devices().get(0);
+        EventNotifier notifier = new EventNotifier();
+        RdmaEventChannel channel = provider.createEventChannel(notifier);
+        RdmaCmId listenId = channel.createId();
+        InetSocketAddress bound = listenId.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+        ProtectionDomain pd = device.allocProtectionDomain();
+        CompletionQueue cq = device.createCompletionQueue(16, notifier);
+        SharedMemoryFiles shm = SoftEngine.get().sharedMemory;
+        // Registered memory in a file of exactly a ring's size: a peer claiming our pid must not make us read it.
+        ByteBuffer memory = pd.allocateMemory(ShmRing.CONTROL + ShmRing.MIN_CAPACITY);
+        long number = shm.fileNumber(memory);
+        assertTrue(number > 0);
+        try (Socket s = new Socket(bound.getAddress(), bound.getPort())) {
+            s.setSoTimeout(5000);
+            s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, ConnectionParameters.DEFAULT,
+                    new byte[0], 0, shm.hostToken(), shm.pid()));
+            CmEvent request = SoftPair.awaitEvent(channel, CmEventType.CONNECT_REQUEST);
+            RdmaCmId id = request.id();
+            QueuePair qp = id.createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0));
+            id.accept(ConnectionParameters.DEFAULT);
+            SoftPair.awaitEvent(channel, CmEventType.ESTABLISHED);
+            assertTrue(assertInstanceOf(TcpLink.class, ((SoftQueuePair) qp).link).sameHost());
+            ByteBuffer ring = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH);
+            new SoftFrame().wrap(ring, 0).header(SoftFrame.RING, 0, 0, 0, ShmRing.MIN_CAPACITY, number, 0, 0);
+            s.getOutputStream().write(ring.array());
+            CmEvent e = SoftPair.awaitEvent(channel, CmEventType.DISCONNECTED);
+            assertTrue(String.valueOf(e.detail()).contains("of this process"), "reason: " + e.detail());
+            qp.close();
+            id.close();
+        }
+        pd.freeMemory(memory);
+        cq.close();
+        pd.close();
+        listenId.close();
+        channel.close();
+        SoftPair.assertResourcesReleased(provider);
     }
 }
