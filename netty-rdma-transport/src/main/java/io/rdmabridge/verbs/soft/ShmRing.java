@@ -48,7 +48,8 @@ import java.util.Set;
  * <p>The peer can write anything at any time: the owner of each counter keeps a private copy and never reads its own
  * published value back, and callers validate what they read of the other's. A peer that truncates the file makes
  * accesses fault; JDK 17 turns such a fault into {@link InternalError}, which callers catch and turn into closing the
- * link. Not thread-safe: one writer thread (the link's drainer) and one reader thread (the engine) at a time.
+ * link. From compiled code HotSpot 17 raises it only at the thread's next safepoint or VM transition, which may lie in
+ * other code (another link's); so the file stays open, and {@link #truncated()} tells which ring was cut. Not thread-safe: one writer thread (the link's drainer) and one reader thread (the engine) at a time.
  */
 final class ShmRing {
     /** {@code false} keeps same-host links' frames on the socket (the one-sided path stays); read per connection. */
@@ -79,6 +80,8 @@ final class ShmRing {
             Set.of(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE);
 
     final MappedByteBuffer map;
+    /** The file, open while mapped: its size (fstat) holds even once the name is gone. */
+    private final FileChannel file;
     /** The {@code <n>} of the file's name. */
     final long number;
     final int capacity;
@@ -88,8 +91,9 @@ final class ShmRing {
     /** The data area as a buffer (position 0 = first data byte), the writer's window for encoding frames. */
     final ByteBuffer window;
 
-    private ShmRing(MappedByteBuffer map, long number, int capacity) {
+    private ShmRing(MappedByteBuffer map, FileChannel file, long number, int capacity) {
         this.map = map;
+        this.file = file;
         this.number = number;
         this.capacity = capacity;
         this.mask = capacity - 1;
@@ -110,8 +114,16 @@ final class ShmRing {
             files.free(m);
             return null;
         }
+        FileChannel ch;
+        try {
+            ch = FileChannel.open(files.directory.resolve(SharedMemoryFiles.PREFIX + files.pid() + '-' + number),
+                    StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+        } catch (IOException e) {
+            files.free(m);
+            return null;
+        }
         files.ringCreated(number);
-        return new ShmRing((MappedByteBuffer) m, number, capacity);
+        return new ShmRing((MappedByteBuffer) m, ch, number, capacity);
     }
 
     /** Whether a peer may announce a ring of {@code capacity} data bytes. */
@@ -130,9 +142,9 @@ final class ShmRing {
                     + "power of two in " + MIN_CAPACITY + ".." + MAX_CAPACITY + ")");
         }
         Path file = directory.resolve(SharedMemoryFiles.PREFIX + peerPid + '-' + number);
-        MappedByteBuffer map;
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE,
-                LinkOption.NOFOLLOW_LINKS)) {
+        FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                LinkOption.NOFOLLOW_LINKS);
+        try {
             PosixFileAttributes a = Files.readAttributes(file, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
             if (!a.isRegularFile() || !OWNER_ONLY.equals(a.permissions())) {
                 throw new IOException(file + " is not an owner-only regular file");
@@ -141,9 +153,29 @@ final class ShmRing {
             if (size != (long) CONTROL + capacity) {
                 throw new IOException(file + " has " + size + " bytes (expected: " + ((long) CONTROL + capacity) + ")");
             }
-            map = ch.map(FileChannel.MapMode.READ_WRITE, 0, size);
+            return new ShmRing(ch.map(FileChannel.MapMode.READ_WRITE, 0, size), ch, number, capacity);
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            throw e;
         }
-        return new ShmRing(map, number, capacity);
+    }
+
+    /** Whether the file is now shorter than the mapping (someone truncated it: accesses fault); any thread. */
+    boolean truncated() {
+        try {
+            return file.size() < (long) CONTROL + capacity;
+        } catch (IOException e) {
+            return false; // closed: released, not cut
+        }
+    }
+
+    /** Closes the file; the caller unmaps or frees the mapping. */
+    void closeFile() {
+        try {
+            file.close();
+        } catch (IOException e) {
+            // Released either way.
+        }
     }
 
     long tail() {

@@ -198,6 +198,20 @@ final class SoftEngine {
         }
     }
 
+    /**
+     * A fault on a shared mapping ({@link InternalError}) surfaced in {@code at}'s code on the engine thread. From
+     * compiled code HotSpot 17 raises it only at the thread's next safepoint or VM transition, which may lie in
+     * another link's code, so blame goes by evidence: every other ring link whose ring file is now shorter than its
+     * mapping closes here, with that reason; the caller closes {@code at} (its work was interrupted either way).
+     */
+    void closeTruncatedRings(Throwable fault, TcpLink at) {
+        for (TcpLink l : ringLinks) {
+            if (l != at && l.ringTruncated()) {
+                l.closeForRingFault(fault);
+            }
+        }
+    }
+
     synchronized void removeRingLink(TcpLink link) {
         ringLinks = java.util.Arrays.stream(ringLinks).filter(l -> l != link).toArray(TcpLink[]::new);
     }

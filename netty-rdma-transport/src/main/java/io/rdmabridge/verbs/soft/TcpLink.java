@@ -444,8 +444,17 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         closeNow();
     }
 
-    /** An access to a shared ring faulted (JDK 17 reports a truncated mapping so); engine thread. */
+    /**
+     * A fault on a shared mapping (JDK 17 reports an access to a truncated file so) surfaced in this link's code;
+     * engine thread. The links whose files were cut close too (see {@link SoftEngine#closeTruncatedRings}).
+     */
     private void ringFault(Throwable cause) {
+        engine.closeTruncatedRings(cause, this);
+        closeForRingFault(cause);
+    }
+
+    /** Closes this link for a fault on a shared mapping, its own or one that surfaced here; engine thread. */
+    void closeForRingFault(Throwable cause) {
         String reason = ringFaultReason(cause);
         SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
         teardown(reason, 0, 0, 0);
@@ -453,8 +462,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private String ringFaultReason(Throwable cause) {
-        return "shared-memory ring with " + peer + " faulted (" + cause.getMessage()
-                + "); was its file truncated?";
+        if (!ringTruncated()) {
+            return "a fault on another link's shared memory (" + cause.getMessage() + ") interrupted the link with "
+                    + peer + ": HotSpot raised it here, after the access";
+        }
+        return "shared-memory ring with " + peer + " faulted (" + cause.getMessage() + "): its file was truncated";
+    }
+
+    /** Whether the file of our ring or of the peer's is now shorter than its mapping; any thread. */
+    boolean ringTruncated() {
+        ShmRing in = inRing;
+        ShmRing ours = outRing;
+        return in != null && in.truncated() || ours != null && ours.truncated();
     }
 
     private void watchWritable() {
@@ -670,6 +689,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 doorbellPending = true;
             }
         } catch (InternalError e) {
+            engine.closeTruncatedRings(e, this);
             String reason = ringFaultReason(e);
             SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
             fail(reason, 0, 0, 0);
@@ -1226,6 +1246,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     reason = "protocol violation by " + peer + ": " + cause.getMessage();
                 } else if (cause instanceof InternalError) {
                     reason = ringFaultReason(cause);
+                    Throwable fault = cause;
+                    engine.execute(() -> engine.closeTruncatedRings(fault, this));
                 }
                 if (cause instanceof RingFailure || cause instanceof InternalError) {
                     SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
@@ -1364,10 +1386,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         outRing = null;
         out = writeBuf;
         if (a != null) {
+            a.closeFile();
             engine.sharedMemory.ringReleased(a.number);
             engine.sharedMemory.free(a.map);
         }
         if (r != null) {
+            r.closeFile();
             engine.sharedMemory.ringReleased(r.number);
             engine.sharedMemory.free(r.map);
         }
@@ -1736,6 +1760,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (in != null) {
             inRing = null;
             engine.removeRingLink(this);
+            in.closeFile();
             DirectMemory.free(in.map);
         }
         // The drainer lets go of our ring: it may be writing into it now.
