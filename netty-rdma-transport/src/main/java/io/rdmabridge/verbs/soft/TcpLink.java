@@ -48,8 +48,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * it acts on the socket's end, so order holds across both. It polls the rings of all such links (see
  * {@link SoftEngine}); parking and doorbells follow {@link ShmRing}'s handshakes. A peer's ring is as untrusted as
  * its socket: headers are copied to private memory before they are checked, counters validated, and a fault on a
- * truncated mapping ({@link InternalError}) closes this link alone with a WARN. The ring path allocates nothing and
- * takes no lock per frame; executing a frame takes the queue pair's lock as on the socket path.
+ * truncated mapping ({@link InternalError}) closes, with a WARN, the links whose ring files were cut and the link in
+ * whose code HotSpot raised it (see {@link SoftEngine#closeTruncatedRings}). The ring path allocates nothing and takes
+ * no lock per frame; executing a frame takes the queue pair's lock as on the socket path.
  */
 final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int READ_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);

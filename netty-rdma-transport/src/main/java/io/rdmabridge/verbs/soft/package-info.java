@@ -64,8 +64,9 @@
  *       for {@code ringSpinMicros}, then sets a parked flag and blocks in {@code select()}; a writer that finds the
  *       flag, or a reader that frees a full ring, sends one), the final DISCONNECT or NAK (taken only after the ring
  *       is drained) and peer death. Every header is copied out of the ring before it is checked, the peer's
- *       counters must move forward by at most the capacity, and a fault on a truncated file closes that link alone.
- *       </li>
+ *       counters must move forward by at most the capacity, and a fault on a truncated file closes that link (and,
+ *       since HotSpot 17 raises a fault of compiled code only at the thread's next safepoint, the link whose code it
+ *       surfaced in, if another).</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
  *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the
@@ -77,9 +78,11 @@
  * <ul>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
  *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
- *   <li>The one-sided copies of {@link io.rdmabridge.verbs.soft.SharedPeer} catch the {@link InternalError} of a
- *       truncated registered-memory file as the rings do (today such a fault fails the posting thread's pump with a
- *       generic reason).</li>
+ *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
+ *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its
+ *       own ring, or copied one-sided through {@link io.rdmabridge.verbs.soft.SharedPeer}, it can surface in the
+ *       application's code after the post. Memory a peer cannot shrink (memfd with seals, passed over a Unix
+ *       socket) would remove the fault rather than attribute it.</li>
  *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
