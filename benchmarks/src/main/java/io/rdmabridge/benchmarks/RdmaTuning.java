@@ -22,6 +22,10 @@ public final class RdmaTuning {
     public static final String RECEIVE_BUFFER_SIZE = "rdmabridge.bench.receiveBufferSize";
     /** The soft provider's same-host path ({@code shm} or {@code tcp}), passed on to the child as it is. */
     public static final String SAME_HOST = "rdmabridge.soft.sameHost";
+    /** The soft provider's same-host rings ({@code true}, the default, or {@code false}); passed to the child JVM. */
+    public static final String RINGS = "rdmabridge.soft.rings";
+    /** The soft engine's busy-poll window on same-host rings, in microseconds; passed to the child JVM. */
+    public static final String RING_SPIN_MICROS = "rdmabridge.soft.ringSpinMicros";
 
     private RdmaTuning() {
     }
@@ -51,7 +55,7 @@ public final class RdmaTuning {
     /** The {@code -D} options that give a child JVM this JVM's overrides. */
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
-        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, SAME_HOST}) {
+        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, SAME_HOST, RINGS, RING_SPIN_MICROS}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

@@ -33,5 +33,7 @@ class RdmaSameHostEchoTest extends RdmaCrossProcessEchoTest {
         SoftProvider soft = new SoftProvider();
         assertTrue(soft.oneSidedOperations() > 0, "no RDMA READ ran one-sided (the echo ran over TCP alone); over TCP: "
                 + soft.sameHostOperationsOverTcp());
+        assertTrue(soft.ringFrames() > 0, "no frame came through a shared-memory ring (the echo's frames crossed the"
+                + " sockets)");
     }
 }

@@ -10,8 +10,8 @@ import org.junit.jupiter.api.AfterAll;
 /**
  * The conformance suite on the soft provider's same-host path: as {@link SoftCrossProcessConformanceTest}, with both
  * JVMs on {@code rdmabridge.soft.sameHost=shm}, so registered memory lives in shared files and RDMA WRITE and READ
- * run one-sided in the peer's memory wherever it is shared; everything else (and the control and peer-death signals)
- * crosses the TCP link. Checks at the end that the one-sided path was taken.
+ * run one-sided in the peer's memory wherever it is shared, and every other frame crosses a shared-memory ring; the
+ * sockets carry the handshakes, doorbells, final frames and peer death. Checks at the end that both paths were taken.
  */
 class SoftSameHostConformanceTest extends SoftCrossProcessConformanceTest {
     private static final String SAME_HOST = "rdmabridge.soft.sameHost";
@@ -33,5 +33,7 @@ class SoftSameHostConformanceTest extends SoftCrossProcessConformanceTest {
         SoftProvider soft = (SoftProvider) provider;
         assertTrue(soft.oneSidedOperations() > 0, "no RDMA WRITE or READ ran one-sided (the suite ran over TCP alone);"
                 + " over TCP: " + soft.sameHostOperationsOverTcp());
+        assertTrue(soft.ringFrames() > 0, "no frame came through a shared-memory ring (the suite's frames crossed the"
+                + " sockets)");
     }
 }

@@ -64,6 +64,15 @@ final class SharedMemoryFiles {
     /** RDMA WRITEs and READs of same-host links done one-sided, and those that went over TCP instead. */
     final AtomicLong oneSided = new AtomicLong();
     final AtomicLong overTcp = new AtomicLong();
+    /** Frames received through same-host links' shared-memory rings ({@link ShmRing}). */
+    final AtomicLong ringFrames = new AtomicLong();
+    /**
+     * The numbers of our live ring files, and whether a link of ours reads that ring: a peer that claims our own pid
+     * (a queue pair of this process, or a liar) may name only a ring of ours that nobody reads yet, never registered
+     * memory or another link's ring.
+     */
+    private final java.util.concurrent.ConcurrentHashMap<Long, Boolean> ownRings =
+            new java.util.concurrent.ConcurrentHashMap<>();
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
@@ -143,6 +152,29 @@ final class SharedMemoryFiles {
             deleteQuietly(file);
             liveBytes.addAndGet(-capacity);
         }
+    }
+
+    /** The {@code <n>} of the file that {@code memory} (as {@link #allocate} returned it) maps, or -1. */
+    long fileNumber(ByteBuffer memory) {
+        if (!memory.isDirect()) {
+            return -1;
+        }
+        long address = DirectMemory.address(memory);
+        Mapping m = mappings.find(address, 0);
+        return m != null && m.base() == address ? m.number() : -1;
+    }
+
+    void ringCreated(long number) {
+        ownRings.put(number, Boolean.FALSE);
+    }
+
+    void ringReleased(long number) {
+        ownRings.remove(number);
+    }
+
+    /** Whether our ring {@code number} exists and had no reader; it has one now. */
+    boolean claimOwnRing(long number) {
+        return ownRings.replace(number, Boolean.FALSE, Boolean.TRUE);
     }
 
     /** Shared files of this process that are not freed yet. */

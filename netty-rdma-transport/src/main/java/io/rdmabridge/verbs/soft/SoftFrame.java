@@ -43,6 +43,12 @@ import java.nio.ByteBuffer;
  *   <li>{@link #DIRECT} (same-host links): the requester executed Message Length requests from PSN on itself, in
  *       shared memory ({@link SharedPeer}); the responder moves its expected PSN past them. Sent before the next
  *       request frame, never acknowledged.</li>
+ *   <li>{@link #RING} (same-host links, on the socket only): the sender's later frames are in its
+ *       {@link ShmRing}, shared file number Remote Address of Message Length data bytes; its last frame on the socket
+ *       but for {@link #DOORBELL}s and a final DISCONNECT or NAK, each of which the receiver takes only after
+ *       draining the ring.</li>
+ *   <li>{@link #DOORBELL} (same-host links, on the socket only): look at the rings again; the receiver had parked
+ *       or the sender found its ring full.</li>
  * </ul>
  * Not thread-safe: one instance per reading or writing thread.
  */
@@ -72,7 +78,9 @@ final class SoftFrame {
     static final int RNR_NAK = 9;
     static final int DISCONNECT = 10;
     static final int DIRECT = 11;
-    static final int MAX_OPCODE = DIRECT;
+    static final int RING = 12;
+    static final int DOORBELL = 13;
+    static final int MAX_OPCODE = DOORBELL;
 
     static final int FIRST = 1;
     static final int LAST = 2;
@@ -193,6 +201,10 @@ final class SoftFrame {
                 return "DISCONNECT";
             case DIRECT:
                 return "DIRECT";
+            case RING:
+                return "RING";
+            case DOORBELL:
+                return "DOORBELL";
             default:
                 return "UNKNOWN(" + opcode + ")";
         }

@@ -189,6 +189,14 @@ public final class SoftProvider implements RdmaProvider {
         return SoftEngine.get().sharedMemory.overTcp.get();
     }
 
+    /**
+     * Frames this JVM received through same-host links' shared-memory rings rather than their sockets (see
+     * {@code rdmabridge.soft.rings}), for tests and diagnostics.
+     */
+    public long ringFrames() {
+        return SoftEngine.get().sharedMemory.ringFrames.get();
+    }
+
     /** The fault-injection hooks of the JVM-wide software device, for tests; never {@code null}. */
     public SoftFaults faults() {
         return SoftEngine.get().faults;

@@ -37,6 +37,20 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@link SoftFrame#MAX_PAYLOAD} bytes, straight from and into registered memory. Pending acknowledgements are one
  * coalesced PSN, pending READ responses a ring bounded by the negotiated responder resources, so nothing a peer sends
  * can grow memory.
+ *
+ * <h2>Same-host rings</h2>
+ * On a same-host link ({@link #sameHost()}, with {@value ShmRing#PROPERTY} on) each side creates a {@link ShmRing} at
+ * CONNECTED and its drainer announces it with a {@link SoftFrame#RING} frame, its last frame on the socket; from then
+ * on {@link #fill()} encodes frames straight into the ring's free window instead of the write buffer, and the socket
+ * carries only DOORBELLs and the final DISCONNECT or NAK. The engine thread maps the peer's ring when it processes
+ * the peer's RING frame, so it reads the ring only after everything sent before it; it then executes frames in place,
+ * from the ring to registered memory, and drains the ring before it takes any later frame from the socket and before
+ * it acts on the socket's end, so order holds across both. It polls the rings of all such links (see
+ * {@link SoftEngine}); parking and doorbells follow {@link ShmRing}'s handshakes. A peer's ring is as untrusted as
+ * its socket: headers are copied to private memory before they are checked, counters validated, and a fault on a
+ * truncated mapping ({@link InternalError}) closes, with a WARN, the links whose ring files were cut and the link in
+ * whose code HotSpot raised it (see {@link SoftEngine#closeTruncatedRings}). The ring path allocates nothing and takes
+ * no lock per frame; executing a frame takes the queue pair's lock as on the socket path.
  */
 final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int READ_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);
@@ -92,6 +106,27 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private boolean sharedFailed;
     /** The next request waits to run one-sided until the earlier ones are done; an ACK wakes the pump. */
     private volatile boolean sharedWaiting;
+    /** Our ring, made at CONNECTED on a same-host link; the drainer announces it and then writes into it. */
+    private volatile ShmRing ringToAnnounce;
+    // ---- our ring's writer (the drainer); private counters, since the peer can spoil the published ones
+    private ShmRing outRing;
+    private long outTail;
+    private long outPublished;
+    private long outHead;
+    /** A DOORBELL for the peer: it parked on our ring, or found its own full; the next fill() sends it. */
+    private volatile boolean doorbellPending;
+    /** Where {@link #fill()} encodes frames: the write buffer, or the window of {@link #outRing}; drainer. */
+    private ByteBuffer out;
+    private long outAddress;
+    // ---- the peer's ring, mapped when its RING frame is processed (engine thread)
+    private boolean peerSwitched;
+    private ShmRing inRing;
+    private long inHead;
+    private long inTail;
+    /** Each header read from the peer's ring is copied here before it is checked and used. */
+    private final ByteBuffer ringHeader = ByteBuffer.allocateDirect(SoftFrame.HEADER_LENGTH);
+    private final long ringHeaderAddress = DirectMemory.address(ringHeader);
+    private final SoftFrame ringFrame = new SoftFrame();
 
     // Small while the handshake runs (a stranger's socket costs little), full size once connected.
     private ByteBuffer readBuf = ByteBuffer.allocateDirect(HANDSHAKE_BUFFER_SIZE);
@@ -344,6 +379,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (sameHost) {
             q.publishShared();
             sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid);
+            if (ShmRing.enabled()) {
+                ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
+            }
         }
     }
 
@@ -399,8 +437,44 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     @Override
     public void onFailure(Throwable cause) {
+        if (cause instanceof InternalError) {
+            ringFault(cause);
+            return;
+        }
         teardown("internal failure: " + cause, 0, 0, 0);
         closeNow();
+    }
+
+    /**
+     * A fault on a shared mapping (JDK 17 reports an access to a truncated file so) surfaced in this link's code;
+     * engine thread. The links whose files were cut close too (see {@link SoftEngine#closeTruncatedRings}).
+     */
+    private void ringFault(Throwable cause) {
+        engine.closeTruncatedRings(cause, this);
+        closeForRingFault(cause);
+    }
+
+    /** Closes this link for a fault on a shared mapping, its own or one that surfaced here; engine thread. */
+    void closeForRingFault(Throwable cause) {
+        String reason = ringFaultReason(cause);
+        SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
+        teardown(reason, 0, 0, 0);
+        closeNow();
+    }
+
+    private String ringFaultReason(Throwable cause) {
+        if (!ringTruncated()) {
+            return "a fault on another link's shared memory (" + cause.getMessage() + ") interrupted the link with "
+                    + peer + ": HotSpot raised it here, after the access";
+        }
+        return "shared-memory ring with " + peer + " faulted (" + cause.getMessage() + "): its file was truncated";
+    }
+
+    /** Whether the file of our ring or of the peer's is now shorter than its mapping; any thread. */
+    boolean ringTruncated() {
+        ShmRing in = inRing;
+        ShmRing ours = outRing;
+        return in != null && in.truncated() || ours != null && ours.truncated();
     }
 
     private void watchWritable() {
@@ -419,7 +493,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         if (n < 0) {
-            peerGone("peer " + peer + " closed the connection");
+            if (inRing != null && phase == CONNECTED) {
+                drainInRing(); // what the peer published before it closed comes first
+            }
+            String reason = failReason;
+            failReason = null;
+            peerGone(reason != null ? reason : "peer " + peer + " closed the connection");
             return;
         }
         if (phase == CLOSING) {
@@ -478,12 +557,32 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (readBuf.remaining() < SoftFrame.HEADER_LENGTH + payload) {
                     break;
                 }
+                if (peerSwitched) {
+                    // The peer published these before it wrote this frame to the socket: they come first.
+                    if (inRing != null) {
+                        drainInRing();
+                    }
+                    if (failReason != null) {
+                        break;
+                    }
+                    int op = f.opcode();
+                    if (op != SoftFrame.DOORBELL && op != SoftFrame.DISCONNECT && op != SoftFrame.NAK) {
+                        violation(SoftFrame.name(op) + " on the socket after the peer's RING frame (expected: "
+                                + "DOORBELL, DISCONNECT or NAK; the rest comes through the ring)");
+                        break;
+                    }
+                }
                 dispatch(f, readAddress + pos + SoftFrame.HEADER_LENGTH);
                 readBuf.position(pos + SoftFrame.HEADER_LENGTH + payload);
             }
         } finally {
             readBuf.compact();
         }
+        afterInput();
+    }
+
+    /** Acts on a failure recorded while executing input, else sends what the input made due. */
+    private void afterInput() {
         String reason = failReason;
         if (reason != null) {
             failReason = null;
@@ -494,6 +593,157 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         pump();
+    }
+
+    // ------------------------------------------------------------------ the peer's ring (engine thread)
+
+    /** The peer's RING frame: map its ring; from now on its frames come from there. */
+    private void onRingAnnounced(SoftFrame f) {
+        if (!sameHost || peerSwitched || f.flags() != 0 || f.psn() != 0 || f.rkey() != 0 || f.imm() != 0) {
+            violation("RING frame flags=" + f.flags() + " psn=" + f.psn() + " rkey=" + f.rkey() + " imm=" + f.imm()
+                    + " (expected: once, on a same-host link, with flags, psn, rkey and imm 0)");
+            return;
+        }
+        peerSwitched = true;
+        SharedMemoryFiles files = engine.sharedMemory;
+        if (peerPid == files.pid() && !files.claimOwnRing(f.address())) {
+            violation("RING frame names file " + f.address() + " of this process (expected: a ring of ours that no"
+                    + " link reads yet)");
+            return;
+        }
+        try {
+            inRing = ShmRing.open(engine.sharedMemory.directory, peerPid, f.address(), f.messageLength());
+        } catch (java.nio.file.NoSuchFileException e) {
+            // The peer closed its end and deleted the ring before we got here (our DISCONNECT crossed its RING
+            // frame, say): it writes no more, and its final frame and the socket's end still come.
+            return;
+        } catch (IOException | RuntimeException | InternalError e) {
+            violation("cannot map the ring the peer announced: " + e.getMessage());
+            return;
+        }
+        engine.addRingLink(this);
+    }
+
+    /**
+     * Executes the frames the peer published in its ring since the last call; engine thread. Each header is copied
+     * out of the mapping before it is checked and used (the peer can rewrite the ring meanwhile); a payload is copied
+     * once, from the ring straight into its destination. Failures are recorded with {@link #fail}.
+     *
+     * @return whether it consumed anything
+     */
+    private boolean drainInRing() {
+        ShmRing r = inRing;
+        long start = inHead;
+        int frames = 0;
+        try {
+            long tail = r.tail();
+            if (tail == inHead) {
+                return false;
+            }
+            if (tail < inTail || tail - inHead > r.capacity) {
+                violation("ring tail=" + tail + " (expected: " + inTail + " or more, at most " + r.capacity
+                        + " bytes past the head " + inHead + ")");
+                return false;
+            }
+            inTail = tail;
+            while (inHead < tail && failReason == null && phase == CONNECTED) {
+                int at = (int) inHead & r.mask;
+                int room = r.capacity - at;
+                long published = tail - inHead;
+                if (room >= SoftFrame.HEADER_LENGTH) {
+                    DirectMemory.copy(r.data + at, ringHeaderAddress, SoftFrame.HEADER_LENGTH);
+                }
+                if (room < SoftFrame.HEADER_LENGTH || ringHeader.get(0) == ShmRing.PAD) {
+                    if (published < room) {
+                        violation("ring padding at " + inHead + " before the tail passed the end (tail " + tail + ")");
+                        break;
+                    }
+                    inHead += room;
+                    r.publishHead(inHead);
+                    continue;
+                }
+                SoftFrame f = ringFrame.wrap(ringHeader, 0);
+                String bad = f.validateHeader();
+                if (bad != null) {
+                    violation("malformed frame header in the ring: " + bad);
+                    break;
+                }
+                int op = f.opcode();
+                if (op == SoftFrame.RING || op == SoftFrame.DOORBELL) {
+                    violation(SoftFrame.name(op) + " in the ring (expected: on the socket only)");
+                    break;
+                }
+                int length = SoftFrame.HEADER_LENGTH + f.payloadLength();
+                if (length > room || length > published) {
+                    violation("ring frame of " + length + " bytes at " + inHead + " (expected: whole before the end of"
+                            + " the ring, " + room + " bytes, and before the tail, " + published + " bytes)");
+                    break;
+                }
+                dispatch(f, r.data + at + SoftFrame.HEADER_LENGTH);
+                inHead += length;
+                frames++;
+                // Per frame: the writer reuses the room as soon as possible.
+                r.publishHead(inHead);
+            }
+            ShmRing.fence(); // head published, then the writer's flag read: see ShmRing, Ordering
+            if (r.takeWriterWaiting()) {
+                doorbellPending = true;
+            }
+        } catch (InternalError e) {
+            engine.closeTruncatedRings(e, this);
+            String reason = ringFaultReason(e);
+            SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
+            fail(reason, 0, 0, 0);
+        }
+        if (frames > 0) {
+            engine.sharedMemory.ringFrames.addAndGet(frames);
+        }
+        return inHead != start;
+    }
+
+    /** Engine thread: executes what the peer's ring holds and answers it; whether there was anything. */
+    boolean pollRing() {
+        if (inRing == null || phase != CONNECTED) {
+            return false;
+        }
+        boolean consumed = drainInRing();
+        if (consumed || failReason != null || doorbellPending) {
+            afterInput();
+        }
+        return consumed;
+    }
+
+    /**
+     * Engine thread, before it blocks: asks the peer for a DOORBELL when it publishes, then looks again.
+     *
+     * @return whether frames are there already (then the engine must not block)
+     */
+    boolean parkRing() {
+        ShmRing r = inRing;
+        if (r == null || phase != CONNECTED) {
+            return false;
+        }
+        try {
+            r.readerParked(true);
+            ShmRing.fence(); // flag stored, then the tail read: see ShmRing, Ordering
+            return r.tail() != inHead;
+        } catch (InternalError e) {
+            ringFault(e);
+            return false;
+        }
+    }
+
+    /** Engine thread, awake again: polling, it needs no doorbells. */
+    void unparkRing() {
+        ShmRing r = inRing;
+        if (r == null) {
+            return;
+        }
+        try {
+            r.readerParked(false);
+        } catch (InternalError e) {
+            ringFault(e);
+        }
     }
 
     private void violation(String what) {
@@ -626,6 +876,16 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 break;
             case SoftFrame.DISCONNECT:
                 fail("peer " + peer + " disconnected", 0, 0, 0);
+                break;
+            case SoftFrame.RING:
+                onRingAnnounced(f);
+                break;
+            case SoftFrame.DOORBELL:
+                if (!sameHost) {
+                    violation("DOORBELL on a link that is not same-host");
+                }
+                // Nothing else: the peer's ring was drained before this frame, and the pump that follows the input
+                // finds the room the peer freed in ours.
                 break;
             default:
                 violation("opcode=" + op);
@@ -965,12 +1225,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         int missed = 1;
         boolean broken = false;
+        Throwable cause = null;
         for (;;) {
             if (!broken) {
                 try {
                     drain();
-                } catch (IOException | RuntimeException e) {
+                } catch (IOException | RuntimeException | InternalError e) {
                     broken = true;
+                    cause = e;
                 }
             }
             missed = wip.addAndGet(-missed);
@@ -980,7 +1242,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         if (broken && phase != CLOSED) {
             if (phase == CONNECTED) {
-                teardown("connection to " + peer + " broke while writing", 0, 0, 0);
+                String reason = "connection to " + peer + " broke while writing";
+                if (cause instanceof RingFailure) {
+                    reason = "protocol violation by " + peer + ": " + cause.getMessage();
+                } else if (cause instanceof InternalError) {
+                    reason = ringFaultReason(cause);
+                    Throwable fault = cause;
+                    engine.execute(() -> engine.closeTruncatedRings(fault, this));
+                }
+                if (cause instanceof RingFailure || cause instanceof InternalError) {
+                    SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
+                }
+                teardown(reason, 0, 0, 0);
             }
             engine.execute(closeTask);
             return;
@@ -1011,20 +1284,37 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void drain() throws IOException {
+        if (phase == CLOSED) {
+            releaseOurRing();
+            return;
+        }
         SocketChannel c = ch;
-        if (c == null || phase == ACTIVE_CONNECTING || phase == CLOSED) {
+        if (c == null || phase == ACTIVE_CONNECTING) {
             return;
         }
         for (;;) {
-            fill();
+            boolean ring = outRing != null;
+            boolean added;
+            if (ring) {
+                added = fillRing();
+            } else {
+                out = writeBuf;
+                outAddress = writeAddress;
+                added = fill();
+            }
             if (writeBuf.position() > 0) {
                 writeBuf.flip();
                 c.write(writeBuf);
                 writeBuf.compact();
                 if (writeBuf.position() > 0) {
                     engine.execute(writeInterestTask);
-                    return;
+                    if (!ring || !added) {
+                        return;
+                    }
                 }
+                continue;
+            }
+            if (ring && added) {
                 continue;
             }
             if (closeAfterFlush) {
@@ -1035,9 +1325,93 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
-    /** Encodes ready frames into the write buffer; returns whether it added any. */
+    /**
+     * The drainer's side of our ring: encodes ready frames straight into its free window, publishes them and rings
+     * the peer's doorbell if it parked; until nothing more fits or is ready.
+     *
+     * @return whether it published anything
+     */
+    private boolean fillRing() throws RingFailure {
+        ShmRing r = outRing;
+        boolean progress = false;
+        for (;;) {
+            long head = r.head();
+            if (head < outHead || head > outTail) {
+                throw new RingFailure("head of our ring=" + head + " (expected: " + outHead + ".." + outTail + ")");
+            }
+            outHead = head;
+            int at = (int) outTail & r.mask;
+            int room = r.capacity - at;
+            long free = r.capacity - (outTail - head);
+            if (room < ShmRing.MIN_ROOM && free >= room) {
+                // Frames never wrap: the rest is padding and the next frame starts at the beginning.
+                r.pad(at);
+                outTail += room;
+                continue;
+            }
+            ByteBuffer w = r.window;
+            w.limit(at + (int) Math.min(room, free)).position(at);
+            out = w;
+            outAddress = r.data;
+            fill();
+            int wrote = w.position() - at;
+            outTail += wrote;
+            if (outTail != outPublished) {
+                r.publishTail(outTail);
+                outPublished = outTail;
+                progress = true;
+                ShmRing.fence(); // tail published, then the reader's flag read: see ShmRing, Ordering
+                if (r.takeReaderParked()) {
+                    doorbellPending = true; // the next fill() sends it, after this publication
+                }
+            }
+            if (wrote == 0) {
+                if (free < ShmRing.MAX_FRAME) {
+                    // Perhaps too full for what is ready: ask for a doorbell, then look at the head again.
+                    r.writerWaiting();
+                    ShmRing.fence();
+                    if (r.head() != head) {
+                        continue;
+                    }
+                }
+                return progress;
+            }
+        }
+    }
+
+    /** Lets go of our ring and deletes its file (the peer keeps its mapping until it closes); drainer, once CLOSED. */
+    private void releaseOurRing() {
+        ShmRing a = ringToAnnounce;
+        ringToAnnounce = null;
+        ShmRing r = outRing;
+        outRing = null;
+        out = writeBuf;
+        if (a != null) {
+            a.closeFile();
+            engine.sharedMemory.ringReleased(a.number);
+            engine.sharedMemory.free(a.map);
+        }
+        if (r != null) {
+            r.closeFile();
+            engine.sharedMemory.ringReleased(r.number);
+            engine.sharedMemory.free(r.map);
+        }
+    }
+
+    /** The peer spoiled our ring's counter: a protocol violation found while writing. */
+    static final class RingFailure extends IOException {
+        RingFailure(String message) {
+            super(message);
+        }
+    }
+
+    /**
+     * Encodes ready frames into {@link #out} (the write buffer, or our ring's window); returns whether it added any.
+     * The handshake, DOORBELLs, the RING frame and the final DISCONNECT or NAK go to the write buffer whatever
+     * {@code out} is: the socket carries them.
+     */
     private boolean fill() {
-        int start = writeBuf.position();
+        int start = out.position();
         byte[] hs = handshakeOut;
         if (hs != null) {
             if (writeBuf.remaining() < hs.length) {
@@ -1047,7 +1421,22 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             handshakeOut = null;
         }
         if (phase != CONNECTED && terminalOp == 0) {
-            return writeBuf.position() != start;
+            return out.position() != start;
+        }
+        if (doorbellPending && writeBuf.remaining() >= SoftFrame.HEADER_LENGTH) {
+            doorbellPending = false;
+            putSocketHeader(SoftFrame.DOORBELL, 0, 0, 0, 0);
+        }
+        ShmRing announce = ringToAnnounce;
+        if (announce != null && outRing == null && terminalOp == 0) {
+            if (writeBuf.remaining() < SoftFrame.HEADER_LENGTH) {
+                return out.position() != start;
+            }
+            // The last frame before the switch: everything after it goes into the ring.
+            putSocketHeader(SoftFrame.RING, 0, announce.capacity, announce.number, 0);
+            ringToAnnounce = null;
+            outRing = announce;
+            return true;
         }
         if (ackPending && room() >= SoftFrame.HEADER_LENGTH) {
             ackPending = false;
@@ -1059,25 +1448,33 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         fillReadResponses();
         if (terminalOp != 0) {
-            if (!terminalWritten && room() >= SoftFrame.HEADER_LENGTH) {
-                putHeader(terminalOp, 0, terminalPsn, 0, 0, 0, 0, terminalStatus);
+            // On the socket even after the switch: the socket's end follows it, and the peer drains our ring first.
+            if (!terminalWritten && writeBuf.remaining() >= SoftFrame.HEADER_LENGTH) {
+                putSocketHeader(terminalOp, terminalPsn, 0, 0, terminalStatus);
                 terminalWritten = true;
                 closeAfterFlush = true;
             }
-            return writeBuf.position() != start;
+            return out.position() != start;
         }
         fillRequests();
-        return writeBuf.position() != start;
+        return out.position() != start;
     }
 
     private int room() {
-        return writeBuf.remaining();
+        return out.remaining();
     }
 
     private void putHeader(int op, int flags, int psn, int payload, int length, long address, int rkey, int imm) {
+        int pos = out.position();
+        outFrame.wrap(out, pos).header(op, flags, psn, payload, length, address, rkey, imm);
+        out.position(pos + SoftFrame.HEADER_LENGTH + payload);
+    }
+
+    /** A frame without payload into the write buffer, whatever {@link #out} is; the caller checked the room. */
+    private void putSocketHeader(int op, int psn, int length, long address, int imm) {
         int pos = writeBuf.position();
-        outFrame.wrap(writeBuf, pos).header(op, flags, psn, payload, length, address, rkey, imm);
-        writeBuf.position(pos + SoftFrame.HEADER_LENGTH + payload);
+        outFrame.wrap(writeBuf, pos).header(op, 0, psn, 0, length, address, 0, imm);
+        writeBuf.position(pos + SoftFrame.HEADER_LENGTH);
     }
 
     /** How much of {@code remaining} bytes to put in the next frame, or -1 when the buffer is too full for it. */
@@ -1106,7 +1503,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     rrHead = rrTail;
                     return;
                 }
-                DirectMemory.copy(src, writeAddress + writeBuf.position() + SoftFrame.HEADER_LENGTH, c);
+                DirectMemory.copy(src, outAddress + out.position() + SoftFrame.HEADER_LENGTH, c);
             }
             int flags = (rrOffset == 0 ? SoftFrame.FIRST : 0) | (rrOffset + c == length ? SoftFrame.LAST : 0);
             putHeader(SoftFrame.READ_RESPONSE, flags, rrPsn[k], c, length, rrOffset, 0, 0);
@@ -1213,7 +1610,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     if (c < 0) {
                         return;
                     }
-                    q.gather(i, cursorOffset, writeAddress + writeBuf.position() + SoftFrame.HEADER_LENGTH, c);
+                    q.gather(i, cursorOffset, outAddress + out.position() + SoftFrame.HEADER_LENGTH, c);
                     int flags = (cursorOffset == 0 ? SoftFrame.FIRST : 0)
                             | (cursorOffset + c == length ? SoftFrame.LAST : 0);
                     long address = op == WrOpcode.RDMA_WRITE || op == WrOpcode.RDMA_WRITE_WITH_IMM
@@ -1360,6 +1757,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private void closeNow() {
         handshakeDone();
         phase = CLOSED;
+        ShmRing in = inRing;
+        if (in != null) {
+            inRing = null;
+            engine.removeRingLink(this);
+            in.closeFile();
+            DirectMemory.free(in.map);
+        }
+        // The drainer lets go of our ring: it may be writing into it now.
+        pump();
         SharedPeer shared = sharedPeer;
         if (shared != null) {
             shared.close();
@@ -1377,6 +1783,17 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
         }
         engine.links.remove(this);
+    }
+
+    /** The file number of the ring this side writes its frames into, or -1 while it writes to the socket; tests. */
+    long ourRingNumber() {
+        ShmRing r = outRing;
+        return r != null ? r.number : -1;
+    }
+
+    /** Whether this side reads the peer's frames from the peer's ring; tests. */
+    boolean readsPeerRing() {
+        return inRing != null;
     }
 
     /** Whether the peer shares this host and its shared-memory directory, and both ends offered shared memory. */

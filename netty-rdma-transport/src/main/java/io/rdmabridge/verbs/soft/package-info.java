@@ -18,7 +18,8 @@
  *   <li>Same-host path ({@code rdmabridge.soft.sameHost=shm}, below): {@link io.rdmabridge.verbs.soft.SharedMemoryFiles}
  *       (registered memory in shared files, the same-host token), {@link io.rdmabridge.verbs.soft.SharedKeyTable}
  *       (a process's published keys and queue pairs) and {@link io.rdmabridge.verbs.soft.SharedPeer} (the
- *       requester's one-sided WRITE and READ), driven by the {@link io.rdmabridge.verbs.soft.TcpLink}.</li>
+ *       requester's one-sided WRITE and READ) and {@link io.rdmabridge.verbs.soft.ShmRing} (each direction's frame
+ *       stream), driven by the {@link io.rdmabridge.verbs.soft.TcpLink}.</li>
  * </ul>
  *
  * <h2>Modes</h2>
@@ -33,11 +34,14 @@
  *       queue pairs of one JVM.</li>
  *   <li>{@code rdmabridge.soft.sameHost} = {@code tcp} (default) or {@code shm}: the same-host path below, read at
  *       every allocation and connection; {@code rdmabridge.soft.shmDirectory} (default {@code /dev/shm}, read when
- *       the device starts) holds its files.</li>
+ *       the device starts) holds its files. On that path {@code rdmabridge.soft.rings} = {@code true} (default) or
+ *       {@code false} (read per connection) moves each side's frames into a shared-memory ring, and
+ *       {@code rdmabridge.soft.ringSpinMicros} (default 0, read once) is how long the engine thread keeps polling
+ *       the rings after the last frame before it parks.</li>
  * </ul>
  *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
- * Done (first stage, off by default):
+ * Done (off by default):
  * <ul>
  *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
  *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid>-<n>}, deleted at free,
@@ -52,16 +56,33 @@
  *       queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration waits
  *       out peers' copies (an in-use count per key slot). Everything else takes the TCP path unchanged, which stays
  *       the authority: a doubtful case is never failed one-sided, it is sent.</li>
+ *   <li>Frames through shared memory ({@link io.rdmabridge.verbs.soft.ShmRing}, issue 13's second stage): after
+ *       CONNECTED each side creates a ring in a file of its own and announces it with a RING frame, its last data
+ *       frame on the socket; it then encodes every frame straight into the ring, and the peer, once it has processed
+ *       the RING frame, executes them in place (a SEND costs one copy into the ring and one into the receive buffer,
+ *       and no system call). The socket keeps the handshake, DOORBELL frames (the engine thread busy-polls its rings
+ *       for {@code ringSpinMicros}, then sets a parked flag and blocks in {@code select()}; a writer that finds the
+ *       flag, or a reader that frees a full ring, sends one), the final DISCONNECT or NAK (taken only after the ring
+ *       is drained) and peer death. Every header is copied out of the ring before it is checked, the peer's
+ *       counters must move forward by at most the capacity, and a fault on a truncated file closes that link (and,
+ *       since HotSpot 17 raises a fault of compiled code only at the thread's next safepoint, the link whose code it
+ *       surfaced in, if another).</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
- *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking the path was
- *       taken; {@code SoftSameHostTest} covers files, cleanup, tokens, the deregistration guard and one-sided
- *       WRITE/READ ordering. The whole module suite also passes with the path on in every JVM.</li>
+ *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
+ *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the
+ *       deregistration guard and one-sided WRITE/READ ordering; {@code SoftRingTest} wraps and skips, order both
+ *       ways at once from the switch on, doorbells after parking and on a full ring, and hostile ring contents
+ *       (garbage, counters backward or past the capacity, a truncated file), each closing one link.</li>
  * </ul>
  * Next:
  * <ul>
- *   <li>SEND through a shared receive ring and completions through shared rings (the target's engine still copies
- *       every SEND out of the socket), then wake-ups: busy-poll free, one doorbell byte on the TCP socket when the
- *       peer is parked. Then the TCP socket carries only the handshake, the doorbell and peer death.</li>
+ *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
+ *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
+ *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
+ *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its
+ *       own ring, or copied one-sided through {@link io.rdmabridge.verbs.soft.SharedPeer}, it can surface in the
+ *       application's code after the post. Memory a peer cannot shrink (memfd with seals, passed over a Unix
+ *       socket) would remove the fault rather than attribute it.</li>
  *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>

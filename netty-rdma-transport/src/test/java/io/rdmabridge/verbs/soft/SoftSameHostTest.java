@@ -257,7 +257,16 @@ class SoftSameHostTest {
             toFree.forEach(Runnable::run);
         }
         SoftPair.assertResourcesReleased(provider);
-        assertEquals(List.of(), files(deviceDir), "shared files left");
+        awaitNoFiles(deviceDir);
+    }
+
+    /** Waits (bounded) for {@code d} to hold no data files: links delete their ring files when they close. */
+    static void awaitNoFiles(Path d) throws Exception {
+        long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
+        while (!files(d).isEmpty() && System.nanoTime() < deadline) {
+            SoftPair.sleepMicros(10_000);
+        }
+        assertEquals(List.of(), files(d), "shared files left");
     }
 
     @Test

@@ -223,6 +223,22 @@ class SoftWireTest {
     }
 
     @Test
+    void shouldCloseOnRingAndDoorbellFramesFromAPeerNotOnThisHost() throws Exception {
+        for (int op : new int[] {SoftFrame.RING, SoftFrame.DOORBELL}) {
+            try (Socket s = connected(6)) {
+                // A RING frame would name a file to map: only a same-host peer may send one, and a DOORBELL too.
+                s.getOutputStream().write(frame(op, 0, 0, 0, ShmRing.MIN_CAPACITY, 1, 0, 0, 0));
+                assertClosedByPeer(s);
+            }
+            awaitServerDisconnected();
+            serverQp.close();
+            serverId.close();
+            serverId = null;
+            serverQp = null;
+        }
+    }
+
+    @Test
     void shouldCloseOnPsnOutOfSequence() throws Exception {
         try (Socket s = connected(6)) {
             s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 5, 8, 8, region.address(), region.rkey(), 0, 8));

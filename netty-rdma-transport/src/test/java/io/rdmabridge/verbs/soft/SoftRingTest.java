@@ -1,0 +1,331 @@
+package io.rdmabridge.verbs.soft;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.rdmabridge.verbs.CmEvent;
+import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
+import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
+import io.rdmabridge.verbs.QueuePair;
+import io.rdmabridge.verbs.RdmaCmId;
+import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaEventChannel;
+import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.SendWorkRequest;
+import io.rdmabridge.verbs.WcOpcode;
+import io.rdmabridge.verbs.WcStatus;
+import io.rdmabridge.verbs.WorkCompletions;
+import io.rdmabridge.verbs.WrOpcode;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Same-host links' shared-memory rings ({@link ShmRing}): frames cross in order through wraps and skips, the switch
+ * from the socket keeps order under load, a parked reader is woken, and a peer that spoils its ring (garbage, counters
+ * moving backward or too far) loses its own connection with a clear reason while another stays healthy; one that
+ * truncates its ring file loses its connection with a clear reason, and the engine thread lives on.
+ */
+class SoftRingTest {
+    @TempDir
+    static Path dir;
+
+    private static final VarHandle LONG = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
+    private static final int SLOT = 200_000;
+    private static final int SLOTS = 32;
+
+    @BeforeAll
+    static void shareMemory() {
+        System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.toString());
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        assertEquals(dir, SoftEngine.get().sharedMemory.directory);
+    }
+
+    @AfterAll
+    static void restore() {
+        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
+    }
+
+    private static TcpLink link(SoftPair.Side side) {
+        return assertInstanceOf(TcpLink.class, ((SoftQueuePair) side.qp).link);
+    }
+
+    /** Buffers of one direction of a pair: a patterned source and {@link #SLOTS} receive slots. */
+    private static final class Stream1 {
+        final SoftPair.Buffer src;
+        final SoftPair.Buffer dst;
+        final SoftPair.Side from;
+        final SoftPair.Side to;
+        long next;
+
+        Stream1(SoftPair p, SoftPair.Side from, SoftPair.Side to) throws Exception {
+            this.from = from;
+            this.to = to;
+            src = p.buffer(from, SLOT + 4096);
+            dst = p.buffer(to, SLOT * SLOTS);
+            src.fill((int) from.qp.qpNumber());
+        }
+
+        /** Posts {@code sizes.length} receives and SENDs (numbered on from {@link #next}). */
+        void post(int[] sizes) throws Exception {
+            SendWorkRequest swr = new SendWorkRequest(1);
+            RecvWorkRequest rwr = new RecvWorkRequest(1);
+            for (int k = 0; k < sizes.length; k++) {
+                long n = next + k;
+                int slot = (int) (n % SLOTS);
+                to.qp.postRecv(rwr.reset().wrId(n).addSge(dst.address() + (long) slot * SLOT, SLOT, dst.mr().lkey()));
+            }
+            for (int k = 0; k < sizes.length; k++) {
+                long n = next + k;
+                from.qp.postSend(swr.reset().wrId(n).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                        .addSge(src.address() + n % 4096, sizes[k], src.mr().lkey()));
+            }
+        }
+
+        /** Awaits the completions of {@link #post}, in order, and checks every byte received. */
+        void check(int[] sizes) {
+            WorkCompletions wc = new WorkCompletions(1);
+            for (int k = 0; k < sizes.length; k++) {
+                long n = next + k;
+                wc = SoftPair.pollOne(to.recvCq, wc);
+                SoftPair.assertCompletion(wc, n, WcStatus.SUCCESS, WcOpcode.RECV);
+                assertEquals(sizes[k], wc.byteLength(0), "length of message " + n);
+                int slot = (int) (n % SLOTS);
+                ByteBuffer sent = src.buf().slice((int) (n % 4096), sizes[k]);
+                ByteBuffer got = dst.buf().slice(slot * SLOT, sizes[k]);
+                assertEquals(-1, sent.mismatch(got), "bytes of message " + n);
+            }
+            for (int k = 0; k < sizes.length; k++) {
+                wc = SoftPair.pollOne(from.sendCq, wc);
+                SoftPair.assertCompletion(wc, next + k, WcStatus.SUCCESS, WcOpcode.SEND);
+            }
+            next += sizes.length;
+        }
+
+        void roundTrip(int[] sizes) throws Exception {
+            post(sizes);
+            check(sizes);
+        }
+    }
+
+    private static int[] sizes(int count, long seed) {
+        int[] pattern = {1, 100, 4000, 40_000, 131_072, 131_072 + 4133, 150_001, 0, 33, SLOT};
+        int[] s = new int[count];
+        for (int k = 0; k < count; k++) {
+            s[k] = pattern[(int) ((k + seed) % pattern.length)];
+        }
+        return s;
+    }
+
+    @Test
+    void shouldCarryFramesThroughTheRingsInOrderAcrossWrapsBothWaysAtOnce() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        long before = provider.ringFrames();
+        try (SoftPair p = SoftPair.tcp()) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            // Right after ESTABLISHED, both ways at once: the switch from the socket to the rings keeps order.
+            for (int round = 0; round < 20; round++) {
+                int[] a = sizes(SLOTS, round);
+                int[] b = sizes(SLOTS, round + 3);
+                up.post(a);
+                down.post(b);
+                up.check(a);
+                down.check(b);
+            }
+            assertTrue(link(p.client).ourRingNumber() > 0 && link(p.server).ourRingNumber() > 0);
+            assertTrue(link(p.client).readsPeerRing() && link(p.server).readsPeerRing());
+            // 20 rounds of about 2.5 MiB each way: the 2 MiB rings wrapped many times, with skips.
+            assertTrue(provider.ringFrames() - before > 2 * 20 * SLOTS,
+                    "frames through rings: " + (provider.ringFrames() - before));
+        }
+        SoftPair.assertResourcesReleased(provider);
+        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
+    @Test
+    void shouldWakeAParkedReaderWithADoorbell() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp()) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            ThreadLocalRandom random = ThreadLocalRandom.current();
+            for (int k = 0; k < 300; k++) {
+                // Pauses around the engine's busy-poll window: it parks, and each message must wake it (a lost
+                // doorbell leaves the message unread until pollOne's 10 s run out).
+                long pause = k % 10 == 0 ? 20_000 : random.nextLong(0, 400);
+                SoftPair.sleepMicros(pause);
+                (k % 2 == 0 ? up : down).roundTrip(new int[] {1 + random.nextInt(2000)});
+            }
+            // A full ring: the writer parks on it and the reader's doorbell resumes it.
+            for (int k = 0; k < 4; k++) {
+                SoftPair.sleepMicros(5_000);
+                up.roundTrip(sizes(SLOTS, 5));
+            }
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    /** A second, healthy pair: it must keep working after the victim's connection failed. */
+    private static void assertHealthy(Stream1 healthy) throws Exception {
+        healthy.roundTrip(sizes(8, 1));
+    }
+
+    private static CmEvent awaitDisconnect(RdmaEventChannel channel) {
+        return SoftPair.awaitEvent(channel, CmEventType.DISCONNECTED);
+    }
+
+    /**
+     * Lets {@code spoil} write into the client's ring (the server reads it) on a fresh pair, and checks that the
+     * server's end of that connection closes with a reason containing {@code expected}, while another pair works on.
+     */
+    private void hostile(String expected, Consumer<MappedByteBuffer> spoil, boolean serverWrites) throws Exception {
+        boolean truncate = expected.startsWith("faulted");
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair healthyPair = SoftPair.tcp(); SoftPair victim = SoftPair.tcp()) {
+            Stream1 healthy = new Stream1(healthyPair, healthyPair.client, healthyPair.server);
+            Stream1 up = new Stream1(victim, victim.client, victim.server);
+            Stream1 down = new Stream1(victim, victim.server, victim.client);
+            up.roundTrip(sizes(SLOTS, 0));
+            down.roundTrip(sizes(4, 0));
+            assertHealthy(healthy);
+            // The client's ring when the server reads, the server's own ring when it is the server that writes.
+            SoftPair.Side owner = serverWrites ? victim.server : victim.client;
+            Path file = dir.resolve(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid() + '-'
+                    + link(owner).ourRingNumber());
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+                MappedByteBuffer ring = ch.map(FileChannel.MapMode.READ_WRITE, 0, ch.size());
+                spoil.accept(ring);
+                if (truncate) {
+                    ch.truncate(0);
+                }
+            }
+            if (serverWrites || truncate) {
+                // The server's next frame makes it read the head the client spoiled; after a truncation, the engine
+                // touches the cut ring when it next polls or parks.
+                victim.server.qp.postSend(new SendWorkRequest(1).wrId(99).addSge(down.src.address(), 8,
+                        down.src.mr().lkey()));
+            } else {
+                // Traffic elsewhere wakes the engine, which polls (or parks on) every ring, the spoiled one too; the
+                // victim's client stays idle, so that nothing overwrites what was spoiled.
+                assertHealthy(healthy);
+            }
+            CmEvent e = awaitDisconnect(victim.server.channel);
+            assertTrue(String.valueOf(e.detail()).contains(expected), "reason: " + e.detail());
+            awaitDisconnect(victim.client.channel);
+            if (!truncate) {
+                assertHealthy(healthy);
+            }
+            // A truncated file faults; HotSpot 17 raises a fault of compiled code at the engine thread's next
+            // safepoint, which may lie in the healthy pair's code: that pair may then close too (its work was
+            // interrupted), so only the victim's reason and the engine's survival are asserted for it.
+        }
+        SoftPair.assertResourcesReleased(provider);
+        // The engine thread lives on: a new pair connects and carries frames through its rings.
+        try (SoftPair p = SoftPair.tcp()) {
+            assertHealthy(new Stream1(p, p.client, p.server));
+        }
+        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
+    private static long tail(MappedByteBuffer ring) {
+        return (long) LONG.getVolatile(ring, ShmRing.TAIL);
+    }
+
+    @Test
+    void shouldCloseOnlyTheConnectionWhoseRingHoldsAGarbageHeader() throws Exception {
+        hostile("malformed frame header in the ring", ring -> {
+            long t = tail(ring);
+            int at = ShmRing.CONTROL + (int) (t & (ShmRing.CAPACITY - 1));
+            if (ShmRing.CAPACITY - (int) (t & (ShmRing.CAPACITY - 1)) < ShmRing.MIN_ROOM) {
+                throw new IllegalStateException("test assumes room before the end");
+            }
+            ring.put(at, (byte) 99);
+            LONG.setRelease(ring, ShmRing.TAIL, t + SoftFrame.HEADER_LENGTH);
+        }, false);
+    }
+
+    @Test
+    void shouldCloseOnlyTheConnectionWhoseRingTailMovesBackward() throws Exception {
+        hostile("ring tail=", ring -> LONG.setRelease(ring, ShmRing.TAIL, tail(ring) - 64), false);
+    }
+
+    @Test
+    void shouldCloseOnlyTheConnectionWhoseRingTailJumpsPastTheCapacity() throws Exception {
+        hostile("ring tail=", ring -> LONG.setRelease(ring, ShmRing.TAIL,
+                tail(ring) + ShmRing.CAPACITY + 8), false);
+    }
+
+    @Test
+    void shouldCloseOnlyTheConnectionWhosePeerMovesOurHeadBackward() throws Exception {
+        // The server writes into its own ring; the client, its reader, spoils the head it publishes there.
+        hostile("head of our ring=", ring -> LONG.setRelease(ring, ShmRing.HEAD,
+                (long) LONG.getVolatile(ring, ShmRing.HEAD) - 32), true);
+    }
+
+    @Test
+    void shouldSurviveAPeerThatTruncatesItsRingFile() throws Exception {
+        hostile("faulted (a fault occurred in", ring -> { }, false);
+    }
+
+    @Test
+    void shouldRefuseARingFrameThatNamesAFileOfThisProcessOtherThanAFreeRing() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        RdmaDevice device = provider.devices().get(0);
+        EventNotifier notifier = new EventNotifier();
+        RdmaEventChannel channel = provider.createEventChannel(notifier);
+        RdmaCmId listenId = channel.createId();
+        InetSocketAddress bound = listenId.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+        ProtectionDomain pd = device.allocProtectionDomain();
+        CompletionQueue cq = device.createCompletionQueue(16, notifier);
+        SharedMemoryFiles shm = SoftEngine.get().sharedMemory;
+        // Registered memory in a file of exactly a ring's size: a peer claiming our pid must not make us read it.
+        ByteBuffer memory = pd.allocateMemory(ShmRing.CONTROL + ShmRing.MIN_CAPACITY);
+        long number = shm.fileNumber(memory);
+        assertTrue(number > 0);
+        try (Socket s = new Socket(bound.getAddress(), bound.getPort())) {
+            s.setSoTimeout(5000);
+            s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, ConnectionParameters.DEFAULT,
+                    new byte[0], 0, shm.hostToken(), shm.pid()));
+            CmEvent request = SoftPair.awaitEvent(channel, CmEventType.CONNECT_REQUEST);
+            RdmaCmId id = request.id();
+            QueuePair qp = id.createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0));
+            id.accept(ConnectionParameters.DEFAULT);
+            SoftPair.awaitEvent(channel, CmEventType.ESTABLISHED);
+            assertTrue(assertInstanceOf(TcpLink.class, ((SoftQueuePair) qp).link).sameHost());
+            ByteBuffer ring = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH);
+            new SoftFrame().wrap(ring, 0).header(SoftFrame.RING, 0, 0, 0, ShmRing.MIN_CAPACITY, number, 0, 0);
+            s.getOutputStream().write(ring.array());
+            CmEvent e = SoftPair.awaitEvent(channel, CmEventType.DISCONNECTED);
+            assertTrue(String.valueOf(e.detail()).contains("of this process"), "reason: " + e.detail());
+            qp.close();
+            id.close();
+        }
+        pd.freeMemory(memory);
+        cq.close();
+        pd.close();
+        listenId.close();
+        channel.close();
+        SoftPair.assertResourcesReleased(provider);
+    }
+}
