@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs.soft;
 
+import io.rdmabridge.verbs.DirectMemory;
 import java.io.IOException;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
@@ -86,18 +87,21 @@ final class SharedKeyTable {
     }
 
     /**
-     * Maps a peer's table.
+     * Maps a peer's table from {@code ch}, open on {@code file}; the caller keeps the channel to check the size.
      *
-     * @return the table, or {@code null} when the file is missing or not a table of this version
+     * @return the table, or {@code null} when the file is not a table of this version
      */
-    static SharedKeyTable open(Path file) {
+    static SharedKeyTable open(FileChannel ch, Path file) {
         try {
-            if (Files.size(file) != SIZE) {
+            if (ch.size() != SIZE) {
                 return null;
             }
-            SharedKeyTable t = new SharedKeyTable(map(file, SIZE), file);
+            SharedKeyTable t = new SharedKeyTable(ch.map(FileChannel.MapMode.READ_WRITE, 0, SIZE), file);
             boolean valid = (int) INT.getAcquire(t.map, 0) == MAGIC && (int) INT.get(t.map, 4) == VERSION
                     && (int) INT.get(t.map, 8) == REGION_SLOTS && (int) INT.get(t.map, 12) == QP_SLOTS;
+            if (!valid) {
+                DirectMemory.free(t.map);
+            }
             return valid ? t : null;
         } catch (IOException | RuntimeException e) {
             return null;

@@ -222,12 +222,57 @@ final class SharedMemoryFiles {
                 } catch (NumberFormatException e) {
                     continue;
                 }
-                if (owner == alsoPid || ProcessHandle.of(owner).isEmpty()) {
+                if (owner == alsoPid || isDead(owner)) {
                     deleteQuietly(file);
                 }
             }
         } catch (IOException | RuntimeException e) {
             // Nothing to clean, or not ours to list: allocation reports a directory that does not work.
+        }
+    }
+
+    /** First re-check of a peer that was still alive when its link closed; doubled each time. */
+    static final long DEAD_PEER_FIRST_CHECK_NANOS = 50_000_000L;
+    /** Re-checks before giving the files over to the next process that starts this path (about 13 s in all). */
+    static final int DEAD_PEER_CHECKS = 8;
+
+    /**
+     * Deletes the files of peer {@code pid} once it is dead, not waiting for the next process to start this path: at
+     * once when it is gone or a zombie (a killed child its parent has not reaped yet, whose pid still answers), else
+     * again on the timer with backoff, as a link often closes before its killed peer has finished dying. A peer that
+     * is still alive after the last check keeps its files (it deletes them at exit). Any thread.
+     */
+    static void removeFilesOfDeadProcess(Path dir, long pid) {
+        removeFilesOfDeadProcess(dir, pid, DEAD_PEER_FIRST_CHECK_NANOS, DEAD_PEER_CHECKS);
+    }
+
+    private static void removeFilesOfDeadProcess(Path dir, long pid, long delay, int checksLeft) {
+        if (isDead(pid)) {
+            try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + pid + "-*")) {
+                for (Path file : stream) {
+                    deleteQuietly(file);
+                }
+            } catch (IOException | RuntimeException e) {
+                // Nothing to clean, or not ours to list: the next process's sweep tries again.
+            }
+        } else if (checksLeft > 0) {
+            SoftEngine.get().schedule(() -> removeFilesOfDeadProcess(dir, pid, delay * 2, checksLeft - 1), delay);
+        }
+    }
+
+    /** Whether {@code pid} has exited: gone, or a zombie (state Z or X in /proc; it runs no code any more). */
+    static boolean isDead(long pid) {
+        if (ProcessHandle.of(pid).map(p -> !p.isAlive()).orElse(true)) {
+            return true;
+        }
+        try {
+            String stat = Files.readString(Paths.get("/proc/" + pid + "/stat"));
+            int close = stat.lastIndexOf(')');
+            char state = close >= 0 && close + 2 < stat.length() ? stat.charAt(close + 2) : '?';
+            return state == 'Z' || state == 'X';
+        } catch (IOException | RuntimeException e) {
+            // Gone since the check above (the next check sees it), or no /proc: alive as far as we can tell.
+            return false;
         }
     }
 

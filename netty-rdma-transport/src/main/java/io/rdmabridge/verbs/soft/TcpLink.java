@@ -343,7 +343,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
         if (sameHost) {
             q.publishShared();
-            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid);
+            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage);
         }
     }
 
@@ -1001,7 +1001,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         if (sharedFailed) {
             sharedFailed = false;
-            teardown("queue pair " + qp.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
+            String why = sharedPeer.failure();
+            teardown("queue pair " + qp.qpn + " failed a work request" + (why == null ? "" : ": " + why),
+                    SoftFrame.DISCONNECT, 0, 0);
         }
         if (readResponseFailed) {
             readResponseFailed = false;
@@ -1258,11 +1260,16 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
             }
             sharedWaiting = false;
-            if (!shared.execute(q, i, peerQpn)) {
+            int r = shared.execute(q, i, peerQpn);
+            if (r == SharedPeer.DECLINED) {
                 engine.sharedMemory.overTcp.incrementAndGet();
                 return SHARED_DECLINED;
             }
-            engine.sharedMemory.oneSided.incrementAndGet();
+            if (r == SharedPeer.FAILED) {
+                q.sStatus[i] = WcStatus.REM_ACCESS_ERR; // retired in order below; the link then ends
+            } else {
+                engine.sharedMemory.oneSided.incrementAndGet();
+            }
             q.sDone[i] = true;
             if (directCount++ == 0) {
                 directPsn = (int) seq;

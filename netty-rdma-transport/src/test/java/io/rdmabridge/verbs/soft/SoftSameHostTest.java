@@ -263,7 +263,8 @@ class SoftSameHostTest {
     @Test
     void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
         SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.PREFIX + "1-keys"));
-        SharedKeyTable peer = SharedKeyTable.open(owner.file);
+        FileChannel peerChannel = FileChannel.open(owner.file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        SharedKeyTable peer = SharedKeyTable.open(peerChannel, owner.file);
         try {
             int key = 0x5a000007;
             owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512);
@@ -294,6 +295,7 @@ class SoftSameHostTest {
         } finally {
             io.rdmabridge.verbs.DirectMemory.free(peer.mapping());
             io.rdmabridge.verbs.DirectMemory.free(owner.mapping());
+            peerChannel.close();
         }
     }
 }
