@@ -654,10 +654,16 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         boolean first = (flags & SoftFrame.FIRST) != 0;
         boolean last = (flags & SoftFrame.LAST) != 0;
         if (op == SoftFrame.DIRECT) {
-            if (!sameHost || discarding || inMessage || psn != expectedPsn || !first || !last || length < 1
-                    || length > MAX_DIRECT) {
-                violation("DIRECT psn=" + psn + " count=" + length + " (expected: on a same-host link, psn "
-                        + expectedPsn + ", count 1.." + MAX_DIRECT + ", between messages)");
+            // Named one by one: the WARN says which rule the peer broke.
+            String bad = !sameHost ? "on a link that is not same-host (no one-sided requests allowed)"
+                    : inMessage ? "inside message psn " + msgPsn + " (expected: between messages)"
+                    : discarding ? "while waiting for the retransmission of psn " + discardPsn
+                    : psn != expectedPsn ? "psn " + psn + " (expected: " + expectedPsn + ")"
+                    : !first || !last ? "flags " + flags + " (expected: FIRST and LAST)"
+                    : length < 1 || length > MAX_DIRECT ? "count " + length + " (expected: 1.." + MAX_DIRECT + ")"
+                    : null;
+            if (bad != null) {
+                violation("DIRECT psn=" + psn + " count=" + length + " " + bad);
                 return;
             }
             expectedPsn += length; // the requester executed them itself, in our shared memory
