@@ -17,7 +17,7 @@ import java.util.concurrent.locks.LockSupport;
  * A process's memory keys and connected queue pairs as a same-host peer sees them: a shared file
  * ({@code rdmabridge-soft-<pid>-keys}) that the owner writes and peers map, so that a peer can check an RDMA WRITE or
  * READ against the owner's keys, bounds, access rights and queue pair itself and then copy straight into or out of
- * the owner's shared memory, with no work on the owner's side: one-sided, as a NIC does it.
+ * the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
  *
  * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
  * A header (magic, version, slot counts); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
@@ -35,7 +35,9 @@ import java.util.concurrent.locks.LockSupport;
  *
  * <h2>Trust</h2>
  * Peers are local processes of the same user, yet every value read from a peer's table is checked before use (see
- * {@link SharedPeer}), and anything doubtful falls back to the TCP path, where the owner decides.
+ * {@link SharedPeer}), and anything doubtful falls back to the TCP path, where the owner decides. The table is the
+ * one file a peer maps: a peer that truncates its own table while a request reads it can still make the reader fault
+ * (see the package documentation); the reader checks its size before each request.
  *
  * <p>Thread-safety: the owner's writes are serialised by the engine's key lock (regions) or per queue pair; peer
  * reads are lock-free and allocation-free from any thread.

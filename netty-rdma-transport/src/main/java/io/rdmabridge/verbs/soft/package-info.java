@@ -37,12 +37,12 @@
  * </ul>
  *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
- * Done (first stage, off by default):
+ * Done (off by default until the evidence below is reviewed):
  * <ul>
  *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
  *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid>-<n>}, deleted at free,
- *       at exit, and by the next process when their owner was killed. The DiSNI provider keeps the default, plain
- *       direct memory.</li>
+ *       at exit, and, when their owner was killed, by a surviving peer (below) or the next process. The DiSNI
+ *       provider keeps the default, plain direct memory.</li>
  *   <li>The handshake (version 2) carries a same-host token (boot id and shared-memory directory) and the pid; equal
  *       non-zero tokens make the TCP link same-host.</li>
  *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
@@ -55,9 +55,38 @@
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking the path was
  *       taken; {@code SoftSameHostTest} covers files, cleanup, tokens, the deregistration guard and one-sided
- *       WRITE/READ ordering. The whole module suite also passes with the path on in every JVM.</li>
+ *       WRITE/READ ordering.</li>
  * </ul>
- * Next:
+ * Hardened against a hostile or broken peer (same user, same host):
+ * <ul>
+ *   <li>Truncated memory file. In JDK 17 a fault (SIGBUS) in a copy through a mapping of a truncated file becomes
+ *       an {@link java.lang.InternalError} that reaches the thread later, after the copy returned, often outside any
+ *       {@code try} around it ({@code DirectMemoryFaultTest}), so it cannot be handled. Hence the requester never
+ *       maps a peer's memory file: it copies with positional reads and writes on it
+ *       ({@link io.rdmabridge.verbs.soft.SharedPeer}), which cannot fault. A file shorter than the table says fails
+ *       the request with {@code REM_ACCESS_ERR} (a READ leaves our memory untouched) and closes that link with a
+ *       WARN naming the file; falling back to TCP instead would make the owner's engine fault on its own file.
+ *       Other links and the engine carry on ({@code SoftSameHostHostileTest}).</li>
+ *   <li>Garbage in the key table: every value is read once and checked (overflow-safe bounds, domain, access, queue
+ *       pair, file number within the peer's own {@code <pid>} prefix, opened without following links, copy within
+ *       the file's size); anything that does not add up is declined to the wire, where the owner decides. The
+ *       table's bounds are the owner's word about its own memory, as a NIC's are: a lie can only reach the owner's
+ *       own files, never ours beyond the work request's local entries. Tested with targeted lies and random bytes
+ *       under load ({@code SoftSameHostHostileTest}).</li>
+ *   <li>Hostile DIRECT frames (not same-host, wrong PSN, inside a message, count outside 1..2^24) close that link
+ *       with a WARN naming the rule ({@code SoftWireTest}).</li>
+ *   <li>A peer's files open and key tables mapped are counted in {@link io.rdmabridge.verbs.ResourceUsage}
+ *       ({@code peerFiles}, {@code peerKeyTables}, {@code peerBytes}); tests wait for them to return to zero.</li>
+ *   <li>A killed peer's files are deleted by the survivor when the link closes, at once if the peer is gone or a
+ *       zombie, else re-checked on the timer with backoff for about 13 s; tested with a killed child JVM.</li>
+ * </ul>
+ * Remaining risk: the key table itself is still a mapping (its in-use counts need atomics both processes see). Its
+ * size is checked before each request, but a peer that truncates its own table in the microseconds a request reads
+ * it makes this process fault as above (an {@link java.lang.InternalError} at an unpredictable point of the posting
+ * or engine thread). Closing that needs a table the peer cannot shrink (a sealed memfd, which needs native code) or
+ * a guard without shared atomics (byte-range file locks per key, at two system calls a request).
+ *
+ * <p>Next:
  * <ul>
  *   <li>SEND through a shared receive ring and completions through shared rings (the target's engine still copies
  *       every SEND out of the socket), then wake-ups: busy-poll free, one doorbell byte on the TCP socket when the
@@ -65,13 +94,16 @@
  *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
- *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied; peers' mappings counted in
- *       {@link io.rdmabridge.verbs.ResourceUsage}; the key table's 48 MiB sparse file sized to the live key slots.</li>
+ *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied.</li>
+ *   <li>The key table stays a 48 MiB sparse file: tmpfs allocates only the pages touched, one per 85 key slots ever
+ *       used (slots are handed out oldest first, so a long run of registrations touches them all) and one per 512
+ *       queue-pair slots. Sizing it to the live slots would need peers to remap it as it grows, for a saving
+ *       bounded by 48 MiB per process; not done.</li>
  *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI
  *       on it; the results page with this path beside TCP and epoll.</li>
  * </ul>
- * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); the files of a killed
- * process are deleted by a surviving peer when its link closes and the process is gone (not when it is still a
- * zombie), otherwise by the next process on the host that starts this path.
+ * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); a killed peer whose
+ * pid still looks alive 13 s after the last link to it closed leaves its files to the next process on the host that
+ * starts this path.
  */
 package io.rdmabridge.verbs.soft;
