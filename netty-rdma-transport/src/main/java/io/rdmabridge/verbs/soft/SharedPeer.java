@@ -233,6 +233,9 @@ final class SharedPeer {
     private boolean tableIntact() {
         try {
             return tableChannel.size() == SharedKeyTable.SIZE;
+        } catch (ClosedChannelException e) {
+            releaseTable(); // closed by an interrupt of the posting thread: open it again after the retry delay
+            return false;
         } catch (IOException e) {
             return false;
         }
@@ -317,17 +320,22 @@ final class SharedPeer {
         while (count > 0) {
             forget(count - 1);
         }
-        SharedKeyTable t = table;
-        if (t != null) {
-            table = null;
-            closeQuietly(tableChannel);
-            DirectMemory.free(t.mapping());
-            usage.peerKeyTables(-1, -SharedKeyTable.SIZE);
-        }
+        releaseTable();
         ByteBuffer b = bounce;
         if (b != null) {
             bounce = null;
             DirectMemory.free(b);
+        }
+    }
+
+    private void releaseTable() {
+        SharedKeyTable t = table;
+        if (t != null) {
+            table = null;
+            closeQuietly(tableChannel);
+            tableChannel = null;
+            DirectMemory.free(t.mapping());
+            usage.peerKeyTables(-1, -SharedKeyTable.SIZE);
         }
     }
 

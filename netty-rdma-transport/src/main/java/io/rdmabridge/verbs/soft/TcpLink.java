@@ -1277,7 +1277,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 engine.sharedMemory.oneSided.incrementAndGet();
             }
             q.sDone[i] = true;
-            if (directCount++ == 0) {
+            if (r == SharedPeer.DONE && directCount++ == 0) {
                 directPsn = (int) seq;
             }
             if (q.retireLocked()) {

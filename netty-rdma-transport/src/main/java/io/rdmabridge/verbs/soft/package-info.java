@@ -84,7 +84,10 @@
  * size is checked before each request, but a peer that truncates its own table in the microseconds a request reads
  * it makes this process fault as above (an {@link java.lang.InternalError} at an unpredictable point of the posting
  * or engine thread). Closing that needs a table the peer cannot shrink (a sealed memfd, which needs native code) or
- * a guard without shared atomics (byte-range file locks per key, at two system calls a request).
+ * a guard without shared atomics (byte-range file locks per key, at two system calls a request). Note the bound on
+ * "hostile" here: a peer must run as our user to open our files at all, and such a process can as well truncate our
+ * own memory files (the channel's slabs) and fault us there, so the hardening protects against a broken peer and
+ * keeps a hostile one from corrupting data or reaching our memory through the protocol, not from crashing us.
  *
  * <p>Next:
  * <ul>
