@@ -253,6 +253,16 @@ class SoftSameHostTest {
             assertEquals(oneSided + 4, provider.oneSidedOperations(), "the WRITE behind the SEND ran one-sided");
             SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 10, WcStatus.SUCCESS, WcOpcode.RECV);
             SoftPair.assertQuiet(p.server.recvCq, 20);
+
+            // An inline WRITE runs one-sided too, from the queue pair's copy of its bytes.
+            p.client.qp.postSend(swr.reset().wrId(7).opcode(WrOpcode.RDMA_WRITE)
+                    .flags(SendWorkRequest.SIGNALED | SendWorkRequest.INLINE)
+                    .remote(remote.address() + 1000, remote.mr().rkey()).addSge(local.address() + 5, 200,
+                            local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 7, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(1000, 200, 7, 5);
+            assertEquals(oneSided + 5, provider.oneSidedOperations(), "the inline WRITE ran one-sided");
         } finally {
             toFree.forEach(Runnable::run);
         }
