@@ -128,8 +128,9 @@ final class SharedPeer {
                 long length = t.length(e);
                 long number = t.fileNumber(e);
                 long offset = t.fileOffset(e);
+                // remote - address < 0 after remote >= address: the difference overflowed (an address near -2^63).
                 if (t.domain(e) != domain || (t.access(e) & needed) != needed || length < len || remote < address
-                        || remote - address > length - len || offset < 0 || number <= 0) {
+                        || remote - address < 0 || remote - address > length - len || offset < 0 || number <= 0) {
                     return DECLINED;
                 }
                 int f = file(number);

@@ -228,6 +228,10 @@ class SoftSameHostHostileTest {
                         () -> table.putLong(e + SharedKeyTable.FILE_OFFSET, Long.MAX_VALUE - 10),
                         () -> table.putLong(e + SharedKeyTable.ADDRESS, Long.MAX_VALUE - 100),
                         () -> table.putLong(e + SharedKeyTable.ADDRESS, Long.MIN_VALUE),
+                        () -> { // remote - address overflows to MIN + 1; the offset brings it back to 0: the guard
+                            table.putLong(e + SharedKeyTable.ADDRESS, t.address() + Long.MIN_VALUE - 1);
+                            table.putLong(e + SharedKeyTable.FILE_OFFSET, Long.MAX_VALUE);
+                        },
                         () -> table.putLong(e + SharedKeyTable.FILE_NUMBER, 1L << 40), // no such file
                         () -> table.putLong(e + SharedKeyTable.FILE_NUMBER, -otherNumber),
                         () -> table.putInt(e + SharedKeyTable.DOMAIN, table.getInt(e + SharedKeyTable.DOMAIN) + 1),
