@@ -121,6 +121,33 @@ class SoftSameHostTest {
     }
 
     @Test
+    void shouldTreatAZombieAsDeadAndDeleteItsFiles() throws Exception {
+        // "true" exits at once; its parent exec's into sleep, which never reaps it: a zombie for 5 s.
+        Process parent = new ProcessBuilder("sh", "-c", "true & echo $!; exec sleep 5").start();
+        try {
+            long zombie = Long.parseLong(new java.io.BufferedReader(new java.io.InputStreamReader(
+                    parent.getInputStream(), java.nio.charset.StandardCharsets.UTF_8)).readLine().trim());
+            long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
+            while (!Files.readString(Path.of("/proc/" + zombie + "/stat")).contains(") Z ")) {
+                assertTrue(System.nanoTime() < deadline, "process " + zombie + " never became a zombie");
+                SoftPair.sleepMicros(10_000);
+            }
+            assertTrue(ProcessHandle.of(zombie).map(ProcessHandle::isAlive).orElse(false),
+                    "a zombie's pid still answers: why a liveness check alone left files behind");
+            assertTrue(SharedMemoryFiles.isDead(zombie));
+            assertFalse(SharedMemoryFiles.isDead(ProcessHandle.current().pid()));
+            Path data = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-1"));
+            Path keys = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-keys"));
+            SharedMemoryFiles.removeFilesOfDeadProcess(dir, zombie);
+            assertFalse(Files.exists(data));
+            assertFalse(Files.exists(keys));
+        } finally {
+            parent.destroyForcibly();
+            parent.waitFor();
+        }
+    }
+
+    @Test
     void shouldFallBackToPrivateMemoryAndCountItWhenTheDirectoryRefuses() {
         System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.resolve("missing").toString());
         SharedMemoryFiles shm = new SharedMemoryFiles();
