@@ -25,8 +25,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * {@code rdmabridge-soft-<pid>-<n>} and mapped read-write. A file is deleted when its memory is freed, the files still
  * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by a surviving peer
  * when its link closes ({@link #removeFilesOfDeadProcess}) or by the next process that allocates here. Peers read
- * and write the files with positional I/O, never through a mapping of their own (see {@link SharedPeer}). Memory the directory cannot hold (no such directory, full, not permitted) falls back to plain
- * direct memory with one WARN, and is counted ({@link #fallbacks()}): it keeps working, through a copy.
+ * and write the files with positional I/O, never through a mapping of their own (see {@link SharedPeer}). Memory the
+ * directory cannot hold (no such directory, full, not permitted) falls back to plain direct memory with one WARN, and
+ * is counted ({@link #fallbacks()}): it keeps working, through a copy.
  *
  * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot and shared-memory
  * directory, so two processes exchanging it learn whether they could share mappings.

@@ -66,8 +66,9 @@
  *       ({@link io.rdmabridge.verbs.soft.SharedPeer}), which cannot fault, straight into or out of our scatter/gather
  *       entries (one kernel copy; 64 KiB as fast as the mapped copy, 1 MiB WRITE about half). A file shorter than the
  *       table says fails the request with {@code REM_ACCESS_ERR} (as on a NIC, a failed READ's destination is
- *       undefined; nothing behind it runs) and closes that link with a WARN naming the file; falling back to TCP instead would make the owner's engine fault on its own file.
- *       Other links and the engine carry on ({@code SoftSameHostHostileTest}).</li>
+ *       undefined; nothing behind it runs) and closes that link with a WARN naming the file; falling back to TCP
+ *       instead would make the owner's engine fault on its own file. Other links and the engine carry on
+ *       ({@code SoftSameHostHostileTest}).</li>
  *   <li>Garbage in the key table: every value is read once and checked (overflow-safe bounds, domain, access, queue
  *       pair, file number within the peer's own {@code <pid>} prefix, opened without following links, copy within
  *       the file's size); anything that does not add up is declined to the wire, where the owner decides. The
@@ -103,8 +104,9 @@
  *       used (slots are handed out oldest first, so a long run of registrations touches them all) and one per 512
  *       queue-pair slots. Sizing it to the live slots would need peers to remap it as it grows, for a saving
  *       bounded by 48 MiB per process; not done.</li>
- *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI
- *       on it; the results page with this path beside TCP and epoll.</li>
+ *   <li>Turning it on by default: the whole module suite passes with it on in every JVM (with paranoid leak
+ *       detection); left to review. Then the channel's cross-process tests in CI on it, and the results page with
+ *       this path beside TCP and epoll, re-measured since the copies became positional I/O.</li>
  * </ul>
  * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); a killed peer whose
  * pid still looks alive 13 s after the last link to it closed leaves its files to the next process on the host that

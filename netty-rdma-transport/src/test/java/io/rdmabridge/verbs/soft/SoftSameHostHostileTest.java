@@ -19,8 +19,6 @@ import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStreamReader;
-import java.net.InetAddress;
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
@@ -29,6 +27,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -112,7 +111,7 @@ class SoftSameHostHostileTest {
 
     private static List<Path> files(Path d) throws IOException {
         try (Stream<Path> s = Files.list(d)) {
-            return new java.util.ArrayList<>(s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList());
+            return new ArrayList<>(s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList());
         }
     }
 
@@ -131,7 +130,8 @@ class SoftSameHostHostileTest {
                 ? WcOpcode.RDMA_WRITE : -1);
     }
 
-    private static void read(SoftPair p, MemoryRegion lmr, Target t, int offset, int len, long wrId, int status) throws Exception {
+    private static void read(SoftPair p, MemoryRegion lmr, Target t, int offset, int len, long wrId, int status)
+            throws Exception {
         p.client.qp.postSend(new SendWorkRequest(1).wrId(wrId).opcode(WrOpcode.RDMA_READ)
                 .flags(SendWorkRequest.SIGNALED).remote(t.address() + offset, t.mr.rkey())
                 .addSge(lmr.address(), len, lmr.lkey()));
