@@ -14,23 +14,27 @@ import sun.misc.Unsafe;
 public final class DirectMemory {
     private static final Unsafe UNSAFE;
     private static final long BUFFER_ADDRESS_OFFSET;
+    private static final long BUFFER_CAPACITY_OFFSET;
     private static final long BYTE_ARRAY_BASE;
     private static final Throwable UNAVAILABILITY_CAUSE;
 
     static {
         Unsafe unsafe = null;
         long offset = -1;
+        long capacityOffset = -1;
         Throwable cause = null;
         try {
             Field f = Unsafe.class.getDeclaredField("theUnsafe");
             f.setAccessible(true);
             unsafe = (Unsafe) f.get(null);
             offset = unsafe.objectFieldOffset(Buffer.class.getDeclaredField("address"));
+            capacityOffset = unsafe.objectFieldOffset(Buffer.class.getDeclaredField("capacity"));
         } catch (ReflectiveOperationException | RuntimeException e) {
             cause = e;
         }
         UNSAFE = unsafe;
         BUFFER_ADDRESS_OFFSET = offset;
+        BUFFER_CAPACITY_OFFSET = capacityOffset;
         BYTE_ARRAY_BASE = unsafe == null ? 0 : unsafe.arrayBaseOffset(byte[].class);
         UNAVAILABILITY_CAUSE = cause;
     }
@@ -57,6 +61,20 @@ public final class DirectMemory {
             throw new IllegalArgumentException("buffer: heap ByteBuffer (expected: a direct ByteBuffer)");
         }
         return unsafe().getLong(directBuffer, BUFFER_ADDRESS_OFFSET);
+    }
+
+    /**
+     * Points {@code view}, a duplicate of a direct buffer made for this purpose and used by one thread, at the
+     * {@code length} bytes at {@code address}, with position 0 and limit {@code length}, so that channel I/O can read
+     * into or write from memory known only by its address, with no copy. The caller keeps the memory alive while the
+     * view is used and never frees the view (a duplicate frees nothing).
+     */
+    public static ByteBuffer retarget(ByteBuffer view, long address, int length) {
+        Unsafe u = unsafe();
+        view.clear();
+        u.putLong(view, BUFFER_ADDRESS_OFFSET, address);
+        u.putInt(view, BUFFER_CAPACITY_OFFSET, length);
+        return view.limit(length);
     }
 
     /**

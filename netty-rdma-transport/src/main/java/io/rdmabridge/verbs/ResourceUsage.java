@@ -5,6 +5,11 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Live verbs resources of a provider. Providers update it as resources come and go; anyone may read it from any
  * thread. Tests assert {@link #isZero()} after every case: nothing registered, connected or queued is leaked.
+ *
+ * <p>The peer counts ({@link #peerFiles()}, {@link #peerKeyTables()}, {@link #peerBytes()}) are the soft provider's
+ * same-host path: a peer process's memory files open and its key tables mapped. They are released when the link's
+ * socket closes, which the verbs calls do not wait for, so they are left out of {@link #isZero()}; tests wait for
+ * {@link #peerMappingsReleased()} instead.
  */
 public final class ResourceUsage {
     private final AtomicLong registeredBytes = new AtomicLong();
@@ -14,6 +19,9 @@ public final class ResourceUsage {
     private final AtomicLong protectionDomains = new AtomicLong();
     private final AtomicLong cmIds = new AtomicLong();
     private final AtomicLong eventChannels = new AtomicLong();
+    private final AtomicLong peerFiles = new AtomicLong();
+    private final AtomicLong peerKeyTables = new AtomicLong();
+    private final AtomicLong peerBytes = new AtomicLong();
 
     public long registeredBytes() {
         return registeredBytes.get();
@@ -41,6 +49,26 @@ public final class ResourceUsage {
 
     public long eventChannels() {
         return eventChannels.get();
+    }
+
+    /** Same-host peers' memory files open. */
+    public long peerFiles() {
+        return peerFiles.get();
+    }
+
+    /** Same-host peers' key tables mapped. */
+    public long peerKeyTables() {
+        return peerKeyTables.get();
+    }
+
+    /** The bytes of the peer files and key tables above. */
+    public long peerBytes() {
+        return peerBytes.get();
+    }
+
+    /** Whether no same-host peer's file or key table is held. */
+    public boolean peerMappingsReleased() {
+        return peerFiles() == 0 && peerKeyTables() == 0 && peerBytes() == 0;
     }
 
     public boolean isZero() {
@@ -85,10 +113,23 @@ public final class ResourceUsage {
         eventChannels.addAndGet(delta);
     }
 
+    /** Provider side; {@code delta} is +1 or -1, {@code bytes} the file's size with the same sign. */
+    public void peerFiles(int delta, long bytes) {
+        peerFiles.addAndGet(delta);
+        peerBytes.addAndGet(bytes);
+    }
+
+    /** Provider side; as {@link #peerFiles(int, long)}. */
+    public void peerKeyTables(int delta, long bytes) {
+        peerKeyTables.addAndGet(delta);
+        peerBytes.addAndGet(bytes);
+    }
+
     @Override
     public String toString() {
         return "registeredBytes=" + registeredBytes() + ", memoryRegions=" + memoryRegions() + ", queuePairs="
                 + queuePairs() + ", completionQueues=" + completionQueues() + ", protectionDomains="
-                + protectionDomains() + ", cmIds=" + cmIds() + ", eventChannels=" + eventChannels();
+                + protectionDomains() + ", cmIds=" + cmIds() + ", eventChannels=" + eventChannels() + ", peerFiles="
+                + peerFiles() + ", peerKeyTables=" + peerKeyTables() + ", peerBytes=" + peerBytes();
     }
 }

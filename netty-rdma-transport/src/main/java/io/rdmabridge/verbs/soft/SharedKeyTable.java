@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs.soft;
 
+import io.rdmabridge.verbs.DirectMemory;
 import java.io.IOException;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
@@ -16,7 +17,7 @@ import java.util.concurrent.locks.LockSupport;
  * A process's memory keys and connected queue pairs as a same-host peer sees them: a shared file
  * ({@code rdmabridge-soft-<pid>-keys}) that the owner writes and peers map, so that a peer can check an RDMA WRITE or
  * READ against the owner's keys, bounds, access rights and queue pair itself and then copy straight into or out of
- * the owner's shared memory, with no work on the owner's side: one-sided, as a NIC does it.
+ * the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
  *
  * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
  * A header (magic, version, slot counts); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
@@ -34,7 +35,9 @@ import java.util.concurrent.locks.LockSupport;
  *
  * <h2>Trust</h2>
  * Peers are local processes of the same user, yet every value read from a peer's table is checked before use (see
- * {@link SharedPeer}), and anything doubtful falls back to the TCP path, where the owner decides.
+ * {@link SharedPeer}), and anything doubtful falls back to the TCP path, where the owner decides. The table is the
+ * one file a peer maps: a peer that truncates its own table while a request reads it can still make the reader fault
+ * (see the package documentation); the reader checks its size before each request.
  *
  * <p>Thread-safety: the owner's writes are serialised by the engine's key lock (regions) or per queue pair; peer
  * reads are lock-free and allocation-free from any thread.
@@ -86,18 +89,21 @@ final class SharedKeyTable {
     }
 
     /**
-     * Maps a peer's table.
+     * Maps a peer's table from {@code ch}, open on {@code file}; the caller keeps the channel to check the size.
      *
-     * @return the table, or {@code null} when the file is missing or not a table of this version
+     * @return the table, or {@code null} when the file is not a table of this version
      */
-    static SharedKeyTable open(Path file) {
+    static SharedKeyTable open(FileChannel ch, Path file) {
         try {
-            if (Files.size(file) != SIZE) {
+            if (ch.size() != SIZE) {
                 return null;
             }
-            SharedKeyTable t = new SharedKeyTable(map(file, SIZE), file);
+            SharedKeyTable t = new SharedKeyTable(ch.map(FileChannel.MapMode.READ_WRITE, 0, SIZE), file);
             boolean valid = (int) INT.getAcquire(t.map, 0) == MAGIC && (int) INT.get(t.map, 4) == VERSION
                     && (int) INT.get(t.map, 8) == REGION_SLOTS && (int) INT.get(t.map, 12) == QP_SLOTS;
+            if (!valid) {
+                DirectMemory.free(t.map);
+            }
             return valid ? t : null;
         } catch (IOException | RuntimeException e) {
             return null;

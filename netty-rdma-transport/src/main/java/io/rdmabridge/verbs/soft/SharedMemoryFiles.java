@@ -20,12 +20,14 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Registered memory that a peer process on the same host can map: each allocation is a file of its own in the
+ * Registered memory that a peer process on the same host can reach: each allocation is a file of its own in the
  * shared-memory directory ({@code /dev/shm}, or {@value #DIRECTORY_PROPERTY}), owner-only (0600), named
  * {@code rdmabridge-soft-<pid>-<n>} and mapped read-write. A file is deleted when its memory is freed, the files still
- * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by the next process
- * that allocates here. Memory the directory cannot hold (no such directory, full, not permitted) falls back to plain
- * direct memory with one WARN, and is counted ({@link #fallbacks()}): it keeps working, through a copy.
+ * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by a surviving peer
+ * when its link closes ({@link #removeFilesOfDeadProcess}) or by the next process that allocates here. Peers read
+ * and write the files with positional I/O, never through a mapping of their own (see {@link SharedPeer}). Memory the
+ * directory cannot hold (no such directory, full, not permitted) falls back to plain direct memory with one WARN, and
+ * is counted ({@link #fallbacks()}): it keeps working, through a copy.
  *
  * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot and shared-memory
  * directory, so two processes exchanging it learn whether they could share mappings.
@@ -254,12 +256,57 @@ final class SharedMemoryFiles {
                 } catch (NumberFormatException e) {
                     continue;
                 }
-                if (owner == alsoPid || ProcessHandle.of(owner).isEmpty()) {
+                if (owner == alsoPid || isDead(owner)) {
                     deleteQuietly(file);
                 }
             }
         } catch (IOException | RuntimeException e) {
             // Nothing to clean, or not ours to list: allocation reports a directory that does not work.
+        }
+    }
+
+    /** First re-check of a peer that was still alive when its link closed; doubled each time. */
+    static final long DEAD_PEER_FIRST_CHECK_NANOS = 50_000_000L;
+    /** Re-checks before giving the files over to the next process that starts this path (about 13 s in all). */
+    static final int DEAD_PEER_CHECKS = 8;
+
+    /**
+     * Deletes the files of peer {@code pid} once it is dead, not waiting for the next process to start this path: at
+     * once when it is gone or a zombie (a killed child its parent has not reaped yet, whose pid still answers), else
+     * again on the timer with backoff, as a link often closes before its killed peer has finished dying. A peer that
+     * is still alive after the last check keeps its files (it deletes them at exit). Any thread.
+     */
+    static void removeFilesOfDeadProcess(Path dir, long pid) {
+        removeFilesOfDeadProcess(dir, pid, DEAD_PEER_FIRST_CHECK_NANOS, DEAD_PEER_CHECKS);
+    }
+
+    private static void removeFilesOfDeadProcess(Path dir, long pid, long delay, int checksLeft) {
+        if (isDead(pid)) {
+            try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + pid + "-*")) {
+                for (Path file : stream) {
+                    deleteQuietly(file);
+                }
+            } catch (IOException | RuntimeException e) {
+                // Nothing to clean, or not ours to list: the next process's sweep tries again.
+            }
+        } else if (checksLeft > 0) {
+            SoftEngine.get().schedule(() -> removeFilesOfDeadProcess(dir, pid, delay * 2, checksLeft - 1), delay);
+        }
+    }
+
+    /** Whether {@code pid} has exited: gone, or a zombie (state Z or X in /proc; it runs no code any more). */
+    static boolean isDead(long pid) {
+        if (ProcessHandle.of(pid).map(p -> !p.isAlive()).orElse(true)) {
+            return true;
+        }
+        try {
+            String stat = Files.readString(Paths.get("/proc/" + pid + "/stat"));
+            int close = stat.lastIndexOf(')');
+            char state = close >= 0 && close + 2 < stat.length() ? stat.charAt(close + 2) : '?';
+            return state == 'Z' || state == 'X';
+        } catch (IOException | RuntimeException e) {
+            // Gone since the check above (the next check sees it), or no /proc: alive as far as we can tell.
+            return false;
         }
     }
 

@@ -378,7 +378,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
         if (sameHost) {
             q.publishShared();
-            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid);
+            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage);
             if (ShmRing.enabled()) {
                 ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
             }
@@ -914,10 +914,16 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         boolean first = (flags & SoftFrame.FIRST) != 0;
         boolean last = (flags & SoftFrame.LAST) != 0;
         if (op == SoftFrame.DIRECT) {
-            if (!sameHost || discarding || inMessage || psn != expectedPsn || !first || !last || length < 1
-                    || length > MAX_DIRECT) {
-                violation("DIRECT psn=" + psn + " count=" + length + " (expected: on a same-host link, psn "
-                        + expectedPsn + ", count 1.." + MAX_DIRECT + ", between messages)");
+            // Named one by one: the WARN says which rule the peer broke.
+            String bad = !sameHost ? "on a link that is not same-host (no one-sided requests allowed)"
+                    : inMessage ? "inside message psn " + msgPsn + " (expected: between messages)"
+                    : discarding ? "while waiting for the retransmission of psn " + discardPsn
+                    : psn != expectedPsn ? "psn " + psn + " (expected: " + expectedPsn + ")"
+                    : !first || !last ? "flags " + flags + " (expected: FIRST and LAST)"
+                    : length < 1 || length > MAX_DIRECT ? "count " + length + " (expected: 1.." + MAX_DIRECT + ")"
+                    : null;
+            if (bad != null) {
+                violation("DIRECT psn=" + psn + " count=" + length + " " + bad);
                 return;
             }
             expectedPsn += length; // the requester executed them itself, in our shared memory
@@ -1274,7 +1280,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         if (sharedFailed) {
             sharedFailed = false;
-            teardown("queue pair " + qp.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
+            String why = sharedPeer.failure();
+            teardown("queue pair " + qp.qpn + " failed a work request" + (why == null ? "" : ": " + why),
+                    SoftFrame.DISCONNECT, 0, 0);
         }
         if (readResponseFailed) {
             readResponseFailed = false;
@@ -1655,13 +1663,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
             }
             sharedWaiting = false;
-            if (!shared.execute(q, i, peerQpn)) {
+            int r = shared.execute(q, i, peerQpn);
+            if (r == SharedPeer.DECLINED) {
                 engine.sharedMemory.overTcp.incrementAndGet();
                 return SHARED_DECLINED;
             }
-            engine.sharedMemory.oneSided.incrementAndGet();
+            if (r == SharedPeer.FAILED) {
+                q.sStatus[i] = WcStatus.REM_ACCESS_ERR; // retired in order below; the link then ends
+            } else {
+                engine.sharedMemory.oneSided.incrementAndGet();
+            }
             q.sDone[i] = true;
-            if (directCount++ == 0) {
+            if (r == SharedPeer.DONE && directCount++ == 0) {
                 directPsn = (int) seq;
             }
             if (q.retireLocked()) {

@@ -41,12 +41,12 @@
  * </ul>
  *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
- * Done (off by default):
+ * Done (off by default until the evidence below is reviewed):
  * <ul>
  *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
  *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid>-<n>}, deleted at free,
- *       at exit, and by the next process when their owner was killed. The DiSNI provider keeps the default, plain
- *       direct memory.</li>
+ *       at exit, and, when their owner was killed, by a surviving peer (below) or the next process. The DiSNI
+ *       provider keeps the default, plain direct memory.</li>
  *   <li>The handshake (version 2) carries a same-host token (boot id and shared-memory directory) and the pid; equal
  *       non-zero tokens make the TCP link same-host.</li>
  *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
@@ -74,25 +74,64 @@
  *       ways at once from the switch on, doorbells after parking and on a full ring, and hostile ring contents
  *       (garbage, counters backward or past the capacity, a truncated file), each closing one link.</li>
  * </ul>
- * Next:
+ * Hardened against a hostile or broken peer (same user, same host):
+ * <ul>
+ *   <li>Truncated memory file. In JDK 17 a fault (SIGBUS) in a copy through a mapping of a truncated file becomes
+ *       an {@link java.lang.InternalError} that reaches the thread later, after the copy returned, often outside any
+ *       {@code try} around it ({@code DirectMemoryFaultTest}), so it cannot be handled. Hence the requester never
+ *       maps a peer's memory file: it copies with positional reads and writes on it
+ *       ({@link io.rdmabridge.verbs.soft.SharedPeer}), which cannot fault, straight into or out of our scatter/gather
+ *       entries (one kernel copy; 64 KiB as fast as the mapped copy, 1 MiB WRITE about half). A file shorter than the
+ *       table says fails the request with {@code REM_ACCESS_ERR} (as on a NIC, a failed READ's destination is
+ *       undefined; nothing behind it runs) and closes that link with a WARN naming the file; falling back to TCP
+ *       instead would make the owner's engine fault on its own file. Other links and the engine carry on
+ *       ({@code SoftSameHostHostileTest}).</li>
+ *   <li>Garbage in the key table: every value is read once and checked (overflow-safe bounds, domain, access, queue
+ *       pair, file number within the peer's own {@code <pid>} prefix, opened without following links, copy within
+ *       the file's size); anything that does not add up is declined to the wire, where the owner decides. The
+ *       table's bounds are the owner's word about its own memory, as a NIC's are: a lie can only reach the owner's
+ *       own files, never ours beyond the work request's local entries. Tested with targeted lies and random bytes
+ *       under load ({@code SoftSameHostHostileTest}).</li>
+ *   <li>Hostile DIRECT frames (not same-host, wrong PSN, inside a message, count outside 1..2^24) close that link
+ *       with a WARN naming the rule ({@code SoftWireTest}).</li>
+ *   <li>A peer's files open and key tables mapped are counted in {@link io.rdmabridge.verbs.ResourceUsage}
+ *       ({@code peerFiles}, {@code peerKeyTables}, {@code peerBytes}); tests wait for them to return to zero.</li>
+ *   <li>A killed peer's files are deleted by the survivor when the link closes, at once if the peer is gone or a
+ *       zombie, else re-checked on the timer with backoff for about 13 s; tested with a killed child JVM.</li>
+ * </ul>
+ * Remaining risk: the key table itself is still a mapping (its in-use counts need atomics both processes see), as
+ * are the frame rings (their fault is attributed, see Next). Its
+ * size is checked before each request, but a peer that truncates its own table in the microseconds a request reads
+ * it makes this process fault as above (an {@link java.lang.InternalError} at an unpredictable point of the posting
+ * or engine thread). Closing that needs a table the peer cannot shrink (a sealed memfd, which needs native code) or
+ * a guard without shared atomics (byte-range file locks per key, at two system calls a request). Note the bound on
+ * "hostile" here: a peer must run as our user to open our files at all, and such a process can as well truncate our
+ * own memory files (the channel's slabs) and fault us there, so the hardening protects against a broken peer and
+ * keeps a hostile one from corrupting data or reaching our memory through the protocol, not from crashing us.
+ *
+ * <p>Next:
  * <ul>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
  *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
  *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its
- *       own ring, or copied one-sided through {@link io.rdmabridge.verbs.soft.SharedPeer}, it can surface in the
- *       application's code after the post. Memory a peer cannot shrink (memfd with seals, passed over a Unix
+ *       own ring it can surface in the application's code after the post (the one-sided copies of
+ *       {@link io.rdmabridge.verbs.soft.SharedPeer} use positional I/O and cannot fault). Memory a peer cannot shrink (memfd with seals, passed over a Unix
  *       socket) would remove the fault rather than attribute it.</li>
  *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
- *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied; peers' mappings counted in
- *       {@link io.rdmabridge.verbs.ResourceUsage}; the key table's 48 MiB sparse file sized to the live key slots.</li>
- *   <li>Turning it on by default once the whole module suite passes with it; the channel's cross-process tests in CI
- *       on it; the results page with this path beside TCP and epoll.</li>
+ *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied.</li>
+ *   <li>The key table stays a 48 MiB sparse file: tmpfs allocates only the pages touched, one per 85 key slots ever
+ *       used (slots are handed out oldest first, so a long run of registrations touches them all) and one per 512
+ *       queue-pair slots. Sizing it to the live slots would need peers to remap it as it grows, for a saving
+ *       bounded by 48 MiB per process; not done.</li>
+ *   <li>Turning it on by default: the whole module suite passes with it on in every JVM (with paranoid leak
+ *       detection); left to review. Then the channel's cross-process tests in CI on it, and the results page with
+ *       this path beside TCP and epoll, re-measured since the copies became positional I/O.</li>
  * </ul>
- * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); the files of a killed
- * process are deleted by a surviving peer when its link closes and the process is gone (not when it is still a
- * zombie), otherwise by the next process on the host that starts this path.
+ * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); a killed peer whose
+ * pid still looks alive 13 s after the last link to it closed leaves its files to the next process on the host that
+ * starts this path.
  */
 package io.rdmabridge.verbs.soft;

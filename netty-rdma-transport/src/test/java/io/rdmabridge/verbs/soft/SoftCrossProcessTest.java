@@ -55,7 +55,7 @@ class SoftCrossProcessTest {
                 }
             }
             assertTrue(port > 0, "the peer process printed no port");
-            run(port, child);
+            connectWriteReadAndKill(provider, port, child);
         } finally {
             child.destroyForcibly();
             child.waitFor();
@@ -63,7 +63,11 @@ class SoftCrossProcessTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
-    private void run(int port, Process child) throws Exception {
+    /**
+     * Connects to the peer process on {@code port}, WRITEs 1 MiB into its region and READs it back, SENDs, then kills
+     * it and checks the flush.
+     */
+    static void connectWriteReadAndKill(SoftProvider provider, int port, Process child) throws Exception {
         RdmaDevice device = provider.devices().get(0);
         EventNotifier notifier = new EventNotifier();
         try (RdmaEventChannel channel = provider.createEventChannel(notifier)) {

@@ -21,7 +21,8 @@ import java.nio.ByteBuffer;
 /**
  * A peer process for {@link SoftCrossProcessTest}: listens on an ephemeral port (printed as {@code PORT n}), accepts
  * one connection advertising a 1 MiB remote-accessible region in the accept's private data, posts 4 receives and
- * waits to be killed.
+ * waits to be killed. With the argument {@code shared} the region is allocated through the domain (a shared file when
+ * the same-host path is on).
  */
 public final class SoftPeerMain {
     private SoftPeerMain() {
@@ -45,7 +46,8 @@ public final class SoftPeerMain {
         }
         ProtectionDomain pd = device.allocProtectionDomain();
         CompletionQueue cq = device.createCompletionQueue(64, notifier);
-        ByteBuffer memory = ByteBuffer.allocateDirect(1 << 20);
+        ByteBuffer memory = args.length > 0 && args[0].equals("shared") ? pd.allocateMemory(1 << 20)
+                : ByteBuffer.allocateDirect(1 << 20);
         MemoryRegion mr = pd.register(memory, Access.ALL);
         RdmaCmId id = event.id();
         QueuePair qp = id.createQueuePair(pd, cq, cq, new QpCapabilities(16, 16, 1, 1, 0));

@@ -121,6 +121,33 @@ class SoftSameHostTest {
     }
 
     @Test
+    void shouldTreatAZombieAsDeadAndDeleteItsFiles() throws Exception {
+        // "true" exits at once; its parent exec's into sleep, which never reaps it: a zombie for 5 s.
+        Process parent = new ProcessBuilder("sh", "-c", "true & echo $!; exec sleep 5").start();
+        try {
+            long zombie = Long.parseLong(new java.io.BufferedReader(new java.io.InputStreamReader(
+                    parent.getInputStream(), java.nio.charset.StandardCharsets.UTF_8)).readLine().trim());
+            long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
+            while (!Files.readString(Path.of("/proc/" + zombie + "/stat")).contains(") Z ")) {
+                assertTrue(System.nanoTime() < deadline, "process " + zombie + " never became a zombie");
+                SoftPair.sleepMicros(10_000);
+            }
+            assertTrue(ProcessHandle.of(zombie).map(ProcessHandle::isAlive).orElse(false),
+                    "a zombie's pid still answers: why a liveness check alone left files behind");
+            assertTrue(SharedMemoryFiles.isDead(zombie));
+            assertFalse(SharedMemoryFiles.isDead(ProcessHandle.current().pid()));
+            Path data = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-1"));
+            Path keys = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-keys"));
+            SharedMemoryFiles.removeFilesOfDeadProcess(dir, zombie);
+            assertFalse(Files.exists(data));
+            assertFalse(Files.exists(keys));
+        } finally {
+            parent.destroyForcibly();
+            parent.waitFor();
+        }
+    }
+
+    @Test
     void shouldFallBackToPrivateMemoryAndCountItWhenTheDirectoryRefuses() {
         System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.resolve("missing").toString());
         SharedMemoryFiles shm = new SharedMemoryFiles();
@@ -253,6 +280,16 @@ class SoftSameHostTest {
             assertEquals(oneSided + 4, provider.oneSidedOperations(), "the WRITE behind the SEND ran one-sided");
             SoftPair.assertCompletion(SoftPair.pollOne(p.server.recvCq, null), 10, WcStatus.SUCCESS, WcOpcode.RECV);
             SoftPair.assertQuiet(p.server.recvCq, 20);
+
+            // An inline WRITE runs one-sided too, from the queue pair's copy of its bytes.
+            p.client.qp.postSend(swr.reset().wrId(7).opcode(WrOpcode.RDMA_WRITE)
+                    .flags(SendWorkRequest.SIGNALED | SendWorkRequest.INLINE)
+                    .remote(remote.address() + 1000, remote.mr().rkey()).addSge(local.address() + 5, 200,
+                            local.mr().lkey()));
+            SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 7, WcStatus.SUCCESS,
+                    WcOpcode.RDMA_WRITE);
+            remote.assertFilled(1000, 200, 7, 5);
+            assertEquals(oneSided + 5, provider.oneSidedOperations(), "the inline WRITE ran one-sided");
         } finally {
             toFree.forEach(Runnable::run);
         }
@@ -272,7 +309,8 @@ class SoftSameHostTest {
     @Test
     void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
         SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.PREFIX + "1-keys"));
-        SharedKeyTable peer = SharedKeyTable.open(owner.file);
+        FileChannel peerChannel = FileChannel.open(owner.file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        SharedKeyTable peer = SharedKeyTable.open(peerChannel, owner.file);
         try {
             int key = 0x5a000007;
             owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512);
@@ -303,6 +341,7 @@ class SoftSameHostTest {
         } finally {
             io.rdmabridge.verbs.DirectMemory.free(peer.mapping());
             io.rdmabridge.verbs.DirectMemory.free(owner.mapping());
+            peerChannel.close();
         }
     }
 }

@@ -121,9 +121,15 @@ class SoftWireTest {
 
     /** Completes a real handshake from a raw socket and lets the server accept it. */
     private Socket connected(int rnrRetryCount) throws Exception {
+        return connected(rnrRetryCount, new byte[SharedMemoryFiles.TOKEN_LENGTH], 0);
+    }
+
+    /** As {@link #connected(int)}, offering {@code hostToken} and {@code pid} (a same-host peer when they match). */
+    private Socket connected(int rnrRetryCount, byte[] hostToken, long pid) throws Exception {
         Socket s = open();
         ConnectionParameters params = ConnectionParameters.DEFAULT.withRnrRetryCount(rnrRetryCount);
-        s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, params, new byte[] {4, 2}, 0));
+        s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, params, new byte[] {4, 2}, 0,
+                hostToken, pid));
         CmEvent request = awaitEvent(channel, CmEventType.CONNECT_REQUEST);
         assertEquals(2, request.privateData().length);
         serverId = request.id();
@@ -365,6 +371,89 @@ class SoftWireTest {
             assertTrue(t.isConnected());
         }
         awaitServerDisconnected();
+    }
+
+    /** A raw peer that claims to share this host (our own token and pid), on a server with the path on. */
+    private Socket connectedSameHost() throws Exception {
+        Socket s = connected(6, SoftEngine.get().sharedMemory.hostToken(), ProcessHandle.current().pid());
+        assertTrue(((TcpLink) ((SoftQueuePair) serverQp).link).sameHost());
+        return s;
+    }
+
+    /** Closes the server's end of the last connection, so that the next {@link #connected} can make another. */
+    private void closeServerSide() {
+        serverQp.close();
+        serverId.close();
+        serverQp = null;
+        serverId = null;
+    }
+
+    /** A same-host connection still executes a valid WRITE after the hostile ones (the engine carries on). */
+    private void assertAnotherLinkWorks() throws Exception {
+        closeServerSide();
+        try (Socket s = connectedSameHost()) {
+            s.getOutputStream().write(frame(SoftFrame.DIRECT, 3, 0, 0, 1, 0, 0, 0, 0));
+            s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 1, 16, 16, region.address(), region.rkey(), 0, 16));
+            ByteBuffer ack = readFrame(s);
+            assertEquals(SoftFrame.ACK, ack.get(SoftFrame.OPCODE_OFFSET));
+            assertEquals(1, ack.getInt(SoftFrame.PSN_OFFSET), "the DIRECT frame accounted for psn 0");
+            assertEquals((byte) 0x3C, memory.get(GUARD));
+        }
+        awaitServerDisconnected();
+        assertGuardsIntact();
+    }
+
+    @Test
+    void shouldCloseOnHostileDirectFramesAndKeepServingOtherLinks() throws Exception {
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        try (LogCapture log = new LogCapture()) {
+            // On a link that is not same-host (the peer offered no token).
+            try (Socket s = connected(6)) {
+                s.getOutputStream().write(frame(SoftFrame.DIRECT, 3, 0, 0, 1, 0, 0, 0, 0));
+                assertClosedByPeer(s);
+            }
+            awaitServerDisconnected();
+            log.assertWarned("protocol violation", "DIRECT", "on a link that is not same-host");
+
+            closeServerSide();
+            try (Socket s = connectedSameHost()) {
+                s.getOutputStream().write(frame(SoftFrame.DIRECT, 3, 5, 0, 1, 0, 0, 0, 0));
+                assertClosedByPeer(s);
+            }
+            awaitServerDisconnected();
+            log.assertWarned("protocol violation", "DIRECT", "psn 5 (expected: 0)");
+
+            // In the middle of a message: the first of two WRITE frames, then DIRECT.
+            closeServerSide();
+            try (Socket s = connectedSameHost()) {
+                s.getOutputStream().write(frame(SoftFrame.WRITE, SoftFrame.FIRST, 0, 8, 16, region.address(),
+                        region.rkey(), 0, 8));
+                s.getOutputStream().write(frame(SoftFrame.DIRECT, 3, 1, 0, 1, 0, 0, 0, 0));
+                assertClosedByPeer(s);
+            }
+            awaitServerDisconnected();
+            log.assertWarned("protocol violation", "DIRECT", "inside message psn 0");
+
+            for (int count : new int[] {0, TcpLink.MAX_DIRECT + 1, -1}) {
+                closeServerSide();
+                try (Socket s = connectedSameHost()) {
+                    s.getOutputStream().write(frame(SoftFrame.DIRECT, 3, 0, 0, count, 0, 0, 0, 0));
+                    assertClosedByPeer(s);
+                }
+                awaitServerDisconnected();
+                if (count >= 0) {
+                    log.assertWarned("protocol violation", "DIRECT", "count " + count + " (expected: 1.."
+                            + TcpLink.MAX_DIRECT + ")");
+                }
+            }
+            for (int i = GUARD; i < GUARD + 16; i++) {
+                memory.put(i, (byte) 0xA5); // the partial WRITE above may have landed; the check below needs 0xA5
+            }
+            assertGuardsIntact();
+            assertAnotherLinkWorks();
+        } finally {
+            System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+        }
     }
 
     /** Reads until EOF, ignoring what arrives. */
