@@ -100,7 +100,7 @@
  *       zombie, else re-checked on the timer with backoff for about 13 s; tested with a killed child JVM.</li>
  * </ul>
  * Remaining risk: the key table itself is still a mapping (its in-use counts need atomics both processes see), as
- * are the frame rings (their fault is attributed, see Next). Its
+ * are the frame rings (their fault is attributed, see Next). The table's
  * size is checked before each request, but a peer that truncates its own table in the microseconds a request reads
  * it makes this process fault as above (an {@link java.lang.InternalError} at an unpredictable point of the posting
  * or engine thread). Closing that needs a table the peer cannot shrink (a sealed memfd, which needs native code) or

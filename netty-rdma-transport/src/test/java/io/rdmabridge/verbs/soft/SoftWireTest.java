@@ -406,6 +406,8 @@ class SoftWireTest {
     @Test
     void shouldCloseOnHostileDirectFramesAndKeepServingOtherLinks() throws Exception {
         System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        // The raw peer speaks frames over the socket only: no rings, so that the server's ACK comes back on it.
+        System.setProperty(ShmRing.PROPERTY, "false");
         try (LogCapture log = new LogCapture()) {
             // On a link that is not same-host (the peer offered no token).
             try (Socket s = connected(6)) {
@@ -453,6 +455,7 @@ class SoftWireTest {
             assertAnotherLinkWorks();
         } finally {
             System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+            System.clearProperty(ShmRing.PROPERTY);
         }
     }
 
