@@ -20,7 +20,7 @@ import java.util.concurrent.locks.LockSupport;
  * the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
  *
  * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
- * A header (magic, version, slot counts); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
+ * A header (magic, version, slot counts, committed key slots); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
  * key (0 while not published), in-use count, protection-domain id, access, the region's address and length in the
  * owner, and the file number and offset of its shared file; then one 8-byte entry per queue-pair slot
  * ({@code qpn & (QP_SLOTS - 1)}): the queue pair number (0 when none) and its domain's id.
@@ -44,7 +44,7 @@ import java.util.concurrent.locks.LockSupport;
  */
 final class SharedKeyTable {
     static final int MAGIC = 0x5242534b;
-    static final int VERSION = 1;
+    static final int VERSION = 2;
     static final int REGION_SLOTS = MemoryKeyTable.MAX_REGIONS + 1;
     static final int QP_SLOTS = 1 << 16;
     static final int HEADER = 64;
@@ -52,6 +52,10 @@ final class SharedKeyTable {
     static final int QP_ENTRY = 8;
     static final long SIZE = HEADER + (long) REGION_SLOTS * REGION_ENTRY + (long) QP_SLOTS * QP_ENTRY;
     static final long WITHDRAW_WAIT_NANOS = 2_000_000_000L;
+    /** Header field: key slots whose entries the owner has committed (published with release); peers touch no other. */
+    static final int COMMITTED_SLOTS = 16;
+    /** Key slots committed when the table is made; it doubles from there as registrations need more. */
+    static final int INITIAL_SLOTS = 4096;
 
     // Entry field offsets.
     static final int KEY = 0;
@@ -70,6 +74,9 @@ final class SharedKeyTable {
 
     private final MappedByteBuffer map;
     final Path file;
+    /** Owner only: the file, kept open to commit entries as they are needed, and how many slots are committed. */
+    private FileChannel owned;
+    private int committed;
 
     private SharedKeyTable(MappedByteBuffer map, Path file) {
         this.map = map;
@@ -80,12 +87,25 @@ final class SharedKeyTable {
     static SharedKeyTable create(Path file) throws IOException {
         Files.deleteIfExists(file);
         Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-        SharedKeyTable t = new SharedKeyTable(map(file, SIZE), file);
-        INT.set(t.map, 4, VERSION);
-        INT.set(t.map, 8, REGION_SLOTS);
-        INT.set(t.map, 12, QP_SLOTS);
-        INT.setRelease(t.map, 0, MAGIC);
-        return t;
+        // The file stays sparse (48 MiB), but every page anyone touches is committed first: a page that tmpfs has to
+        // allocate on first touch, in a full directory, faults the toucher (SIGBUS, which JDK 17 reports late).
+        FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        try {
+            SharedMemoryFiles.commit(ch, 0, entry(INITIAL_SLOTS));
+            SharedMemoryFiles.commit(ch, qpEntry(0), SIZE);
+            SharedKeyTable t = new SharedKeyTable(ch.map(FileChannel.MapMode.READ_WRITE, 0, SIZE), file);
+            t.owned = ch;
+            t.committed = INITIAL_SLOTS;
+            INT.set(t.map, 4, VERSION);
+            INT.set(t.map, 8, REGION_SLOTS);
+            INT.set(t.map, 12, QP_SLOTS);
+            INT.set(t.map, COMMITTED_SLOTS, INITIAL_SLOTS);
+            INT.setRelease(t.map, 0, MAGIC);
+            return t;
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            throw e;
+        }
     }
 
     /**
@@ -110,12 +130,6 @@ final class SharedKeyTable {
         }
     }
 
-    private static MappedByteBuffer map(Path file, long size) throws IOException {
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-            return ch.map(FileChannel.MapMode.READ_WRITE, 0, size);
-        }
-    }
-
     /** The mapping; freed by {@link io.rdmabridge.verbs.DirectMemory#free} when no copy can still use it. */
     MappedByteBuffer mapping() {
         return map;
@@ -131,9 +145,24 @@ final class SharedKeyTable {
 
     // ------------------------------------------------------------------ owner side
 
-    /** Publishes a registration under {@code key}; the slot's previous key was withdrawn. Caller holds the key lock. */
-    void publish(int key, int domain, int access, long address, long length, long fileNumber, long fileOffset) {
-        int e = entry(key & (REGION_SLOTS - 1));
+    /**
+     * Publishes a registration under {@code key}; the slot's previous key was withdrawn. Caller holds the key lock.
+     *
+     * @return {@code false} when the slot's entry could not be committed (no space left): not published
+     */
+    boolean publish(int key, int domain, int access, long address, long length, long fileNumber, long fileOffset) {
+        int slot = key & (REGION_SLOTS - 1);
+        if (slot >= committed) {
+            int grown = Math.min(REGION_SLOTS, Math.max(committed * 2, slot + 1));
+            try {
+                SharedMemoryFiles.commit(owned, entry(committed), entry(grown));
+            } catch (IOException e) {
+                return false;
+            }
+            committed = grown;
+            INT.setRelease(map, COMMITTED_SLOTS, grown);
+        }
+        int e = entry(slot);
         INT.set(map, e + DOMAIN, domain);
         INT.set(map, e + ACCESS, access);
         LONG.set(map, e + ADDRESS, address);
@@ -141,6 +170,7 @@ final class SharedKeyTable {
         LONG.set(map, e + FILE_NUMBER, fileNumber);
         LONG.set(map, e + FILE_OFFSET, fileOffset);
         INT.setVolatile(map, e + KEY, key);
+        return true;
     }
 
     /**
@@ -192,8 +222,8 @@ final class SharedKeyTable {
      */
     int acquire(int rkey) {
         int slot = rkey & (REGION_SLOTS - 1);
-        if (slot == 0) {
-            return -1;
+        if (slot == 0 || slot >= (int) INT.getAcquire(map, COMMITTED_SLOTS)) {
+            return -1; // an entry the owner never committed: touching it could allocate a page of a full directory
         }
         int e = entry(slot);
         INT.getAndAdd(map, e + IN_USE, 1);

@@ -59,6 +59,8 @@ final class SharedMemoryFiles {
     private final AtomicBoolean started = new AtomicBoolean();
     private final AtomicBoolean fallbackLogged = new AtomicBoolean();
     private static final AtomicBoolean BAD_PROPERTY_LOGGED = new AtomicBoolean();
+    /** Read-only zeros that {@link #commit} writes from (duplicated per use: its position is not shared). */
+    private static final ByteBuffer ZEROS = ByteBuffer.allocateDirect(64 * 1024).asReadOnlyBuffer();
     private volatile byte[] token;
     /** This process's published keys and queue pairs; created with the first shared file or same-host link. */
     private volatile SharedKeyTable keyTable;
@@ -107,7 +109,7 @@ final class SharedMemoryFiles {
         try {
             Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                // Mapping past the end grows the file; tmpfs allocates its pages on first touch.
+                commit(ch, capacity);
                 map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
             }
         } catch (IOException | RuntimeException e) {
@@ -126,6 +128,28 @@ final class SharedMemoryFiles {
         }
         liveBytes.addAndGet(capacity);
         return map;
+    }
+
+    /**
+     * Writes {@code capacity} zero bytes into the new file, so that tmpfs allocates every page now. Otherwise it does
+     * so on first touch through the mapping, and a full directory (a container's small {@code /dev/shm}) would then
+     * raise SIGBUS inside a copy, which JDK 17 reports late, at an unrelated point of the thread, as an
+     * {@link InternalError}; here it is an {@link IOException} ("No space left on device") and the caller falls back.
+     */
+    private static void commit(FileChannel ch, int capacity) throws IOException {
+        commit(ch, 0, capacity);
+    }
+
+    /** Writes zeros to bytes {@code from} to {@code to} of {@code ch}'s file, allocating its pages now (see above). */
+    static void commit(FileChannel ch, long from, long to) throws IOException {
+        ByteBuffer zeros = ZEROS.duplicate();
+        long at = from;
+        while (at < to) {
+            zeros.clear().limit((int) Math.min(zeros.capacity(), to - at));
+            while (zeros.hasRemaining()) {
+                at += ch.write(zeros, at);
+            }
+        }
     }
 
     /** Before our first file: stale files go, and ours will go at exit. */
@@ -360,8 +384,11 @@ final class SharedMemoryFiles {
             return;
         }
         SharedKeyTable t = keyTable();
-        if (t != null) {
-            t.publish(key, domain, access, address, length, m.number(), address - m.base());
+        if (t != null && !t.publish(key, domain, access, address, length, m.number(), address - m.base())
+                && fallbackLogged.compareAndSet(false, true)) {
+            SoftEngine.logger.warn("soft0: the shared key table in {} cannot grow (no space left): regions registered "
+                    + "from now on are reached by same-host peers through the TCP path (give the directory more space, "
+                    + "choose another with -D{}, or set -D{}=tcp)", directory, DIRECTORY_PROPERTY, SAME_HOST_PROPERTY);
         }
     }
 
