@@ -37,9 +37,9 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 final class SharedMemoryFiles {
     /**
-     * {@code shm} or {@code tcp} (default while the shared-memory data path is built): whether registered memory is
-     * allocated in shared files and same-host peers are recognised in the handshake. Read at every allocation and
-     * handshake.
+     * {@code shm} (default) or {@code tcp}: whether registered memory is allocated in shared files and same-host peers
+     * are recognised in the handshake; {@code tcp} keeps every link on the TCP path, as between hosts. Read at every
+     * allocation and handshake.
      */
     static final String SAME_HOST_PROPERTY = "rdmabridge.soft.sameHost";
     /** The directory of the shared files, read when the device starts; default {@code /dev/shm}. */
@@ -80,14 +80,15 @@ final class SharedMemoryFiles {
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
-        String value = System.getProperty(SAME_HOST_PROPERTY, "tcp").trim();
-        if ("shm".equalsIgnoreCase(value)) {
-            return true;
+        String value = System.getProperty(SAME_HOST_PROPERTY, "shm").trim();
+        if ("tcp".equalsIgnoreCase(value)) {
+            return false;
         }
-        if (!"tcp".equalsIgnoreCase(value) && BAD_PROPERTY_LOGGED.compareAndSet(false, true)) {
-            SoftEngine.logger.warn("soft0: {}={} (expected: shm or tcp); using tcp", SAME_HOST_PROPERTY, value);
+        if (!"shm".equalsIgnoreCase(value) && BAD_PROPERTY_LOGGED.compareAndSet(false, true)) {
+            SoftEngine.logger.warn("soft0: {}={} (expected: shm or tcp); using the default, shm", SAME_HOST_PROPERTY,
+                    value);
         }
-        return false;
+        return true;
     }
 
     /**

@@ -34,8 +34,9 @@ import java.util.Locale;
  * at that moment. Instances in both modes can live in one JVM and connect to each other.
  *
  * <p>Other system properties: {@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp} forces the
- * TCP wire path even between queue pairs of one JVM; {@code rdmabridge.soft.sameHost} = {@code tcp} (default) or
- * {@code shm} lets processes on one host run RDMA WRITE and READ one-sided in shared memory (see the package javadoc); {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
+ * TCP wire path even between queue pairs of one JVM; {@code rdmabridge.soft.sameHost} = {@code shm} (default) or
+ * {@code tcp}: whether processes on one host move their frames through shared-memory rings and run RDMA WRITE and
+ * READ one-sided (see the package javadoc); {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
  * bounds how long an accepted socket may take to send its connect request. Thread-safe.
  */
 public final class SoftProvider implements RdmaProvider {

@@ -32,7 +32,7 @@
  *       modes in one JVM construct {@code new SoftProvider(SoftProvider.PrivateDataMode.NONE)} instead.</li>
  *   <li>{@code rdmabridge.soft.loopback} = {@code direct} (default) or {@code tcp}: the TCP wire path even between
  *       queue pairs of one JVM.</li>
- *   <li>{@code rdmabridge.soft.sameHost} = {@code tcp} (default) or {@code shm}: the same-host path below, read at
+ *   <li>{@code rdmabridge.soft.sameHost} = {@code shm} (default) or {@code tcp}: the same-host path below, read at
  *       every allocation and connection; {@code rdmabridge.soft.shmDirectory} (default {@code /dev/shm}, read when
  *       the device starts) holds its files. On that path {@code rdmabridge.soft.rings} = {@code true} (default) or
  *       {@code false} (read per connection) moves each side's frames into a shared-memory ring, and
@@ -41,7 +41,7 @@
  * </ul>
  *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
- * Done (off by default until the evidence below is reviewed):
+ * Done (on by default since the hardening below; {@code -Drdmabridge.soft.sameHost=tcp} turns it off):
  * <ul>
  *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
  *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid>-<n>}, deleted at free,
@@ -122,13 +122,11 @@
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
  *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied.</li>
- *   <li>The key table stays a 48 MiB sparse file: tmpfs allocates only the pages touched, one per 85 key slots ever
- *       used (slots are handed out oldest first, so a long run of registrations touches them all) and one per 512
- *       queue-pair slots. Sizing it to the live slots would need peers to remap it as it grows, for a saving
+ *   <li>The key table stays a 48 MiB sparse file: only the header, the queue-pair slots (512 KiB) and the key slots
+ *       the device has handed out (4,096 at first, doubling as it hands out more) are committed, each page before it
+ *       is touched, so that a full directory fails a registration's publication (it stays on the TCP path) instead of
+ *       faulting. Sizing it to the live slots would need peers to remap it as it grows, for a saving
  *       bounded by 48 MiB per process; not done.</li>
- *   <li>Turning it on by default: the whole module suite passes with it on in every JVM (with paranoid leak
- *       detection); left to review. Then the channel's cross-process tests in CI on it, and the results page with
- *       this path beside TCP and epoll, re-measured since the copies became positional I/O.</li>
  * </ul>
  * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); a killed peer whose
  * pid still looks alive 13 s after the last link to it closed leaves its files to the next process on the host that
