@@ -9,7 +9,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>The peer counts ({@link #peerFiles()}, {@link #peerKeyTables()}, {@link #peerBytes()}) are the soft provider's
  * same-host path: a peer process's memory files open and its key tables mapped. They are released when the link's
  * socket closes, which the verbs calls do not wait for, so they are left out of {@link #isZero()}; tests wait for
- * {@link #peerMappingsReleased()} instead.
+ * {@link #peerMappingsReleased()} instead. {@link #sameHostConnections()} counts, from the start, the connections that
+ * took that path: which path a job's connections took, for reports.
  */
 public final class ResourceUsage {
     private final AtomicLong registeredBytes = new AtomicLong();
@@ -22,6 +23,7 @@ public final class ResourceUsage {
     private final AtomicLong peerFiles = new AtomicLong();
     private final AtomicLong peerKeyTables = new AtomicLong();
     private final AtomicLong peerBytes = new AtomicLong();
+    private final AtomicLong sameHostConnections = new AtomicLong();
 
     public long registeredBytes() {
         return registeredBytes.get();
@@ -64,6 +66,14 @@ public final class ResourceUsage {
     /** The bytes of the peer files and key tables above. */
     public long peerBytes() {
         return peerBytes.get();
+    }
+
+    /**
+     * Connections established so far, closed ones included, that took the soft provider's same-host path (shared
+     * memory instead of the TCP link); 0 on a device and when every peer was on another host.
+     */
+    public long sameHostConnections() {
+        return sameHostConnections.get();
     }
 
     /** Whether no same-host peer's file or key table is held. */
@@ -123,6 +133,11 @@ public final class ResourceUsage {
     public void peerKeyTables(int delta, long bytes) {
         peerKeyTables.addAndGet(delta);
         peerBytes.addAndGet(bytes);
+    }
+
+    /** Provider side: a connection took the same-host path. */
+    public void sameHostConnected() {
+        sameHostConnections.incrementAndGet();
     }
 
     @Override

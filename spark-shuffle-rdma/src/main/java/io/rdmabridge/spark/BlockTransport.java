@@ -109,6 +109,11 @@ final class BlockTransport {
     }
 
     /** What moves the bytes, in words, for logs. */
+    /** Connections of this JVM's provider that took the soft provider's same-host path, since it started. */
+    long sameHostConnections() {
+        return provider.resourceUsage().sameHostConnections();
+    }
+
     String description() {
         return "RdmaSocketChannel on the " + provider.name() + " RDMA provider";
     }

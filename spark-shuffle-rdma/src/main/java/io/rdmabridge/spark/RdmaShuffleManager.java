@@ -189,6 +189,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
                         rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);
                 metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
+                metrics.watchPath(transport::sameHostConnections);
                 InetSocketAddress address = new InetSocketAddress(host, server.localAddress().getPort());
                 directory.register(address);
                 LOG.info("RDMA shuffle: executor {} serves shuffle blocks at {} over {}", env.executorId(), address,

@@ -42,6 +42,15 @@ final class RdmaShuffleMetrics implements Source {
         registry.register("bytesCopiedOnReceive", (Gauge<Long>) onReceive::getAsLong);
     }
 
+    /**
+     * Publishes gauge {@code sameHostConnections}: the connections of this executor's provider that took the soft
+     * provider's same-host path (shared memory) rather than its TCP link or a device. Called once, when the transport
+     * starts.
+     */
+    void watchPath(LongSupplier sameHostConnections) {
+        registry.register("sameHostConnections", (Gauge<Long>) sameHostConnections::getAsLong);
+    }
+
     @Override
     public String sourceName() {
         return "rdmaShuffle";

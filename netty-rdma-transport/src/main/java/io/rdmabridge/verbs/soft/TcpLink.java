@@ -379,6 +379,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (sameHost) {
             q.publishShared();
             sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage);
+            engine.usage.sameHostConnected();
             if (ShmRing.enabled()) {
                 ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
             }

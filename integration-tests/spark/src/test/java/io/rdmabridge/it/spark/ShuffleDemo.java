@@ -47,8 +47,15 @@ public final class ShuffleDemo {
 
     /** One run's figures; RDMA-only fields are -1 on the SortShuffleManager run. {@code invalid}: null when valid. */
     record Run(String manager, long jobNanos, long fetchWaitMillis, long remoteBytes, long rdmaBytes,
-               long rdmaBlocks, long copiedBytes, long fallbackBlocks, int fallbackExecutors, String digest,
-               String invalid) {
+               long rdmaBlocks, long copiedBytes, long fallbackBlocks, int fallbackExecutors,
+               long sameHostConnections, String digest, String invalid) {
+        /** Which path the executors' RDMA connections took, as the demo prints it. */
+        String path() {
+            return sameHostConnections > 0
+                    ? "same-host shared memory (" + sameHostConnections + " connections)"
+                    : "TCP between processes";
+        }
+
         /** Share of the bytes fetched over RDMA that no CPU copied on the way. */
         double zeroCopyShare() {
             return rdmaBytes <= 0 ? Double.NaN : Math.max(0, rdmaBytes - copiedBytes) / (double) rdmaBytes;
@@ -180,7 +187,7 @@ public final class ShuffleDemo {
             long remote = counters.remoteBytesRead.get() - remoteBefore;
             long fetchWait = counters.fetchWaitMillis.get() - fetchWaitBefore;
             if (!rdma) {
-                return new Run(manager, jobNanos, fetchWait, remote, -1, -1, -1, -1, -1, digest, invalid);
+                return new Run(manager, jobNanos, fetchWait, remote, -1, -1, -1, -1, -1, -1, digest, invalid);
             }
             if (progress != null) {
                 progress.label(label + ": collecting executors' counters");
@@ -191,7 +198,8 @@ public final class ShuffleDemo {
             after.forEach((k, v) -> d.put(k, v - rdmaBefore.get(k)));
             return new Run(manager, jobNanos, fetchWait, remote, d.get("bytesFetched"), d.get("blocksFetched"),
                     d.get("bytesCopiedOnSend") + d.get("bytesCopiedOnReceive"), d.get("blocksFetchedByFallback"),
-                    ShuffleCounters.manager().fallbacks().size(), digest, invalid);
+                    ShuffleCounters.manager().fallbacks().size(), after.get("sameHostConnections"), digest,
+                    invalid);
         } finally {
             if (progress != null) {
                 progress.close();
@@ -217,7 +225,7 @@ public final class ShuffleDemo {
     private static Map<String, Long> rdmaCounters() {
         Map<String, Long> m = new HashMap<>();
         for (String name : List.of("bytesFetched", "blocksFetched", "bytesCopiedOnSend", "bytesCopiedOnReceive",
-                "blocksFetchedByFallback")) {
+                "blocksFetchedByFallback", "sameHostConnections")) {
             m.put(name, ShuffleCounters.rdmaCounter(name));
         }
         return m;
@@ -252,7 +260,8 @@ public final class ShuffleDemo {
         Run s = outcome.sort;
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "Spark %s of %d MB on local-cluster[2,1,1024] (two executor JVMs), "
-                + "RDMA on the soft provider%n%n", outcome.options.jobName(), outcome.options.megabytes));
+                + "RDMA on the soft provider, path: %s%n%n", outcome.options.jobName(), outcome.options.megabytes,
+                r.path()));
         String row = "%-30s %20s %20s%n";
         sb.append(String.format(Locale.ROOT, row, "", RDMA, SORT));
         sb.append(String.format(Locale.ROOT, row, "job time", seconds(r.jobNanos / 1e9), seconds(s.jobNanos / 1e9)));
@@ -278,9 +287,9 @@ public final class ShuffleDemo {
         Run s = outcome.sort;
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "%s of %d MB (%s), `local-cluster[2,1,1024]`: two executor JVMs with one"
-                + " core each; RDMA on the soft provider; host-local disk reads off so that every block between"
-                + " executors crosses the transport.%n%n", outcome.options.jobName(), outcome.options.megabytes,
-                outcome.options.terasort ? "100-byte records, 10-byte keys, Kryo" : "Java serialization"));
+                + " core each; RDMA on the soft provider, path: %s; host-local disk reads off so that every block"
+                + " between executors crosses the transport.%n%n", outcome.options.jobName(), outcome.options.megabytes,
+                outcome.options.terasort ? "100-byte records, 10-byte keys, Kryo" : "Java serialization", r.path()));
         sb.append("| | RdmaShuffleManager | SortShuffleManager | ratio RDMA / Spark |\n|---|---:|---:|---:|\n");
         sb.append(String.format(Locale.ROOT, "| job time | %s | %s | %.2f |%n", seconds(r.jobNanos / 1e9),
                 seconds(s.jobNanos / 1e9), r.jobNanos / (double) s.jobNanos));

@@ -28,6 +28,9 @@ class ShuffleDemoTest {
         assertEquals(0, rdma.copiedBytes(), "CPU-copied bytes");
         assertEquals(1.0, rdma.zeroCopyShare());
         assertTrue(table.contains("identical"), table);
+        // Both executors on one host: the soft provider's same-host path (its default), and the demo says so.
+        assertTrue(rdma.sameHostConnections() > 0, table);
+        assertTrue(table.contains("path: same-host shared memory ("), table);
     }
 
     @Test
