@@ -10,7 +10,8 @@ import org.openjdk.jmh.annotations.Param;
  * teardown): the RDMA channel on the soft provider (whose queue pairs then talk over TCP) against Netty epoll and NIO.
  * Same operations as {@link InJvmChannelBenchmark}, from {@link ChannelBenchmark}.
  *
- * <p>{@code sameHost} = {@code shm} puts the soft provider on its same-host shared-memory path at both ends.
+ * <p>{@code sameHost} = {@code tcp} puts the soft provider on its TCP link at both ends (by default, {@code shm}, both
+ * take its same-host shared-memory path).
  * {@code rendezvousThreshold} and {@code receiveBufferSize} (0: the channel's defaults) override those RDMA options
  * at both ends ({@link RdmaTuning}), so candidate defaults can be measured against each other in one run.
  */
@@ -25,10 +26,11 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     public int receiveBufferSize;
 
     /**
-     * The soft provider's path between the two processes: {@code tcp} (its TCP emulation, the default) or {@code shm}
-     * (one-sided WRITE and READ in shared memory, {@code rdmabridge.soft.sameHost}); both ends use it.
+     * The soft provider's path between the two processes ({@code rdmabridge.soft.sameHost}), both ends alike:
+     * {@code shm} (the provider's default: frames through shared-memory rings, WRITE and READ one-sided) or {@code tcp}
+     * (its TCP link, the path between hosts).
      */
-    @Param("tcp")
+    @Param("shm")
     public String sameHost;
 
     @Override

@@ -1,5 +1,6 @@
 package io.rdmabridge.benchmarks.report;
 
+import io.rdmabridge.benchmarks.RdmaTuning;
 import io.rdmabridge.benchmarks.Transport;
 import io.rdmabridge.benchmarks.grpc.GrpcStreamingBenchmark;
 import io.rdmabridge.benchmarks.grpc.GrpcStreamingBenchmark.Config;
@@ -39,19 +40,26 @@ final class GrpcSection {
         return section(config, trials, start, loadBefore, load());
     }
 
+    /** The soft provider's path between the two processes, as {@code rdmabridge.soft.sameHost} chose it. */
+    private static String softPath() {
+        return "tcp".equalsIgnoreCase(System.getProperty(RdmaTuning.SAME_HOST, "shm").trim())
+                ? "queue pairs over its TCP link between the processes, `rdmabridge.soft.sameHost=tcp`"
+                : "its same-host path between the processes: frames through shared-memory rings, the default";
+    }
+
     static String section(Config config, List<Trial> trials, Instant start, double loadBefore, double loadAfter) {
         StringBuilder md = new StringBuilder(TITLE).append("\n\n");
         md.append(String.format(Locale.ROOT, "Measured on %s on %d cores shared with other work (load average %.1f"
                 + " before, %.1f after), so absolute rates move between runs: read the ratios. One gRPC"
                 + " client-streaming call of %d MiB in %d KiB messages per trial, after an untimed %d MiB call on the"
                 + " same connection; the server is a child JVM on loopback, client and server each on one event loop with gRPC's direct"
-                + " executor. RDMA = `RdmaSocketChannel` on the soft provider (queue pairs over TCP between the"
-                + " processes) with `REGISTERED_ALLOCATOR` at both ends; NIO = Netty's `NioSocketChannel`. The two"
+                + " executor. RDMA = `RdmaSocketChannel` on the soft provider (%s) with `REGISTERED_ALLOCATOR` at"
+                + " both ends; NIO = Netty's `NioSocketChannel`. The two"
                 + " alternate, the order swapping every round. CPU = process CPU time (all threads) per GiB streamed;"
                 + " copied/byte = CPU-copied bytes of the client's RDMA channel per byte streamed"
                 + " (`RdmaChannelMetrics`).%n%n", start.truncatedTo(ChronoUnit.SECONDS),
                 Runtime.getRuntime().availableProcessors(), loadBefore, loadAfter,
-                config.bytes() >> 20, config.messageBytes() >> 10, config.warmupBytes() >> 20));
+                config.bytes() >> 20, config.messageBytes() >> 10, config.warmupBytes() >> 20, softPath()));
         md.append("| round | transport | MiB/s | client CPU s/GiB | server CPU s/GiB | copied/byte |\n"
                 + "|---:|---|---:|---:|---:|---:|\n");
         for (Trial t : trials) {

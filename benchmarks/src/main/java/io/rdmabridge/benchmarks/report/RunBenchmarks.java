@@ -134,8 +134,10 @@ public final class RunBenchmarks {
         md.append("## How to read this\n\n"
                 + "- Every ratio compares two transports measured in this same run on this machine. The RDMA channel"
                 + " runs on the **soft provider** (no RDMA hardware here): in one JVM its queue pairs move bytes"
-                + " with one memory copy per message (the RDMA semantics), across processes they talk over a TCP"
-                + " socket. So these figures measure the channel and protocol overhead, not a fabric.\n"
+                + " with one memory copy per message (the RDMA semantics); across processes on this host they take"
+                + " its same-host path (the default: frames through shared-memory rings, WRITE and READ one-sided;"
+                + " between hosts it uses a TCP socket). So these figures measure the channel and protocol overhead,"
+                + " not a fabric.\n"
                 + "- JMH: forks=1, few iterations (2 shared cores: expect wide errors; the ± column is JMH's 99.9%"
                 + " confidence half-width, NaN where only one iteration ran). Throughput = batches of 4 MiB (at"
                 + " least 4 messages) with one batch in flight behind the one being written; latency = one"
@@ -171,7 +173,7 @@ public final class RunBenchmarks {
         md.append("\n");
 
         channelSection("In one JVM: RDMA channel (soft, in-JVM path) vs LocalChannel", inJvm, "injvm");
-        channelSection("Across two processes on loopback: RDMA channel (soft over TCP) vs epoll and NIO", cross,
+        channelSection("Across two processes on loopback: RDMA channel (soft, same-host path) vs epoll and NIO", cross,
                 "cross");
         copiesSection(jmh);
         perfSection(perf);
