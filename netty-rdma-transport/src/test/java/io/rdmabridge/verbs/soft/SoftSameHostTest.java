@@ -122,8 +122,9 @@ class SoftSameHostTest {
 
     @Test
     void shouldTreatAZombieAsDeadAndDeleteItsFiles() throws Exception {
-        // "true" exits at once; its parent exec's into sleep, which never reaps it: a zombie for 5 s.
-        Process parent = new ProcessBuilder("sh", "-c", "true & echo $!; exec sleep 5").start();
+        // The child exits after a second, by when its parent has exec'd into sleep, which never reaps it: a zombie
+        // until the parent ends. (A child that exited at once could be reaped by the shell before its exec.)
+        Process parent = new ProcessBuilder("sh", "-c", "sleep 1 & echo $!; exec sleep 10").start();
         try {
             long zombie = Long.parseLong(new java.io.BufferedReader(new java.io.InputStreamReader(
                     parent.getInputStream(), java.nio.charset.StandardCharsets.UTF_8)).readLine().trim());
