@@ -17,11 +17,13 @@ public record ConnectionConfig(int receiveBufferSize, int receiveQueueDepth, int
     /**
      * Defaults. The largest message (16 MiB) bounds what one peer can make this side allocate for a rendezvous
      * before anything above the transport has looked at it; senders split larger writes. Rendezvous starts at 256 KiB:
-     * below that, writes packed into full 16 KiB eager frames streamed faster across processes than one READ per
-     * message (medians 1.5x at 128 KiB, 2.5x at 64 KiB, 3.8x at 16 KiB, the size of HTTP/2 DATA frames), and the
-     * receive buffers, the registered memory each connection posts, stay 16 KiB (docs/benchmarks.md).
+     * below that, writes packed into full eager frames streamed faster across processes than one READ per message
+     * (docs/benchmarks.md). Receive buffers are 64 KiB, Netty's largest read, so that a stream of HTTP/2 DATA frames
+     * (16,393 bytes each) arrives mostly whole in one buffer instead of straddling every 16 KiB one, which made gRPC's
+     * decoder copy nearly every byte into its cumulation; 16 of them keep a connection's posted receive memory at
+     * 1 MiB (docs/grpc.md, "Receive buffers").
      */
-    public static final ConnectionConfig DEFAULT = new ConnectionConfig(16 * 1024, 32, 8, 128, 16, 256 * 1024,
+    public static final ConnectionConfig DEFAULT = new ConnectionConfig(64 * 1024, 16, 8, 128, 16, 256 * 1024,
             16 * 1024 * 1024);
 
     public ConnectionConfig {

@@ -10,11 +10,11 @@ import io.netty.channel.ChannelOption;
  */
 public final class RdmaChannelOption<T> extends ChannelOption<T> {
 
-    /** Receive buffers posted for data frames: the credits the peer may spend before it waits (default 32). */
+    /** Receive buffers posted for data frames: the credits the peer may spend before it waits (default 16). */
     public static final ChannelOption<Integer> RECEIVE_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
             "RECEIVE_QUEUE_DEPTH");
     /**
-     * Bytes of each posted receive buffer, frame header included: the largest eager frame (default 16 KiB). Frames
+     * Bytes of each posted receive buffer, frame header included: the largest eager frame (default 64 KiB). Frames
      * this side sends are at most the smaller of its own and the peer's size, so a peer cannot make it stage more.
      */
     public static final ChannelOption<Integer> RECEIVE_BUFFER_SIZE = valueOf(RdmaChannelOption.class,

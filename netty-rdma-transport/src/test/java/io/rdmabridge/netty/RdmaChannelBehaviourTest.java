@@ -16,6 +16,7 @@ import io.netty.channel.FixedRecvByteBufAllocator;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.local.LocalAddress;
+import io.rdmabridge.connection.ConnectionConfig;
 import io.rdmabridge.verbs.RdmaException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -342,7 +343,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Thread.sleep(500);
         assertFalse(client.isWritable(), "sender still writable while its peer reads nothing");
         long stalledAt = completed.get();
-        long creditWindow = 32L * 16 * 1024;
+        long creditWindow = (long) ConnectionConfig.DEFAULT.receiveQueueDepth()
+                * ConnectionConfig.DEFAULT.receiveBufferSize();
         assertTrue(stalledAt <= creditWindow, "completed " + stalledAt + " bytes, more than the credit window");
         assertEquals(0, sink.bytes.get());
         assertTrue(client.metrics().creditStalls() > 0);

@@ -80,7 +80,8 @@ public final class GrpcStreamServer {
 
             @Override
             public void onCompleted() {
-                reply.onNext(new UploadMethod.Reply(bytes, CpuClock.processNanos()));
+                reply.onNext(new UploadMethod.Reply(bytes, CpuClock.processNanos(),
+                        CpuClock.threadNanos(CpuClock.SOFT_ENGINE_THREAD)));
                 reply.onCompleted();
             }
         };

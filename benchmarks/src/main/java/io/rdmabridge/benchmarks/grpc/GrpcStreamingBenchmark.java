@@ -70,10 +70,13 @@ public final class GrpcStreamingBenchmark {
      * @param nanos           wall time from the first message to the answer
      * @param clientCpuNanos  this process's CPU time over the call
      * @param serverCpuNanos  the server process's CPU time between its answers to the warm-up and the timed call
+     * @param clientEngineCpuNanos of {@code clientCpuNanos}, the soft provider's engine thread's (0 for NIO)
+     * @param serverEngineCpuNanos of {@code serverCpuNanos}, the soft provider's engine thread's (0 for NIO)
      * @param copiedBytes     bytes the client's RDMA channel copied with the CPU during the call; -1 for NIO
      */
     public record Trial(Transport transport, int round, long bytes, long nanos, long clientCpuNanos,
-                        long serverCpuNanos, long copiedBytes) {
+                        long serverCpuNanos, long clientEngineCpuNanos, long serverEngineCpuNanos,
+                        long copiedBytes) {
         public double mibPerSecond() {
             return bytes / (1024.0 * 1024.0) / (nanos / 1e9);
         }
@@ -84,6 +87,16 @@ public final class GrpcStreamingBenchmark {
 
         public double serverCpuSecondsPerGib() {
             return serverCpuNanos / 1e9 / (bytes / (double) (1L << 30));
+        }
+
+        /** Client CPU per GiB without the soft provider's engine thread: what would be left with a NIC. */
+        public double clientHostCpuSecondsPerGib() {
+            return (clientCpuNanos - clientEngineCpuNanos) / 1e9 / (bytes / (double) (1L << 30));
+        }
+
+        /** Server CPU per GiB without the soft provider's engine thread: what would be left with a NIC. */
+        public double serverHostCpuSecondsPerGib() {
+            return (serverCpuNanos - serverEngineCpuNanos) / 1e9 / (bytes / (double) (1L << 30));
         }
 
         public double copiedPerByte() {
@@ -127,13 +140,15 @@ public final class GrpcStreamingBenchmark {
                 UploadMethod.Reply warm = upload(channel, message, config.warmupBytes());
                 long copied0 = copied(channels);
                 long cpu0 = CpuClock.processNanos();
+                long engine0 = CpuClock.threadNanos(CpuClock.SOFT_ENGINE_THREAD);
                 long t0 = System.nanoTime();
                 UploadMethod.Reply timed = upload(channel, message, config.bytes());
                 long nanos = System.nanoTime() - t0;
                 long cpu = CpuClock.processNanos() - cpu0;
+                long engine = CpuClock.threadNanos(CpuClock.SOFT_ENGINE_THREAD) - engine0;
                 long copied = transport == Transport.RDMA ? copied(channels) - copied0 : -1;
                 return new Trial(transport, round, timed.bytes(), nanos, cpu, timed.cpuNanos() - warm.cpuNanos(),
-                        copied);
+                        engine, timed.engineCpuNanos() - warm.engineCpuNanos(), copied);
             } finally {
                 channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
                 group.shutdownGracefully(0, 5, TimeUnit.SECONDS).syncUninterruptibly();
@@ -223,14 +238,14 @@ public final class GrpcStreamingBenchmark {
     }
 
     /**
-     * {@code GrpcStreamingBenchmark [MiB [rounds [messageBytes]]]} (defaults 256, 3, 1 MiB; warm-up a quarter of the
-     * bytes): prints one line per trial.
+     * {@code GrpcStreamingBenchmark [MiB [rounds [messageBytes]]]} (defaults 256, 3, 1 MiB; warm-up as many bytes):
+     * prints one line per trial.
      */
     public static void main(String[] args) throws Exception {
         long mib = args.length > 0 ? Long.parseLong(args[0]) : 256;
         int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 3;
         int messageBytes = args.length > 2 ? Integer.parseInt(args[2]) : 1 << 20;
-        for (Trial t : run(new Config(mib << 20, (mib << 20) / 4, messageBytes, rounds))) {
+        for (Trial t : run(new Config(mib << 20, mib << 20, messageBytes, rounds))) {
             System.out.println(format(t));
         }
         System.exit(0);
@@ -239,7 +254,8 @@ public final class GrpcStreamingBenchmark {
     /** One trial as a line of text. */
     public static String format(Trial t) {
         return String.format(Locale.ROOT, "round %d %-4s %8.1f MiB/s  CPU s/GiB client %.2f server %.2f"
-                + "  copied/byte %.4f", t.round(), t.transport().id(), t.mibPerSecond(), t.clientCpuSecondsPerGib(),
-                t.serverCpuSecondsPerGib(), t.copiedPerByte());
+                + " (without the soft engine thread: %.2f, %.2f)  copied/byte %.4f", t.round(), t.transport().id(),
+                t.mibPerSecond(), t.clientCpuSecondsPerGib(), t.serverCpuSecondsPerGib(),
+                t.clientHostCpuSecondsPerGib(), t.serverHostCpuSecondsPerGib(), t.copiedPerByte());
     }
 }

@@ -11,9 +11,10 @@ import java.nio.charset.StandardCharsets;
 
 /**
  * The one gRPC method of the streaming benchmark, {@value #NAME}: client streaming of byte arrays, answered once with
- * the number of bytes received and the server's process CPU time. The two ends marshal the requests differently:
- * the client sends byte arrays as a known-length stream (as protobuf messages go), the server only counts the bytes
- * it skips, so that neither end spends CPU on application work the transports do not share. Thread-safe (constants).
+ * the number of bytes received and the server's process CPU time (and its soft RDMA engine thread's). The two ends
+ * marshal the requests differently: the client sends byte arrays as a known-length stream (as protobuf messages go),
+ * the server only counts the bytes it skips, so that neither end spends CPU on application work the transports do
+ * not share. Thread-safe (constants).
  */
 final class UploadMethod {
     static final String SERVICE = "bench.Upload";
@@ -35,10 +36,11 @@ final class UploadMethod {
     /**
      * What the server answers when the client half-closes.
      *
-     * @param bytes    request bytes it received in this call
-     * @param cpuNanos its process CPU time when it answered
+     * @param bytes          request bytes it received in this call
+     * @param cpuNanos       its process CPU time when it answered
+     * @param engineCpuNanos the CPU time of its soft provider's engine thread then (0 without one, -1 unknown)
      */
-    record Reply(long bytes, long cpuNanos) {
+    record Reply(long bytes, long cpuNanos, long engineCpuNanos) {
     }
 
     private static final class Bytes implements MethodDescriptor.Marshaller<byte[]> {
@@ -88,7 +90,7 @@ final class UploadMethod {
     private static final class ReplyMarshaller implements MethodDescriptor.Marshaller<Reply> {
         @Override
         public InputStream stream(Reply value) {
-            String text = value.bytes() + " " + value.cpuNanos();
+            String text = value.bytes() + " " + value.cpuNanos() + " " + value.engineCpuNanos();
             return new ByteArrayInputStream(text.getBytes(StandardCharsets.US_ASCII));
         }
 
@@ -96,7 +98,7 @@ final class UploadMethod {
         public Reply parse(InputStream stream) {
             try {
                 String[] f = new String(stream.readAllBytes(), StandardCharsets.US_ASCII).split(" ");
-                return new Reply(Long.parseLong(f[0]), Long.parseLong(f[1]));
+                return new Reply(Long.parseLong(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]));
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }

@@ -16,7 +16,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The gRPC streaming benchmark at a tiny size, so that it cannot rot: one round of RDMA and NIO across processes,
- * every byte counted by the server, figures present, RDMA writes from registered memory with few copies, and the
+ * every byte counted by the server, figures present (the soft engine thread's CPU on RDMA only), RDMA writes from registered memory with few copies, and the
  * client's soft-provider resources back to zero.
  */
 class GrpcStreamingBenchmarkSmokeTest {
@@ -32,6 +32,15 @@ class GrpcStreamingBenchmarkSmokeTest {
             assertTrue(t.mibPerSecond() > 0, GrpcStreamingBenchmark.format(t));
             assertTrue(t.clientCpuNanos() > 0 && t.serverCpuNanos() > 0, GrpcStreamingBenchmark.format(t));
         }
+        // The soft provider's engine thread is found at both ends on RDMA (its name is what CpuClock looks for) and
+        // is part of each process's CPU; NIO has none.
+        Trial rdma = trials.get(0);
+        assertTrue(rdma.clientEngineCpuNanos() > 0 && rdma.clientEngineCpuNanos() < rdma.clientCpuNanos(),
+                GrpcStreamingBenchmark.format(rdma));
+        assertTrue(rdma.serverEngineCpuNanos() > 0 && rdma.serverEngineCpuNanos() < rdma.serverCpuNanos(),
+                GrpcStreamingBenchmark.format(rdma));
+        assertEquals(0, trials.get(1).clientEngineCpuNanos());
+        assertEquals(0, trials.get(1).serverEngineCpuNanos());
         // REGISTERED_ALLOCATOR: gRPC's buffers are registered memory, so little of the stream is copied.
         assertTrue(trials.get(0).copiedPerByte() < 0.1, GrpcStreamingBenchmark.format(trials.get(0)));
         assertTrue(Double.isNaN(trials.get(1).copiedPerByte()), "NIO has no RDMA channel to count copies on");
