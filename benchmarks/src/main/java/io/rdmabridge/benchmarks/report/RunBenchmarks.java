@@ -1,5 +1,6 @@
 package io.rdmabridge.benchmarks.report;
 
+import io.rdmabridge.benchmarks.Bench;
 import io.rdmabridge.benchmarks.jmh.CrossProcessChannelBenchmark;
 import io.rdmabridge.benchmarks.jmh.InJvmChannelBenchmark;
 import io.rdmabridge.benchmarks.perf.PerfResult;
@@ -28,8 +29,9 @@ import java.util.TreeSet;
 /**
  * {@code bin/run-benchmarks [--smoke] [--kafka | --spark | --grpc] [--out DIR]}: runs the JMH suite
  * ({@link BenchmarkSuite}), the {@code rdma-perf} patterns in loopback and the gRPC streaming benchmark
- * ({@link GrpcSection}), compares the RDMA channel with its baselines measured in the same run,
- * profiles (JFR) the configurations that miss a target, and writes {@code RESULTS.md} with PNG charts into
+ * ({@link GrpcSection}), compares the RDMA channel with its baselines measured in the same run (across processes on
+ * both soft paths, same-host shm and TCP, with CPU per GB), checks issue 13's targets (the channel's same-host path
+ * against epoll, Kafka and Spark), profiles (JFR) the channel configurations that miss a target, and writes {@code RESULTS.md} with PNG charts into
  * {@code DIR} (default {@code docs/results}; {@code benchmarks/target/results-smoke} in smoke mode).
  *
  * <p>The Kafka benchmark runs in Maven before this class starts (the script does it: it rebuilds jars this JVM has
@@ -79,6 +81,8 @@ public final class RunBenchmarks {
         if (out == null) {
             out = Paths.get(smoke ? "benchmarks/target/results-smoke" : "docs/results");
         }
+        // rdma-perf alone defaults to auto (hardware first); the page measures the provider the JMH suite uses.
+        System.setProperty(Bench.PROVIDER_PROPERTY, Bench.providerName());
         Files.createDirectories(out);
         if (sparkOnly) {
             // The Spark step alone, its section replacing the older one in the existing page.
@@ -344,8 +348,8 @@ public final class RunBenchmarks {
             if (!rdma.startsWith("rdma")) {
                 continue;
             }
-            // One pair of series per RDMA path; a single path keeps the plain names.
-            String path = rdma.equals("rdma") ? "" : rdma.substring(rdma.indexOf('(') + 1, rdma.indexOf(')')) + ": ";
+            // One pair of series per RDMA path, short enough for the legend; a single path keeps the plain names.
+            String path = rdma.equals(Channels.RDMA_SHM) ? "shm: " : rdma.equals(Channels.RDMA_TCP) ? "TCP path: " : "";
             List<double[]> rt = new ArrayList<>();
             List<double[]> rl = new ArrayList<>();
             for (int size : c.sizes()) {
@@ -358,7 +362,8 @@ public final class RunBenchmarks {
                     rl.add(new double[] {size, l[0]});
                 }
             }
-            ratio.series(path + "throughput ratio", rt).series(path + "p50 latency ratio", rl);
+            ratio.series(path + (path.isEmpty() ? "throughput ratio" : "throughput"), rt)
+                    .series(path + (path.isEmpty() ? "p50 latency ratio" : "p50 latency"), rl);
         }
         chart(thr, file + "-throughput.png");
         chart(lat, file + "-latency.png");
@@ -460,8 +465,8 @@ public final class RunBenchmarks {
             }
             BenchmarkSuite.run(o);
             md.append("### ").append(key).append(", ").append(LineChart.formatSize(m.size)).append(" (").append(m.what)
-                    .append(")\n\nClient JVM (the JMH fork); for the cross-process case the child server is not"
-                            + " profiled.\n\n").append(HotMethods.summarize(jfr, 12)).append("\n");
+                    .append(")\n\nClient JVM (the JMH fork); for the cross-process case RDMA on the soft provider's"
+                            + " same-host path, and the child server is not profiled.\n\n").append(HotMethods.summarize(jfr, 12)).append("\n");
             Files.deleteIfExists(jfr);
         }
     }
@@ -496,7 +501,7 @@ public final class RunBenchmarks {
                 .append(' ').append(System.getProperty("os.arch")).append('\n');
         sb.append("- JDK: ").append(System.getProperty("java.vm.name")).append(' ')
                 .append(System.getProperty("java.version")).append('\n');
-        sb.append("- RDMA provider: ").append(io.rdmabridge.benchmarks.Bench.providerName())
+        sb.append("- RDMA provider: ").append(Bench.providerName())
                 .append(" (benchmarks set rdmabridge.provider; soft unless told otherwise)\n");
         return sb.toString();
     }
