@@ -1,6 +1,7 @@
 package io.rdmabridge.benchmarks;
 
 import io.netty.channel.EventLoopGroup;
+import io.rdmabridge.benchmarks.perf.CpuClock;
 import io.rdmabridge.verbs.RdmaProvider;
 
 import java.net.SocketAddress;
@@ -65,6 +66,16 @@ public final class Bench implements AutoCloseable {
             server.close();
             throw e;
         }
+    }
+
+    /**
+     * CPU nanoseconds (user + system, all threads) this process and, for {@link #crossProcess}, the child server have
+     * used so far; -1 where either cannot be read.
+     */
+    public long cpuNanos() {
+        long here = CpuClock.processNanos();
+        long child = server instanceof ChildServer c ? c.cpuNanos() : 0;
+        return here < 0 || child < 0 ? -1 : here + child;
     }
 
     public PerfClient client() {

@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -91,6 +92,11 @@ public final class ChildServer implements AutoCloseable {
     /** The child's process id, for reports. */
     public long pid() {
         return process.pid();
+    }
+
+    /** CPU nanoseconds (user + system) the child has used so far, from the OS; -1 where it cannot tell. */
+    public long cpuNanos() {
+        return process.info().totalCpuDuration().map(Duration::toNanos).orElse(-1L);
     }
 
     @Override

@@ -24,12 +24,14 @@ import java.util.concurrent.TimeUnit;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * Runs every benchmark in smoke mode so none rots: the whole JMH suite in this JVM (one size, one short iteration)
- * and every rdma-perf pattern in loopback with tiny sizes. Asserts that each produced a result, that throughput is
- * non-zero, and that the registered path copied no byte.
+ * Runs every benchmark in smoke mode so none rots: the whole JMH suite in this JVM (one size, one short iteration),
+ * the cross-process RDMA rows on both soft paths, and every rdma-perf pattern in loopback with tiny sizes. Asserts that
+ * each produced a result, that throughput and its CPU cost are non-zero, and that the registered path copied no
+ * byte.
  */
 class BenchmarkSmokeTest {
 
@@ -47,20 +49,24 @@ class BenchmarkSmokeTest {
     @Test
     @Timeout(150)
     void shouldRunEveryJmhBenchmarkWithResults() throws Exception {
-        List<RunResult> results = BenchmarkSuite.run(BenchmarkSuite.options(true, 0));
+        List<RunResult> results = BenchmarkSuite.runAll(true, 0);
         Map<String, RunResult> byKey = new TreeMap<>();
         for (RunResult r : results) {
             String benchmark = r.getParams().getBenchmark();
+            String transport = r.getParams().getParam("transport");
             String key = benchmark.substring(benchmark.lastIndexOf('.', benchmark.lastIndexOf('.') - 1) + 1) + " "
-                    + (r.getParams().getParam("transport") != null ? r.getParams().getParam("transport")
-                    : r.getParams().getParam("payload"));
-            byKey.put(key, r);
+                    + (transport != null ? transport : r.getParams().getParam("payload"));
+            // Cross-process RDMA runs once per soft path.
+            if ("rdma".equals(transport) && r.getParams().getParam("sameHost") != null) {
+                key += "/" + r.getParams().getParam("sameHost");
+            }
+            assertNull(byKey.put(key, r), "two results for " + key);
         }
         for (String t : List.of("rdma", "local")) {
             assertThroughput(byKey.get("InJvmChannelBenchmark.throughput " + t));
             assertLatency(byKey.get("InJvmChannelBenchmark.latency " + t));
         }
-        for (String t : List.of("rdma", "epoll", "nio")) {
+        for (String t : List.of("rdma/shm", "rdma/tcp", "epoll", "nio")) {
             assertThroughput(byKey.get("CrossProcessChannelBenchmark.throughput " + t));
             assertLatency(byKey.get("CrossProcessChannelBenchmark.latency " + t));
         }
@@ -82,6 +88,9 @@ class BenchmarkSmokeTest {
         assertTrue(r.getPrimaryResult().getScore() > 0, r.getParams().getBenchmark() + ": zero batches/s");
         assertTrue(secondary(r, "bytes") > 0, r.getParams().getBenchmark() + ": zero bytes/s");
         assertTrue(secondary(r, "messages") > 0, r.getParams().getBenchmark() + ": zero messages/s");
+        // CPU per GB: the CPU time of the processes taking part, over the bytes moved in that window.
+        assertTrue(secondary(r, "cpuNanos") > 0, r.getParams().getBenchmark() + ": no CPU time");
+        assertTrue(secondary(r, "cpuBytes") > 0, r.getParams().getBenchmark() + ": no bytes in the CPU window");
     }
 
     private static void assertLatency(RunResult r) {

@@ -23,7 +23,8 @@ import java.util.concurrent.TimeUnit;
  * The two operations every channel benchmark measures, on the client and server a subclass opens for its
  * {@code transport} parameter (JMH runs each subclass under its own name).
  * {@code throughput}: batches of {@code batchBytes} of {@code size}-byte messages from the channel's allocator, one
- * batch in flight behind the one being written (messages/s and bytes/s in the secondary results).
+ * batch in flight behind the one being written (messages/s and bytes/s in the secondary results, and the CPU time of
+ * both ends with the bytes moved meanwhile: {@link CpuCost}).
  * {@code latency}: one ping-pong of {@code size} bytes, timed from the benchmark thread (so it includes the hand-off
  * to and from the event loop, the same for every transport).
  */
@@ -59,9 +60,12 @@ public abstract class ChannelBenchmark {
     @Benchmark
     @BenchmarkMode(Mode.Throughput)
     @OutputTimeUnit(TimeUnit.SECONDS)
-    public void throughput(Traffic traffic) {
+    public void throughput(Traffic traffic, CpuCost cpu) {
+        cpu.open(bench);
         client.streamBatch();
-        traffic.add(client.messagesPerBatch(), size);
+        int messages = client.messagesPerBatch();
+        traffic.add(messages, size);
+        cpu.add((long) messages * size);
     }
 
     @Benchmark

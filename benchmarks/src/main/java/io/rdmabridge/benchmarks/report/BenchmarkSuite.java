@@ -55,6 +55,27 @@ public final class BenchmarkSuite {
         return b;
     }
 
+    /**
+     * Options for the cross-process benchmark's RDMA rows on the soft provider's TCP path ({@code sameHost=tcp}, the
+     * path between hosts), measured beside the suite's own rows (same-host path, epoll, NIO) with the same settings.
+     */
+    public static ChainedOptionsBuilder tcpPathOptions(boolean smoke, int forks) {
+        ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
+                .include(regex(CrossProcessChannelBenchmark.class)).param("transport", "rdma").param("sameHost", "tcp");
+        if (smoke) {
+            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
+                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+        }
+        return b;
+    }
+
+    /** The whole suite: {@link #options} and then {@link #tcpPathOptions}, results in run order. */
+    public static List<RunResult> runAll(boolean smoke, int forks) throws RunnerException {
+        List<RunResult> results = run(options(smoke, forks));
+        results.addAll(run(tcpPathOptions(smoke, forks)));
+        return results;
+    }
+
     /** Runs the given options and returns the results in run order. */
     public static List<RunResult> run(ChainedOptionsBuilder options) throws RunnerException {
         Collection<RunResult> results = new Runner(options.build()).run();

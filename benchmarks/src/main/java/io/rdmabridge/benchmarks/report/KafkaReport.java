@@ -103,10 +103,10 @@ final class KafkaReport {
                 + " 1,000 samples is the maximum). Under load the latency is mostly the wait in the producer's"
                 + " 32 MiB `buffer.memory`, which the unthrottled sender keeps full, so it follows throughput; the"
                 + " one-at-a-time figures are the replication round trip. Speed figures are one run each on shared"
-                + " cores: treat on/off ratios within about 1.3x as unresolved. On the soft provider, RDMA between"
-                + " two processes"
-                + " travels over a TCP socket through the provider's engine thread, so **on** measures the plugin's"
-                + " and the channel's overhead on top of TCP, not a fabric.%n%n",
+                + " cores: treat on/off ratios within about 1.3x as unresolved. The soft provider moves RDMA"
+                + " between two processes on one host over its same-host path by default (shared-memory rings;"
+                + " `rdmabridge.soft.sameHost=tcp` puts it on a TCP socket, as between hosts), so **on** measures the"
+                + " plugin's, the channel's and the provider's overhead, not a fabric.%n%n",
                 value("on.replication.rdma_bytes") / produced, value("on.loaded.samples"),
                 value("on.serial.samples")));
         BarChart chart = new BarChart("Kafka acks=all, RF 3: plugin on / plugin off (same run)", "ratio on / off")

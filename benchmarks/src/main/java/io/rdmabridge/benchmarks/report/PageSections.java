@@ -25,4 +25,31 @@ final class PageSections {
         }
         Files.writeString(results, md);
     }
+
+    /**
+     * {@code page} with the rows of its "## Targets" table that start with {@code prefix} replaced by {@code rows}
+     * (lines ending in a newline), in the place of the first of them or at the end of that table; the page as it was
+     * when it has no such table.
+     */
+    static String replaceTargetRows(String page, String prefix, String rows) {
+        int table = page.indexOf(RunBenchmarks.TARGETS);
+        int start = table < 0 ? -1 : page.indexOf("\n|", table);
+        int end = start < 0 ? -1 : page.indexOf("\n\n", start + 1);
+        if (end < 0) {
+            return page;
+        }
+        start++;
+        end++;
+        StringBuilder kept = new StringBuilder();
+        int insert = -1;
+        for (String line : page.substring(start, end).split("\n")) {
+            if (line.startsWith(prefix)) {
+                insert = insert < 0 ? kept.length() : insert;
+            } else {
+                kept.append(line).append('\n');
+            }
+        }
+        kept.insert(insert < 0 ? kept.length() : insert, rows);
+        return page.substring(0, start) + kept + page.substring(end);
+    }
 }

@@ -16,7 +16,7 @@ import java.util.List;
 final class SparkSection {
     static final String TITLE = "## Spark shuffle: RdmaShuffleManager vs SortShuffleManager";
     /** Data size of the TeraSort-style job; {@code -Dbenchmarks.spark.mb=N} changes it. */
-    private static final int MEGABYTES = Integer.getInteger("benchmarks.spark.mb", 200);
+    static final int MEGABYTES = Integer.getInteger("benchmarks.spark.mb", 200);
 
     private SparkSection() {
     }
@@ -51,6 +51,29 @@ final class SparkSection {
         } finally {
             Files.deleteIfExists(table);
         }
+    }
+
+    /**
+     * RDMA / Spark's shuffle of the job time and of the fetch wait, from the last cells of the section's table (as
+     * {@code bin/rdma-bridge-demo --markdown} writes it); NaN for a figure the section does not have.
+     */
+    static double[] ratios(String section) {
+        return new double[] {lastCell(section, "| job time |"), lastCell(section, "| shuffle fetch wait")};
+    }
+
+    private static double lastCell(String section, String rowStart) {
+        for (String line : section.split("\n")) {
+            if (line.startsWith(rowStart)) {
+                String[] cells = line.split("\\|");
+                try {
+                    return Double.parseDouble(cells[cells.length - 1].trim());
+                } catch (NumberFormatException e) {
+                    // "-": no ratio (Spark's own figure was zero).
+                    return Double.NaN;
+                }
+            }
+        }
+        return Double.NaN;
     }
 
     /** Puts {@code section} into {@code results} in place of an older Spark section, or before its command list. */
