@@ -174,6 +174,11 @@ final class RdmaChannelInbound {
         ByteBuf buf;
         if (kind == RdmaConnection.DATA) {
             buf = slotBuffers[c.inboundSlot()].reuse(length);
+            if (recv.held() > pressureThreshold && releaseScheduled.get()) {
+                // Buffers released on other threads wait for the loop's release task: they are not held, repost
+                // them first instead of copying this one.
+                releaseMarkedSlots();
+            }
             if (recv.held() > pressureThreshold) {
                 // The application holds most receive buffers: copy, so the peer keeps its credits.
                 ByteBuf copy;

@@ -20,11 +20,15 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.zip.CRC32;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -47,7 +51,8 @@ class RdmaEchoTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {1, 100, 244, 4096, 16 * 1024 - 12, 16 * 1024, 100_000, 1024 * 1024, 8 * 1024 * 1024})
+    @ValueSource(ints = {1, 100, 244, 4096, 16 * 1024 - 12, 16 * 1024, 64 * 1024 - 12, 64 * 1024, 100_000, 1024 * 1024,
+        8 * 1024 * 1024})
     @Timeout(60)
     void shouldEchoMessageOfSize(int size) throws Exception {
         Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
@@ -90,6 +95,82 @@ class RdmaEchoTest {
         assertEquals(0, ((RdmaSocketChannel) client).metrics().copiedBytes(), "registered buffer was copied");
         client.close().sync();
         server.close().sync();
+    }
+
+    /**
+     * Buffers the application released on another thread during a read burst are not "held": the loop reposts them
+     * before it decides that the application holds most receive buffers, instead of copying the next message.
+     */
+    @Test
+    @Timeout(60)
+    void shouldNotCopyUnderPressureForBuffersAlreadyReleasedElsewhere() throws Exception {
+        int depth = 16;
+        int threshold = depth * 3 / 4;
+        EventLoopGroup serverLoop = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        ExecutorService releaser = Executors.newSingleThreadExecutor();
+        List<ByteBuf> held = new ArrayList<>();
+        AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
+        AtomicLong received = new AtomicLong();
+        try {
+            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
+                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            child.set((RdmaSocketChannel) ctx.channel());
+                            received.incrementAndGet();
+                            held.add((ByteBuf) msg);
+                            if (held.size() == threshold) {
+                                // At the mark, not above it: all but this one go, on another thread, before the
+                                // next message of this burst is handed up.
+                                List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
+                                held.subList(0, threshold - 1).clear();
+                                try {
+                                    releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
+                                } catch (Exception e) {
+                                    throw new IllegalStateException(e);
+                                }
+                            }
+                        }
+                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter())
+                    .connect(server.localAddress()).sync().channel();
+            client.writeAndFlush(client.alloc().directBuffer(1).writeZero(1)).sync();
+            for (int i = 0; i < 500 && received.get() < 1; i++) {
+                Thread.sleep(10);
+            }
+            // Keep the server's loop busy while the burst lands, so that it reads the burst in one go.
+            CountDownLatch unblock = new CountDownLatch(1);
+            serverLoop.execute(() -> {
+                try {
+                    unblock.await(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            // One SEND per message: each write's promise completes before the next is written.
+            for (int i = 1; i <= threshold; i++) {
+                client.writeAndFlush(client.alloc().directBuffer(1000).writeZero(1000)).sync();
+            }
+            unblock.countDown();
+            for (int i = 0; i < 500 && received.get() < threshold + 1; i++) {
+                Thread.sleep(10);
+            }
+            assertEquals(threshold + 1, received.get());
+            assertEquals(0, child.get().metrics().receivedCopiedBytes(),
+                    "copied although the application held only 2 of " + depth + " receive buffers");
+            client.close().sync();
+            server.close().sync();
+        } finally {
+            releaser.shutdown();
+            assertTrue(releaser.awaitTermination(10, TimeUnit.SECONDS));
+            serverLoop.submit(() -> {
+                held.forEach(ByteBuf::release);
+                held.clear();
+            }).get(10, TimeUnit.SECONDS);
+            serverLoop.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
     }
 
     /** Receive buffers released on another thread still go back (repost, credit): more frames than credits arrive. */
