@@ -102,46 +102,72 @@ final class SharedMemoryFiles {
         if (capacity == 0 || !enabled()) {
             return ByteBuffer.allocateDirect(capacity);
         }
-        Path dir = directory;
-        start(dir);
-        long number = nextFile.incrementAndGet();
-        Path file = dir.resolve(PREFIX + pid + '-' + number);
-        MappedByteBuffer map;
         try {
-            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                commit(ch, capacity);
-                map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
-            }
-        } catch (IOException | RuntimeException e) {
-            deleteQuietly(file);
+            SharedFile f = create(capacity);
+            closeQuietly(f.channel()); // the mapping stays valid without it
+            return f.map();
+        } catch (IOException e) {
             fallbacks.incrementAndGet();
             if (fallbackLogged.compareAndSet(false, true)) {
                 SoftEngine.logger.warn("soft0: cannot allocate registered memory in {} ({}): using private memory, "
                         + "which a same-host peer reaches only through a copy (fix the directory's space or "
-                        + "permissions, choose another with -D{}, or set -D{}=tcp)", dir, e.toString(),
+                        + "permissions, choose another with -D{}, or set -D{}=tcp)", directory, e.getMessage(),
                         DIRECTORY_PROPERTY, SAME_HOST_PROPERTY);
             }
             return ByteBuffer.allocateDirect(capacity);
+        }
+    }
+
+    /** A new shared file: its mapping, its channel (open, read and write; the caller closes it) and its number. */
+    record SharedFile(MappedByteBuffer map, FileChannel channel, long number) {
+    }
+
+    /**
+     * A new shared file of {@code capacity} bytes, committed and mapped, whatever {@link #enabled()} says; freed with
+     * {@link #free}. For rings, which keep the channel to watch the file's size.
+     *
+     * @throws IOException naming the file and the cause when the directory refuses it (nothing is left behind)
+     */
+    SharedFile create(int capacity) throws IOException {
+        Path dir = directory;
+        start(dir);
+        long number = nextFile.incrementAndGet();
+        Path file = dir.resolve(PREFIX + pid + '-' + number);
+        FileChannel ch = null;
+        MappedByteBuffer map;
+        try {
+            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            commit(ch, 0, capacity);
+            map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
+        } catch (IOException | RuntimeException e) {
+            if (ch != null) {
+                closeQuietly(ch);
+            }
+            deleteQuietly(file);
+            throw new IOException("cannot create " + file + ": " + e, e);
         }
         synchronized (this) {
             mappings = mappings.with(new Mapping(DirectMemory.address(map), capacity, number, file));
         }
         liveBytes.addAndGet(capacity);
-        return map;
+        return new SharedFile(map, ch, number);
+    }
+
+    private static void closeQuietly(FileChannel ch) {
+        try {
+            ch.close();
+        } catch (IOException e) {
+            // Closed either way.
+        }
     }
 
     /**
-     * Writes {@code capacity} zero bytes into the new file, so that tmpfs allocates every page now. Otherwise it does
+     * Writes zeros to bytes {@code from} to {@code to} of {@code ch}'s file, so that tmpfs allocates every page now. Otherwise it does
      * so on first touch through the mapping, and a full directory (a container's small {@code /dev/shm}) would then
      * raise SIGBUS inside a copy, which JDK 17 reports late, at an unrelated point of the thread, as an
      * {@link InternalError}; here it is an {@link IOException} ("No space left on device") and the caller falls back.
      */
-    private static void commit(FileChannel ch, int capacity) throws IOException {
-        commit(ch, 0, capacity);
-    }
-
-    /** Writes zeros to bytes {@code from} to {@code to} of {@code ch}'s file, allocating its pages now (see above). */
     static void commit(FileChannel ch, long from, long to) throws IOException {
         ByteBuffer zeros = ZEROS.duplicate();
         long at = from;

@@ -106,24 +106,15 @@ final class ShmRing {
         return !"false".equalsIgnoreCase(System.getProperty(PROPERTY, "true").trim());
     }
 
-    /** A new ring in a file of ours, or {@code null} when the shared-memory directory cannot hold it. */
-    static ShmRing create(SharedMemoryFiles files, int capacity) {
-        ByteBuffer m = files.allocate(CONTROL + capacity);
-        long number = files.fileNumber(m);
-        if (number <= 0 || !(m instanceof MappedByteBuffer)) {
-            files.free(m);
-            return null;
-        }
-        FileChannel ch;
-        try {
-            ch = FileChannel.open(files.directory.resolve(SharedMemoryFiles.PREFIX + files.pid() + '-' + number),
-                    StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
-        } catch (IOException e) {
-            files.free(m);
-            return null;
-        }
-        files.ringCreated(number);
-        return new ShmRing((MappedByteBuffer) m, ch, number, capacity);
+    /**
+     * A new ring in a file of ours.
+     *
+     * @throws IOException naming the file and the cause when the shared-memory directory cannot hold it
+     */
+    static ShmRing create(SharedMemoryFiles files, int capacity) throws IOException {
+        SharedMemoryFiles.SharedFile f = files.create(CONTROL + capacity);
+        files.ringCreated(f.number());
+        return new ShmRing(f.map(), f.channel(), f.number(), capacity);
     }
 
     /** Whether a peer may announce a ring of {@code capacity} data bytes. */

@@ -18,6 +18,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -64,6 +65,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private static final AtomicInteger PENDING_HANDSHAKES = new AtomicInteger();
     /** A flood of sockets can refuse thousands a second: one WARN per interval says how many. */
     static final RateLimitedWarning REFUSALS = new RateLimitedWarning(SoftEngine.logger, 10_000);
+    /** A ring that cannot be made keeps that link's frames on the socket: one WARN per process says so. */
+    private static final AtomicBoolean RING_FALLBACK_LOGGED = new AtomicBoolean();
 
     static final int ACTIVE_CONNECTING = 0;
     static final int ACTIVE_WAIT_REPLY = 1;
@@ -381,7 +384,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage);
             engine.usage.sameHostConnected();
             if (ShmRing.enabled()) {
-                ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
+                try {
+                    ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
+                } catch (IOException e) {
+                    if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
+                        SoftEngine.logger.warn("soft0: {}: frames to {} stay on the socket (later links' too, when the"
+                                + " same happens to them; fix the directory's space or permissions, or set -D{}=false)",
+                                e.getMessage(), peer, ShmRing.PROPERTY);
+                    }
+                }
             }
         }
     }
