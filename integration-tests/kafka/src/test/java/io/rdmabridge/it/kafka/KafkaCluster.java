@@ -14,6 +14,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.UUID;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import java.util.stream.Collectors;
@@ -44,6 +47,9 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
  * 4.x), so a broker's log is its standard error and output on both lines.
  */
 final class KafkaCluster implements AutoCloseable {
+    private static final int LOWEST_PORT = 10_000;
+    private static final Set<Integer> HANDED_OUT = ConcurrentHashMap.newKeySet();
+
     static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
     static final String JMX_REPORTER = "org.apache.kafka.common.metrics.JmxReporter";
     /** Where the inter-broker (replication) listeners are. */
@@ -390,9 +396,33 @@ final class KafkaCluster implements AutoCloseable {
         }
     }
 
+    /**
+     * A port a broker binds later. Taken below the kernel's ephemeral range ({@code ip_local_port_range}): a port from
+     * {@code new ServerSocket(0)} is ephemeral, and an outgoing connection of this cluster or of another test could
+     * take it before the broker binds it ("Address already in use", seen in CI). Never the same port twice per JVM.
+     */
     private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
+        int high = ephemeralLow() - RDMA_PORT_OFFSET;
+        if (high <= LOWEST_PORT + 1000) {
+            try (ServerSocket s = new ServerSocket(0)) {
+                return s.getLocalPort();
+            }
+        }
+        for (int attempt = 0; attempt < 1000; attempt++) {
+            int port = ThreadLocalRandom.current().nextInt(LOWEST_PORT, high);
+            if (isFree(port) && HANDED_OUT.add(port)) {
+                return port;
+            }
+        }
+        throw new IOException("no free port in " + LOWEST_PORT + ".." + high + " after 1000 attempts");
+    }
+
+    private static int ephemeralLow() {
+        try {
+            String range = Files.readString(Path.of("/proc/sys/net/ipv4/ip_local_port_range")).trim();
+            return Integer.parseInt(range.split("\\s+")[0]);
+        } catch (IOException | RuntimeException e) {
+            return 32768; // Linux's default
         }
     }
 
