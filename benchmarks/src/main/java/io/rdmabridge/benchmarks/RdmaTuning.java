@@ -11,8 +11,8 @@ import java.util.function.BiConsumer;
 
 /**
  * RDMA channel options a benchmark run may override, for measuring candidate defaults: system properties
- * {@value #RENDEZVOUS_THRESHOLD} (the sender's threshold) and {@value #RECEIVE_BUFFER_SIZE} (each side's posted
- * receive size), read by {@link PerfClient}, {@link PerfServer} and the gRPC streaming benchmark and passed on to a
+ * {@value #RENDEZVOUS_THRESHOLD} (the sender's threshold), {@value #RECEIVE_BUFFER_SIZE} (each side's posted
+ * receive size) and {@value #BUSY_POLL_NANOS} (each side's event-loop busy-poll budget; bootstraps only), read by {@link PerfClient}, {@link PerfServer} and the gRPC streaming benchmark and passed on to a
  * {@link ChildServer}. Unset or 0: the channel's default. Thread-safe (reads system properties only).
  */
 public final class RdmaTuning {
@@ -20,6 +20,8 @@ public final class RdmaTuning {
     public static final String RENDEZVOUS_THRESHOLD = "rdmabridge.bench.rendezvousThreshold";
     /** System property: {@link RdmaChannelOption#RECEIVE_BUFFER_SIZE} of benchmark channels. */
     public static final String RECEIVE_BUFFER_SIZE = "rdmabridge.bench.receiveBufferSize";
+    /** System property: {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of benchmark channels (both ends). */
+    public static final String BUSY_POLL_NANOS = "rdmabridge.bench.busyPollNanos";
     /** The soft provider's same-host path ({@code shm} or {@code tcp}), passed on to the child as it is. */
     public static final String SAME_HOST = "rdmabridge.soft.sameHost";
     /** The soft provider's same-host rings ({@code true}, the default, or {@code false}); passed to the child JVM. */
@@ -33,11 +35,19 @@ public final class RdmaTuning {
     /** Sets the overridden options on a client bootstrap of the RDMA channel. */
     static void apply(Bootstrap b) {
         forEach(b::option);
+        long busyPoll = Long.getLong(BUSY_POLL_NANOS, 0);
+        if (busyPoll > 0) {
+            b.option(RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, busyPoll);
+        }
     }
 
     /** Sets the overridden options on the accepted channels of an RDMA server bootstrap. */
     static void apply(ServerBootstrap b) {
         forEach(b::childOption);
+        long busyPoll = Long.getLong(BUSY_POLL_NANOS, 0);
+        if (busyPoll > 0) {
+            b.childOption(RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, busyPoll);
+        }
     }
 
     /** Hands each overridden option and its value to {@code set} (a bootstrap's, or a gRPC builder's). */
@@ -55,7 +65,7 @@ public final class RdmaTuning {
     /** The {@code -D} options that give a child JVM this JVM's overrides. */
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
-        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, SAME_HOST, RINGS, RING_SPIN_MICROS}) {
+        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, BUSY_POLL_NANOS, SAME_HOST, RINGS, RING_SPIN_MICROS}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

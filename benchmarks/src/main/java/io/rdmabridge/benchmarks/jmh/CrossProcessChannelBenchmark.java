@@ -13,7 +13,10 @@ import org.openjdk.jmh.annotations.Param;
  * <p>{@code sameHost} = {@code tcp} puts the soft provider on its TCP link at both ends (by default, {@code shm}, both
  * take its same-host shared-memory path).
  * {@code rendezvousThreshold} and {@code receiveBufferSize} (0: the channel's defaults) override those RDMA options
- * at both ends ({@link RdmaTuning}), so candidate defaults can be measured against each other in one run.
+ * at both ends ({@link RdmaTuning}), so candidate defaults can be measured against each other in one run;
+ * {@code busyPollNanos} (0: off) sets {@link io.rdmabridge.netty.RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} at both
+ * ends and {@code ringSpinMicros} the soft engine's ring polling ({@code rdmabridge.soft.ringSpinMicros}), for the
+ * busy-polling latency target; epoll and NIO ignore both.
  */
 public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param({"rdma", "epoll", "nio"})
@@ -33,6 +36,14 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param("shm")
     public String sameHost;
 
+    /** The event loops' busy-poll budget at both ends, in nanoseconds (RDMA only; 0: off, the default). */
+    @Param("0")
+    public long busyPollNanos;
+
+    /** The soft engine's ring polling after the last frame at both ends, in microseconds (RDMA only; 0: default). */
+    @Param("0")
+    public int ringSpinMicros;
+
     @Override
     Bench open(boolean echo) throws Exception {
         // Each parameter combination runs in its own forked JVM, so the properties only reach this trial.
@@ -41,6 +52,12 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
         }
         if (receiveBufferSize > 0) {
             System.setProperty(RdmaTuning.RECEIVE_BUFFER_SIZE, Integer.toString(receiveBufferSize));
+        }
+        if (busyPollNanos > 0) {
+            System.setProperty(RdmaTuning.BUSY_POLL_NANOS, Long.toString(busyPollNanos));
+        }
+        if (ringSpinMicros > 0) {
+            System.setProperty(RdmaTuning.RING_SPIN_MICROS, Integer.toString(ringSpinMicros));
         }
         System.setProperty(RdmaTuning.SAME_HOST, sameHost);
         return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
