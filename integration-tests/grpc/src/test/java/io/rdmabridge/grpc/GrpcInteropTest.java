@@ -22,6 +22,8 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 
+import static io.rdmabridge.grpc.InteropSuite.assertNoRegression;
+import static io.rdmabridge.grpc.InteropSuite.report;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -149,34 +151,6 @@ class GrpcInteropTest {
         } finally {
             shutdown(group);
         }
-    }
-
-    private static InteropSuite.Run report(InteropSuite.Run run) {
-        System.out.println(run);
-        run.failures().forEach((k, v) -> System.out.println("  " + k + ": " + v));
-        return run;
-    }
-
-    /**
-     * Fails when a case that passed in every NIO run failed in any RDMA run (a case the NIO control fails too says
-     * nothing about the channel); and when the control itself ran too little of the suite to mean anything.
-     */
-    private static void assertNoRegression(List<InteropSuite.Run> nio, List<InteropSuite.Run> rdma) {
-        for (InteropSuite.Run run : nio) {
-            assertTrue(run.count(InteropSuite.Outcome.PASSED) >= run.outcomes().size() / 2,
-                    "the NIO control passed less than half of the suite: " + run);
-        }
-        List<String> regressions = new ArrayList<>();
-        for (InteropSuite.Run r : rdma) {
-            for (String c : r.failed()) {
-                boolean nioPassed = nio.stream().anyMatch(n -> n.outcomes().containsKey(c))
-                        && nio.stream().noneMatch(n -> n.outcomes().get(c) == InteropSuite.Outcome.FAILED);
-                if (nioPassed) {
-                    regressions.add(r.name() + ": " + c + ": " + r.failures().get(c));
-                }
-            }
-        }
-        assertEquals(List.of(), regressions, "cases that pass on NIO and fail on RDMA");
     }
 
     private static void shutdown(EventLoopGroup group) throws InterruptedException {

@@ -16,6 +16,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
 /**
  * Runs gRPC's interop suite ({@link RdmaBridgeInteropCases}) through the JUnit Platform's vintage engine and tells
  * the outcome of every case, so that a test can compare transports case by case.
@@ -85,6 +88,35 @@ final class InteropSuite {
         failedRuns.forEach((c, n) -> failures.put(c, "failed " + n + " of " + times + " runs, first: "
                 + failures.get(c)));
         return new Run(name + " x " + times, outcomes, failures);
+    }
+
+    /** Prints a run and its failures. */
+    static Run report(Run run) {
+        System.out.println(run);
+        run.failures().forEach((k, v) -> System.out.println("  " + k + ": " + v));
+        return run;
+    }
+
+    /**
+     * Fails when a case that passed in every NIO run failed in any RDMA run (a case the NIO control fails too says
+     * nothing about the channel); and when the control itself ran too little of the suite to mean anything.
+     */
+    static void assertNoRegression(List<Run> nio, List<Run> rdma) {
+        for (Run run : nio) {
+            assertTrue(run.count(Outcome.PASSED) >= run.outcomes().size() / 2,
+                    "the NIO control passed less than half of the suite: " + run);
+        }
+        List<String> regressions = new ArrayList<>();
+        for (Run r : rdma) {
+            for (String c : r.failed()) {
+                boolean nioPassed = nio.stream().anyMatch(n -> n.outcomes().containsKey(c))
+                        && nio.stream().noneMatch(n -> n.outcomes().get(c) == Outcome.FAILED);
+                if (nioPassed) {
+                    regressions.add(r.name() + ": " + c + ": " + r.failures().get(c));
+                }
+            }
+        }
+        assertEquals(List.of(), regressions, "cases that pass on NIO and fail on RDMA");
     }
 
     private static Run run(String name, RdmaBridgeInteropCases.Target target,
