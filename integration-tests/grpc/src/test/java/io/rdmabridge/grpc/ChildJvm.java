@@ -65,15 +65,21 @@ final class ChildJvm implements AutoCloseable {
         drain.start();
     }
 
+    /** Asks the child to stop (its standard input ends), then kills it if it has not within 10 s. */
     @Override
-    public void close() throws Exception {
+    public void close() {
         try {
-            process.getOutputStream().close();
+            try {
+                process.getOutputStream().close();
+            } catch (IOException e) {
+                // The pipe is gone with the child, or it cannot be told: kill it below.
+            }
             if (!process.waitFor(10, TimeUnit.SECONDS)) {
                 process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
             }
-        } catch (IOException e) {
-            process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            process.destroyForcibly();
+            Thread.currentThread().interrupt();
         }
     }
 }
