@@ -12,8 +12,9 @@ import java.util.function.BiConsumer;
 /**
  * RDMA channel options a benchmark run may override, for measuring candidate defaults: system properties
  * {@value #RENDEZVOUS_THRESHOLD} (the sender's threshold), {@value #RECEIVE_BUFFER_SIZE} (each side's posted
- * receive size) and {@value #BUSY_POLL_NANOS} (each side's event-loop busy-poll budget; bootstraps only), read by {@link PerfClient}, {@link PerfServer} and the gRPC streaming benchmark and passed on to a
- * {@link ChildServer}. Unset or 0: the channel's default. Thread-safe (reads system properties only).
+ * receive size) and {@value #BUSY_POLL_NANOS} (each side's event-loop busy-poll budget; bootstraps only), read by
+ * {@link PerfClient}, {@link PerfServer} and the gRPC streaming benchmark and passed on to a {@link ChildServer}.
+ * Unset or 0: the channel's default. Thread-safe (reads system properties only).
  */
 public final class RdmaTuning {
     /** System property: {@link RdmaChannelOption#RENDEZVOUS_THRESHOLD} of benchmark channels. */
@@ -35,18 +36,20 @@ public final class RdmaTuning {
     /** Sets the overridden options on a client bootstrap of the RDMA channel. */
     static void apply(Bootstrap b) {
         forEach(b::option);
-        long busyPoll = Long.getLong(BUSY_POLL_NANOS, 0);
-        if (busyPoll > 0) {
-            b.option(RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, busyPoll);
-        }
+        busyPoll(b::option);
     }
 
     /** Sets the overridden options on the accepted channels of an RDMA server bootstrap. */
     static void apply(ServerBootstrap b) {
         forEach(b::childOption);
-        long busyPoll = Long.getLong(BUSY_POLL_NANOS, 0);
-        if (busyPoll > 0) {
-            b.childOption(RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, busyPoll);
+        busyPoll(b::childOption);
+    }
+
+    /** Hands the overridden busy-poll budget, if any, to {@code set}. */
+    private static void busyPoll(BiConsumer<ChannelOption<Long>, Long> set) {
+        long budget = Long.getLong(BUSY_POLL_NANOS, 0);
+        if (budget > 0) {
+            set.accept(RdmaChannelOption.BUSY_POLL_BUDGET_NANOS, budget);
         }
     }
 
@@ -65,7 +68,8 @@ public final class RdmaTuning {
     /** The {@code -D} options that give a child JVM this JVM's overrides. */
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
-        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, BUSY_POLL_NANOS, SAME_HOST, RINGS, RING_SPIN_MICROS}) {
+        for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, BUSY_POLL_NANOS, SAME_HOST, RINGS,
+                RING_SPIN_MICROS}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

@@ -49,6 +49,8 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 final class KafkaCluster implements AutoCloseable {
     private static final int LOWEST_PORT = 10_000;
     private static final Set<Integer> HANDED_OUT = ConcurrentHashMap.newKeySet();
+    /** The lowest port of the kernel's ephemeral range, read once. */
+    private static final int EPHEMERAL_LOW = ephemeralLow();
 
     static final String PLUGIN = "io.rdmabridge.kafka.RdmaReplicationPlugin";
     static final String JMX_REPORTER = "org.apache.kafka.common.metrics.JmxReporter";
@@ -402,7 +404,7 @@ final class KafkaCluster implements AutoCloseable {
      * take it before the broker binds it ("Address already in use", seen in CI). Never the same port twice per JVM.
      */
     private static int freePort() throws IOException {
-        int high = ephemeralLow() - RDMA_PORT_OFFSET;
+        int high = EPHEMERAL_LOW - RDMA_PORT_OFFSET;
         if (high <= LOWEST_PORT + 1000) {
             try (ServerSocket s = new ServerSocket(0)) {
                 return s.getLocalPort();
