@@ -10,6 +10,7 @@ import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 
 /**
  * The registered memory of one protection domain: an arena of size-classed blocks carved from slabs that are
@@ -30,9 +31,18 @@ import java.util.concurrent.atomic.AtomicLong;
  * deregistered and freed when the arena is closed and its last block has come back, so memory a peer may still read
  * is never reused under it. Registered memory is pinned (counted against memlock on hardware), so a slab that no one
  * has used for {@link #IDLE_RELEASE_PROPERTY} milliseconds (default {@value #DEFAULT_IDLE_RELEASE_MILLIS}) is
- * deregistered and freed by {@link #trimIdle(long)}: a burst of connections does not pin its peak for ever. Growing the arena (a new slab) takes a lock; that happens a bounded number of times.
- * Thread-safe; once its slabs exist, allocating and freeing a block (the allocator's hot path) allocates nothing and
- * takes no lock.
+ * deregistered and freed by {@link #trimIdle(long)}: a burst of connections does not pin its peak for ever. Growing
+ * the arena (a new slab) takes a lock; that happens a bounded number of times.
+ *
+ * <p>An allocation above {@link #maxPooledSize()} gets a registration of its own. Making one is dear (on a NIC
+ * {@code ibv_reg_mr} pins every page; on the soft provider it creates, commits and maps a shared file), and a stream of
+ * large messages (rendezvous targets of a few MiB) would pay it per message; so a freed one is kept registered for
+ * reuse, within {@value #LARGE_BLOCK_CACHE_PROPERTY} bytes (default 16 MiB) and up to {@value #LARGE_BLOCK_SLOTS}
+ * blocks, and served to a later allocation it fits without wasting more than half of it. Kept blocks go back at
+ * {@link #trimIdle} when unused for an idle period, and at {@link #close()}; they count in {@link #dedicatedBytes()}.
+ *
+ * <p>Thread-safe; once its slabs exist, allocating and freeing a block (the allocator's hot path) allocates nothing and
+ * takes no lock, large blocks kept for reuse included.
  */
 public final class RegisteredMemory implements AutoCloseable {
     /** Access of the slabs and single registrations: local write (receives, READ targets), nothing remote. */
@@ -44,6 +54,13 @@ public final class RegisteredMemory implements AutoCloseable {
     /** System property: milliseconds a slab stays registered with none of its blocks used; 0 keeps slabs for ever. */
     public static final String IDLE_RELEASE_PROPERTY = "rdmabridge.memory.idleReleaseMillis";
     public static final long DEFAULT_IDLE_RELEASE_MILLIS = 30_000;
+    /**
+     * System property: bytes of freed large blocks (above {@link #maxPooledSize()}) kept registered for reuse, per
+     * arena; 0 frees each at once.
+     */
+    public static final String LARGE_BLOCK_CACHE_PROPERTY = "rdmabridge.memory.largeBlockCacheBytes";
+    public static final long DEFAULT_LARGE_BLOCK_CACHE_BYTES = 16L * 1024 * 1024;
+    static final int LARGE_BLOCK_SLOTS = 8;
 
     private final ProtectionDomain pd;
     private final MemoryRegionMap regions = new MemoryRegionMap();
@@ -55,18 +72,36 @@ public final class RegisteredMemory implements AutoCloseable {
     private volatile Runnable onReleased;
     private final long idleReleaseNanos;
     private final AtomicLong lastTrim = new AtomicLong(System.nanoTime());
+    // Freed large blocks kept for reuse: a slot is taken or filled with one compare-and-set.
+    private final AtomicReferenceArray<Block> spareLarge = new AtomicReferenceArray<>(LARGE_BLOCK_SLOTS);
+    private final AtomicLong spareBytes = new AtomicLong();
+    private final long largeBlockCacheBytes;
 
     public RegisteredMemory(ProtectionDomain pd) {
-        this(pd, Long.getLong(IDLE_RELEASE_PROPERTY, DEFAULT_IDLE_RELEASE_MILLIS));
+        this(pd, Long.getLong(IDLE_RELEASE_PROPERTY, DEFAULT_IDLE_RELEASE_MILLIS),
+                Long.getLong(LARGE_BLOCK_CACHE_PROPERTY, DEFAULT_LARGE_BLOCK_CACHE_BYTES));
     }
 
     /** @param idleReleaseMillis how long an unused slab stays registered; 0: for ever */
     public RegisteredMemory(ProtectionDomain pd, long idleReleaseMillis) {
+        this(pd, idleReleaseMillis, Long.getLong(LARGE_BLOCK_CACHE_PROPERTY, DEFAULT_LARGE_BLOCK_CACHE_BYTES));
+    }
+
+    /**
+     * @param idleReleaseMillis    how long an unused slab or kept large block stays registered; 0: for ever
+     * @param largeBlockCacheBytes bytes of freed large blocks kept registered for reuse; 0: none
+     */
+    public RegisteredMemory(ProtectionDomain pd, long idleReleaseMillis, long largeBlockCacheBytes) {
         if (idleReleaseMillis < 0) {
             throw new IllegalArgumentException(IDLE_RELEASE_PROPERTY + ": " + idleReleaseMillis + " (expected: >= 0)");
         }
+        if (largeBlockCacheBytes < 0) {
+            throw new IllegalArgumentException(LARGE_BLOCK_CACHE_PROPERTY + ": " + largeBlockCacheBytes
+                    + " (expected: >= 0)");
+        }
         this.pd = pd;
         idleReleaseNanos = idleReleaseMillis * 1_000_000L;
+        this.largeBlockCacheBytes = largeBlockCacheBytes;
         for (int i = 0; i < classes.length; i++) {
             classes[i] = new SizeClass(1 << (MIN_BLOCK_SHIFT + i));
         }
@@ -94,7 +129,7 @@ public final class RegisteredMemory implements AutoCloseable {
         return pooledBytes.get();
     }
 
-    /** Bytes registered for single (dedicated) registrations. */
+    /** Bytes registered for single (dedicated) registrations, freed large blocks kept for reuse included. */
     public long dedicatedBytes() {
         return dedicatedBytes.get();
     }
@@ -119,6 +154,10 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     private Block dedicated(int size) throws RdmaException {
+        Block spare = takeSpare(size);
+        if (spare != null) {
+            return spare;
+        }
         ByteBuffer memory = pd.allocateMemory(size);
         MemoryRegion mr;
         try {
@@ -217,7 +256,76 @@ public final class RegisteredMemory implements AutoCloseable {
                 slab.releaseIfIdle();
             }
         }
+        for (int i = 0; i < LARGE_BLOCK_SLOTS; i++) {
+            releaseSpare(i);
+        }
         regionRemoved();
+    }
+
+    /** A kept large block of at least {@code size} bytes and at most twice that, taken out of the cache; or null. */
+    private Block takeSpare(int size) {
+        if (spareBytes.get() == 0) {
+            return null;
+        }
+        for (int i = 0; i < LARGE_BLOCK_SLOTS; i++) {
+            Block b = spareLarge.get(i);
+            if (b != null && b.capacity() >= size && b.capacity() <= 2L * size && spareLarge.compareAndSet(i, b, null)) {
+                spareBytes.addAndGet(-b.capacity());
+                return b;
+            }
+        }
+        return null;
+    }
+
+    /** Keeps a freed large block for reuse if the cache has room; whether it did (else the caller releases it). */
+    private boolean keepSpare(Block b) {
+        int capacity = b.capacity();
+        if (closed || capacity > largeBlockCacheBytes) {
+            return false;
+        }
+        if (spareBytes.addAndGet(capacity) > largeBlockCacheBytes) {
+            spareBytes.addAndGet(-capacity);
+            return false;
+        }
+        b.touched = true;
+        for (int i = 0; i < LARGE_BLOCK_SLOTS; i++) {
+            if (spareLarge.compareAndSet(i, null, b)) {
+                if (closed) {
+                    // close() may have emptied the slots before this one was filled: whoever takes it releases it.
+                    releaseSpare(i);
+                }
+                return true;
+            }
+        }
+        spareBytes.addAndGet(-capacity);
+        return false;
+    }
+
+    /** Deregisters and frees the kept block in slot {@code i}, if it is still there; the bytes it freed. */
+    private long releaseSpare(int i) {
+        Block b = spareLarge.get(i);
+        if (b == null || !spareLarge.compareAndSet(i, b, null)) {
+            return 0;
+        }
+        spareBytes.addAndGet(-b.capacity());
+        b.release();
+        return b.capacity();
+    }
+
+    /** Releases the kept large blocks that no allocation took since the previous trim. */
+    private long trimSpare() {
+        long released = 0;
+        for (int i = 0; i < LARGE_BLOCK_SLOTS; i++) {
+            Block b = spareLarge.get(i);
+            if (b != null) {
+                if (b.touched) {
+                    b.touched = false;
+                } else {
+                    released += releaseSpare(i);
+                }
+            }
+        }
+        return released;
     }
 
     /**
@@ -225,14 +333,15 @@ public final class RegisteredMemory implements AutoCloseable {
      * slab is registered or idle release is off.
      */
     public long nanosUntilTrim(long nowNanos) {
-        if (idleReleaseNanos == 0 || pooledBytes.get() == 0) {
+        if (idleReleaseNanos == 0 || pooledBytes.get() == 0 && spareBytes.get() == 0) {
             return Long.MAX_VALUE;
         }
         return Math.max(0, lastTrim.get() + idleReleaseNanos - nowNanos);
     }
 
     /**
-     * Deregisters and frees every slab none of whose blocks was taken since the previous trim, at most once per idle
+     * Deregisters and frees every slab none of whose blocks was taken since the previous trim, and every kept large
+     * block no allocation took since then, at most once per idle
      * period (cheap to call often: any thread, e.g. each event loop before it sleeps). A slab is first retired, so a
      * concurrent allocation that reaches it backs off to another slab, and freed only if it is still unused.
      *
@@ -247,7 +356,7 @@ public final class RegisteredMemory implements AutoCloseable {
         for (SizeClass c : classes) {
             released += c.trim();
         }
-        return released;
+        return released + trimSpare();
     }
 
     /** Whether every slab has been deregistered and every exposed region withdrawn (nothing is still allocated). */
@@ -401,6 +510,8 @@ public final class RegisteredMemory implements AutoCloseable {
         private final MemoryRegion mr;
         private final long address;
         private Object attachment;
+        // A kept large block: set when it is kept, cleared by each trim; a racy hint, as a slab's.
+        boolean touched;
 
         Block(Slab slab, int index, ByteBuffer buffer, MemoryRegion mr) {
             this.slab = slab;
@@ -436,17 +547,24 @@ public final class RegisteredMemory implements AutoCloseable {
             this.attachment = attachment;
         }
 
-        /** Gives the block back (pooled) or deregisters and frees it (dedicated). Any thread; once per allocation. */
+        /**
+         * Gives the block back (pooled), keeps it for reuse or deregisters and frees it (dedicated). Any thread; once
+         * per allocation.
+         */
         public void free() {
             if (slab != null) {
                 slab.give(index);
-            } else {
-                regions.remove(mr);
-                mr.close();
-                dedicatedBytes.addAndGet(-buffer.capacity());
-                pd.freeMemory(buffer);
-                regionRemoved();
+            } else if (!keepSpare(this)) {
+                release();
             }
+        }
+
+        private void release() {
+            regions.remove(mr);
+            mr.close();
+            dedicatedBytes.addAndGet(-buffer.capacity());
+            pd.freeMemory(buffer);
+            regionRemoved();
         }
     }
 }
