@@ -13,10 +13,23 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * A bounded many-producer, single-consumer ring of completions kept in primitive arrays (a Vyukov-style sequence per
  * slot), so neither producing nor polling allocates or locks.
  *
+ * <p>Polling also makes progress, as a software provider's completion read does (libfabric's manual progress): before
+ * it reads completions, {@link #poll} executes the frames its queue pairs' same-host peers published in their rings
+ * ({@link TcpLink#progress()}), so an event loop that is awake does not wait for the engine thread to wake and hand
+ * them over. The engine still executes whatever no poller takes, and is the one woken by doorbells.
+ *
  * <p>Threading: {@link #poll} and {@link #requestNotify} belong to the owning thread; {@link #push} may be called by
  * any number of provider threads (posting threads of in-JVM peers, the engine, the timer) at once.
  */
 final class SoftCompletionQueue implements CompletionQueue {
+    /**
+     * System property: {@code false} leaves the execution of ring frames to the engine thread alone (polls only read
+     * completions); read once. For comparison and diagnosis.
+     */
+    static final String POLL_PROGRESS_PROPERTY = "rdmabridge.soft.pollProgress";
+    static final boolean POLL_PROGRESS =
+            !"false".equalsIgnoreCase(System.getProperty(POLL_PROGRESS_PROPERTY, "true").trim());
+
     private final SoftEngine engine;
     private final SoftDevice device;
     private final EventNotifier notifier;
@@ -38,6 +51,9 @@ final class SoftCompletionQueue implements CompletionQueue {
     /** Queue pairs using this queue as send or receive queue (one count per role). */
     final AtomicInteger users = new AtomicInteger();
     private long head;
+    /** Same-host links of those queue pairs that read the peer's frames from a ring; replaced whole (rare). */
+    private volatile TcpLink[] progress = NO_LINKS;
+    private static final TcpLink[] NO_LINKS = new TcpLink[0];
 
     SoftCompletionQueue(SoftDevice device, SoftEngine engine, int entries, EventNotifier notifier) {
         this.device = device;
@@ -114,8 +130,30 @@ final class SoftCompletionQueue implements CompletionQueue {
         return capacity;
     }
 
+    /** {@code link}'s ring is mapped: polls of this queue execute its frames too ({@link TcpLink#progress()}). */
+    synchronized void addProgress(TcpLink link) {
+        if (!POLL_PROGRESS) {
+            return;
+        }
+        TcpLink[] a = java.util.Arrays.copyOf(progress, progress.length + 1);
+        a[a.length - 1] = link;
+        progress = a;
+    }
+
+    synchronized void removeProgress(TcpLink link) {
+        progress = java.util.Arrays.stream(progress).filter(l -> l != link).toArray(TcpLink[]::new);
+    }
+
     @Override
     public int poll(WorkCompletions out) {
+        TcpLink[] links = progress;
+        if (links.length > 0) {
+            // Armed: the owner is about to sleep (this is its last look), so it must not take over a parked flag.
+            boolean takePark = !armed.get();
+            for (TcpLink l : links) {
+                l.progress(takePark);
+            }
+        }
         int n = 0;
         int max = out.capacity();
         long h = head;
@@ -136,6 +174,9 @@ final class SoftCompletionQueue implements CompletionQueue {
     @Override
     public void requestNotify() {
         armed.set(true);
+        for (TcpLink l : progress) {
+            l.pollerSleeps();
+        }
     }
 
     @Override

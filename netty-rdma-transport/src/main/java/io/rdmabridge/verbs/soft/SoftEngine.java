@@ -31,7 +31,9 @@ import org.slf4j.LoggerFactory;
  *       socket that was full becomes writable. Other threads hand it work with {@link #execute(Runnable)}. While
  *       same-host links read {@link ShmRing}s, it polls them between non-blocking selects for
  *       {@value #RING_SPIN_PROPERTY} after the last frame, then parks them (flag, fence, last look) and blocks in
- *       {@code select()} until a DOORBELL, a socket event or a task wakes it; the poll allocates nothing.</li>
+ *       {@code select()} until a DOORBELL, a socket event or a task wakes it, or {@link #PARK_MILLIS} pass; the poll
+ *       allocates nothing. Threads polling the queue pairs' completion queues execute ring frames too
+ *       ({@link TcpLink#progress}); the engine executes what they leave.</li>
  *   <li>{@code soft-rdma-timer}: receiver-not-ready retries, injected send delays, connect and handshake
  *       timeouts.</li>
  * </ul>
@@ -60,6 +62,7 @@ final class SoftEngine {
     /** Same-host links whose peer's ring the engine thread polls; replaced whole under {@code this} (rare). */
     private volatile TcpLink[] ringLinks = new TcpLink[0];
     private volatile Selector selector;
+    private volatile Thread thread;
     private volatile ScheduledThreadPoolExecutor timer;
 
     private SoftEngine() {
@@ -187,6 +190,13 @@ final class SoftEngine {
      */
     static final String RING_SPIN_PROPERTY = "rdmabridge.soft.ringSpinMicros";
     static final long RING_SPIN_NANOS = Math.max(0, Long.getLong(RING_SPIN_PROPERTY, 0)) * 1_000L;
+    /**
+     * How long the engine blocks while it reads rings: a completion-queue poller may take the parked flag after the
+     * engine blocked ({@link TcpLink#progress}) and give it back only when it arms its queue; one that stops polling
+     * without arming (a verbs user that polls in a loop of its own) leaves frames to the engine's next look, at most
+     * this late. 100 looks a second cost the idle engine a few microseconds each.
+     */
+    static final long PARK_MILLIS = SoftCompletionQueue.POLL_PROGRESS ? 10 : 1000;
 
     synchronized void addRingLink(TcpLink link) {
         TcpLink[] a = java.util.Arrays.copyOf(ringLinks, ringLinks.length + 1);
@@ -237,11 +247,17 @@ final class SoftEngine {
                     selector = s;
                     Thread t = new Thread(this::runEngine, "soft-rdma-engine");
                     t.setDaemon(true);
+                    thread = t;
                     t.start();
                 }
             }
         }
         return s;
+    }
+
+    /** Whether the caller is the engine thread. */
+    boolean onEngineThread() {
+        return Thread.currentThread() == thread;
     }
 
     /** Runs {@code task} on the engine thread. */
@@ -335,7 +351,7 @@ final class SoftEngine {
                     if (arrived) {
                         s.selectNow();
                     } else {
-                        s.select(1000);
+                        s.select(PARK_MILLIS);
                     }
                     for (TcpLink l : rings) {
                         l.unparkRing();

@@ -20,6 +20,7 @@ import java.nio.channels.SocketChannel;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * One TCP connection carrying one reliable-connected queue pair, as an RC connection of hardware does.
@@ -52,6 +53,15 @@ import java.util.concurrent.atomic.AtomicInteger;
  * truncated mapping ({@link InternalError}) closes, with a WARN, the links whose ring files were cut and the link in
  * whose code HotSpot raised it (see {@link SoftEngine#closeTruncatedRings}). The ring path allocates nothing and takes
  * no lock per frame; executing a frame takes the queue pair's lock as on the socket path.
+ *
+ * <h2>Who executes the peer's frames</h2>
+ * The engine thread, or a thread polling one of the queue pair's completion queues ({@link #progress}), whichever
+ * takes the link's consumer slot first (a compare-and-set; a poller never waits for it, the engine waits out a
+ * poller's drain). So an event loop that is awake executes its own connections' frames without waiting for the engine
+ * to wake, as a NIC's completions reach a polling thread without a hand-off. A poller that stays awake also takes the
+ * ring's parked flag from the engine, so that the peer stops ringing the engine's doorbell, and gives it back before
+ * it sleeps (when it arms its completion queue). The peer's ring is unmapped on the engine thread only, holding the
+ * consumer slot, so no poller reads it after.
  */
 final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int READ_BUFFER_SIZE = 2 * (SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD);
@@ -121,6 +131,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     /** Where {@link #fill()} encodes frames: the write buffer, or the window of {@link #outRing}; drainer. */
     private ByteBuffer out;
     private long outAddress;
+    /**
+     * The thread executing the peer's frames now (see Same-host rings): the engine, or a thread polling one of the
+     * queue pair's completion queues; {@code null} when none. Everything read from the socket or the peer's ring, and
+     * the responder and requester-response state below, is touched only by the holder.
+     */
+    private final AtomicReference<Thread> consumer = new AtomicReference<>();
+    private final Runnable failureTask = this::actOnFailure;
+    /** A poller took the parked flag the engine had set, polling in its stead until it sleeps; under the consumer. */
+    private boolean pollerTookPark;
     // ---- the peer's ring, mapped when its RING frame is processed (engine thread)
     private boolean peerSwitched;
     private ShmRing inRing;
@@ -348,8 +367,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             pump();
             if (readBuf.position() > 0) {
-                readBuf.flip();
-                processInput();
+                boolean locked = lockConsumer();
+                try {
+                    readBuf.flip();
+                    processInput();
+                } finally {
+                    if (locked) {
+                        unlockConsumer();
+                    }
+                }
             }
         });
     }
@@ -497,6 +523,17 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void onReadable() {
+        boolean locked = lockConsumer();
+        try {
+            readAndProcess();
+        } finally {
+            if (locked) {
+                unlockConsumer();
+            }
+        }
+    }
+
+    private void readAndProcess() {
         int n;
         try {
             n = ch.read(readBuf);
@@ -634,6 +671,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         engine.addRingLink(this);
+        SoftQueuePair q = qp;
+        q.sendCq.addProgress(this);
+        q.recvCq.addProgress(this);
     }
 
     /**
@@ -713,16 +753,131 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         return inHead != start;
     }
 
-    /** Engine thread: executes what the peer's ring holds and answers it; whether there was anything. */
+    /**
+     * Engine thread: executes what the peer's ring holds and answers it; whether there was anything. Nothing when a
+     * thread polling the queue pair's completion queues is at it ({@link #progress()}).
+     */
     boolean pollRing() {
-        if (inRing == null || phase != CONNECTED) {
+        if (!consumer.compareAndSet(null, Thread.currentThread())) {
             return false;
         }
-        boolean consumed = drainInRing();
-        if (consumed || failReason != null || doorbellPending) {
-            afterInput();
+        try {
+            if (inRing == null || phase != CONNECTED) {
+                return false;
+            }
+            boolean consumed = drainInRing();
+            if (consumed || failReason != null || doorbellPending) {
+                afterInput();
+            }
+            return consumed;
+        } finally {
+            unlockConsumer();
         }
-        return consumed;
+    }
+
+    /**
+     * Executes what the peer's ring holds, on the thread polling one of the queue pair's completion queues: its
+     * SENDs land in posted receives and its acknowledgements complete sends without waiting for the engine thread,
+     * which a poller that is awake anyway (a busy event loop) would otherwise wake and wait for. Returns at once when
+     * the engine or another poller is at it; a failure is handed to the engine thread, which ends the link.
+     * Allocates nothing.
+     *
+     * @param takePark whether the poller stays awake until it arms its completion queue ({@link #pollerSleeps()}):
+     *                 it then takes the parked flag the engine set, so that the peer stops ringing the engine's
+     *                 doorbell for frames the poller executes anyway
+     */
+    void progress(boolean takePark) {
+        if (!consumer.compareAndSet(null, Thread.currentThread())) {
+            return;
+        }
+        boolean failed;
+        try {
+            ShmRing r = inRing;
+            if (r == null || phase != CONNECTED) {
+                return;
+            }
+            try {
+                if (takePark && !pollerTookPark && r.isReaderParked() && r.takeReaderParked()) {
+                    // An atomic exchange, so the tail read below sees any frame whose writer found the flag gone.
+                    pollerTookPark = true;
+                }
+            } catch (InternalError e) {
+                fail(ringFaultReason(e), 0, 0, 0);
+            }
+            boolean consumed = failReason == null && drainInRing();
+            failed = failReason != null;
+            if (!failed && (consumed || doorbellPending)) {
+                pump();
+            }
+        } finally {
+            unlockConsumer();
+        }
+        if (failed) {
+            engine.execute(failureTask);
+        }
+    }
+
+    /**
+     * The poller is about to sleep (it armed its completion queue): gives back the parked flag it took, so that the
+     * peer rings the engine's doorbell again; the poller's next poll (the one after arming) is the last look. If the
+     * engine or another poller holds the link now, the flag stays with them; a poller that stops without arming is
+     * covered by the engine's short park ({@link SoftEngine}).
+     */
+    void pollerSleeps() {
+        if (!consumer.compareAndSet(null, Thread.currentThread())) {
+            return;
+        }
+        try {
+            ShmRing r = inRing;
+            if (pollerTookPark && r != null && phase == CONNECTED) {
+                pollerTookPark = false;
+                r.readerParked(true);
+                ShmRing.fence(); // flag stored, then the caller's poll reads the tail: see ShmRing, Ordering
+            }
+        } catch (InternalError e) {
+            fail(ringFaultReason(e), 0, 0, 0);
+            engine.execute(failureTask);
+        } finally {
+            unlockConsumer();
+        }
+    }
+
+    /** Engine thread: ends the link for a failure a completion-queue poller recorded. */
+    private void actOnFailure() {
+        boolean locked = lockConsumer();
+        try {
+            if (failReason != null) {
+                afterInput();
+            }
+        } finally {
+            if (locked) {
+                unlockConsumer();
+            }
+        }
+    }
+
+    /**
+     * Takes {@link #consumer} for this thread, waiting out another holder (a poller's drain of at most one ring's
+     * worth of frames); {@code false} when this thread holds it already.
+     */
+    private boolean lockConsumer() {
+        Thread me = Thread.currentThread();
+        if (consumer.get() == me) {
+            return false;
+        }
+        int spins = 0;
+        while (!consumer.compareAndSet(null, me)) {
+            if (++spins < 100) {
+                Thread.onSpinWait();
+            } else {
+                Thread.yield();
+            }
+        }
+        return true;
+    }
+
+    private void unlockConsumer() {
+        consumer.set(null);
     }
 
     /**
@@ -738,6 +893,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         try {
             r.readerParked(true);
             ShmRing.fence(); // flag stored, then the tail read: see ShmRing, Ordering
+            // inHead may be a poller's, read racily: a stale value can only be older, so the look errs to "arrived";
+            // and a poller that is draining now looks again itself before it sleeps (pollerSleeps).
             return r.tail() != inHead;
         } catch (InternalError e) {
             ringFault(e);
@@ -1780,14 +1937,32 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void closeNow() {
+        if (!engine.onEngineThread()) {
+            // The peer's ring is unmapped on the engine thread only, which alone sets and clears its parked flag.
+            engine.execute(closeTask);
+            return;
+        }
         handshakeDone();
         phase = CLOSED;
-        ShmRing in = inRing;
-        if (in != null) {
-            inRing = null;
-            engine.removeRingLink(this);
-            in.closeFile();
-            DirectMemory.free(in.map);
+        if (inRing != null) {
+            // A poller may be reading the ring: unmap it once the poller is done and before another can start.
+            boolean locked = lockConsumer();
+            try {
+                ShmRing in = inRing;
+                if (in != null) {
+                    inRing = null;
+                    engine.removeRingLink(this);
+                    SoftQueuePair q = qp;
+                    q.sendCq.removeProgress(this);
+                    q.recvCq.removeProgress(this);
+                    in.closeFile();
+                    DirectMemory.free(in.map);
+                }
+            } finally {
+                if (locked) {
+                    unlockConsumer();
+                }
+            }
         }
         // The drainer lets go of our ring: it may be writing into it now.
         pump();

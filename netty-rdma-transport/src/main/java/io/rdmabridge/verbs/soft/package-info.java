@@ -37,7 +37,9 @@
  *       the device starts) holds its files. On that path {@code rdmabridge.soft.rings} = {@code true} (default) or
  *       {@code false} (read per connection) moves each side's frames into a shared-memory ring, and
  *       {@code rdmabridge.soft.ringSpinMicros} (default 0, read once) is how long the engine thread keeps polling
- *       the rings after the last frame before it parks.</li>
+ *       the rings after the last frame before it parks; {@code rdmabridge.soft.pollProgress} = {@code true}
+ *       (default) or {@code false} (read once) lets threads polling completion queues execute their queue pairs'
+ *       ring frames (below).</li>
  * </ul>
  *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
@@ -67,6 +69,14 @@
  *       counters must move forward by at most the capacity, and a fault on a truncated file closes that link (and,
  *       since HotSpot 17 raises a fault of compiled code only at the thread's next safepoint, the link whose code it
  *       surfaced in, if another).</li>
+ *   <li>Progress on poll (issue 13's wake-up cost): polling a completion queue first executes what its queue pairs'
+ *       peers published in their rings ({@link io.rdmabridge.verbs.soft.TcpLink#progress}), so an event loop that
+ *       is awake (busy, or busy-polling) takes its frames without waiting for the engine thread to wake; a poller
+ *       that stays awake takes the ring's parked flag so the peer stops ringing the engine, and gives it back when
+ *       it arms its queue (its next poll is the last look). One consumer at a time per link (a compare-and-set
+ *       slot); the engine still executes whatever no poller takes, and parks at most 10 ms while rings are read,
+ *       which bounds the delay left by a poller that stopped without arming. {@code SoftRingTest} checks that
+ *       polls alone carry SENDs and acknowledgements with the engine thread held.</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
  *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the
@@ -99,6 +109,10 @@
  *   <li>A killed peer's files are deleted by the survivor when the link closes, at once if the peer is gone or a
  *       zombie, else re-checked on the timer with backoff for about 13 s; tested with a killed child JVM.</li>
  * </ul>
+ * Since progress on poll, an event loop polling its completion queue reads the peer's ring too, so a truncated ring
+ * file can fault it as it can fault the engine: a fault inside the drain closes that link (handed to the engine
+ * thread), and one HotSpot raises later fails the channel or the task whose code it surfaced in, not the loop
+ * ({@code RdmaIoHandler} catches a poll's throwable per channel, Netty a task's).
  * Remaining risk: the key table itself is still a mapping (its in-use counts need atomics both processes see), as
  * are the frame rings (their fault is attributed, see Next). The table's
  * size is checked before each request, but a peer that truncates its own table in the microseconds a request reads

@@ -186,6 +186,51 @@ class SoftRingTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
+    @Test
+    void shouldExecuteRingFramesOnThePollingThreadWhileTheEngineIsBusy() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp()) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (!(link(p.client).readsPeerRing() && link(p.server).readsPeerRing())) {
+                assertTrue(System.nanoTime() < deadline, "the links did not switch to their rings");
+                up.roundTrip(new int[] {8});
+                down.roundTrip(new int[] {8});
+            }
+            // With the engine thread held, nothing but the completion-queue polls can move a frame: each SEND must
+            // land in its receive and each acknowledgement complete its send through them alone. (Messages that fill
+            // a ring would wait for the engine: a writer resumes on the reader's DOORBELL, which the engine reads.)
+            java.util.concurrent.CountDownLatch held = new java.util.concurrent.CountDownLatch(1);
+            java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+            SoftEngine.get().execute(() -> {
+                held.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            assertTrue(held.await(10, java.util.concurrent.TimeUnit.SECONDS), "the engine did not run the task");
+            long before = provider.ringFrames();
+            try {
+                int[] small = new int[SLOTS];
+                for (int round = 0; round < 10; round++) {
+                    for (int k = 0; k < SLOTS; k++) {
+                        small[k] = 1 + (round * SLOTS + k) * 97 % 4000;
+                    }
+                    up.roundTrip(small);
+                    down.roundTrip(java.util.Arrays.copyOf(small, 4));
+                }
+            } finally {
+                release.countDown();
+            }
+            assertTrue(provider.ringFrames() - before >= 10 * (SLOTS + 4),
+                    "frames through rings while the engine was held: " + (provider.ringFrames() - before));
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
     /** A second, healthy pair: it must keep working after the victim's connection failed. */
     private static void assertHealthy(Stream1 healthy) throws Exception {
         healthy.roundTrip(sizes(8, 1));
