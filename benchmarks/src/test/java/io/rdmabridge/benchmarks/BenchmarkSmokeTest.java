@@ -29,7 +29,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Runs every benchmark in smoke mode so none rots: the whole JMH suite in this JVM (one size, one short iteration),
- * the cross-process RDMA rows on both soft paths, and every rdma-perf pattern in loopback with tiny sizes. Asserts that
+ * the cross-process RDMA rows on both soft paths (and the same-host ping-pong busy-polling), and every rdma-perf pattern in loopback with tiny sizes. Asserts that
  * each produced a result, that throughput and its CPU cost are non-zero, and that the registered path copied no
  * byte.
  */
@@ -59,6 +59,11 @@ class BenchmarkSmokeTest {
             // Cross-process RDMA runs once per soft path.
             if ("rdma".equals(transport) && r.getParams().getParam("sameHost") != null) {
                 key += "/" + r.getParams().getParam("sameHost");
+                // And the same-host ping-pong once more with busy-polling event loops.
+                String busyPoll = r.getParams().getParam("busyPollNanos");
+                if (busyPoll != null && !"0".equals(busyPoll)) {
+                    key += "/busy-poll";
+                }
             }
             assertNull(byKey.put(key, r), "two results for " + key);
         }
@@ -70,6 +75,7 @@ class BenchmarkSmokeTest {
             assertThroughput(byKey.get("CrossProcessChannelBenchmark.throughput " + t));
             assertLatency(byKey.get("CrossProcessChannelBenchmark.latency " + t));
         }
+        assertLatency(byKey.get("CrossProcessChannelBenchmark.latency rdma/shm/busy-poll"));
         RunResult allocator = byKey.get("CopiedBytesBenchmark.write allocator");
         assertNotNull(allocator, "no result for the allocator payload: " + byKey.keySet());
         assertTrue(secondary(allocator, "payloadBytes") > 0);

@@ -69,10 +69,30 @@ public final class BenchmarkSuite {
         return b;
     }
 
-    /** The whole suite: {@link #options} and then {@link #tcpPathOptions}, results in run order. */
+    /** The busy-poll budget of {@link #busyPollOptions}, in nanoseconds: 100 us at both ends. */
+    public static final String BUSY_POLL_NANOS = "100000";
+
+    /**
+     * Options for the cross-process ping-pong with RDMA's event loops busy-polling ({@code busyPollNanos} at both
+     * ends, the same-host path), for issue 13's busy-polling latency target; 64 B (the smoke size in smoke mode).
+     * Measured beside the suite's epoll rows, which it is compared with (epoll has no such knob).
+     */
+    public static ChainedOptionsBuilder busyPollOptions(boolean smoke, int forks) {
+        ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
+                .include(regex(CrossProcessChannelBenchmark.class) + "latency$").param("transport", "rdma")
+                .param("sameHost", "shm").param("busyPollNanos", BUSY_POLL_NANOS).param("size", smoke ? SMOKE_SIZE : "64");
+        if (smoke) {
+            b.param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
+                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+        }
+        return b;
+    }
+
+    /** The whole suite: {@link #options}, {@link #tcpPathOptions} and {@link #busyPollOptions}, in run order. */
     public static List<RunResult> runAll(boolean smoke, int forks) throws RunnerException {
         List<RunResult> results = run(options(smoke, forks));
         results.addAll(run(tcpPathOptions(smoke, forks)));
+        results.addAll(run(busyPollOptions(smoke, forks)));
         return results;
     }
 

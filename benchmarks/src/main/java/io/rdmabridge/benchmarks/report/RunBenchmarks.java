@@ -156,7 +156,10 @@ public final class RunBenchmarks {
                 + " processes on one host, exchanges frames through shared-memory rings (its socket carries only"
                 + " the handshake, doorbells and peer death) and does one-sided READ and WRITE with `pread`/`pwrite`"
                 + " on the peer's memory files; **rdma (TCP path)**"
-                + " (`rdmabridge.soft.sameHost=tcp`, the path between hosts) carries every frame over a TCP socket."
+                + " (`rdmabridge.soft.sameHost=tcp`, the path between hosts) carries every frame over a TCP socket;"
+                + " **rdma (same-host shm, busy-poll 100 us)** is the same-host ping-pong with both event loops"
+                + " busy-polling for 100 us before they sleep (`RdmaChannelOption.BUSY_POLL_BUDGET_NANOS`), for the"
+                + " busy-polling latency target (epoll, which has no such option, is its baseline)."
                 + " Issue 13's cross-process targets apply to the same-host path. So these figures measure the"
                 + " channel, protocol and provider overhead, not a fabric.\n"
                 + "- JMH: forks=1, few iterations (2 shared cores: expect wide errors; the ± column is JMH's 99.9%"
@@ -249,6 +252,9 @@ public final class RunBenchmarks {
         target(md, misses, "cross-process p50 latency RDMA same-host / epoll <= 1.0", 64,
                 cross.ratio(shm, "epoll", 64, Channels.P50), 1.0, false, CrossProcessChannelBenchmark.class,
                 "latency");
+        target(md, misses, "cross-process p50 latency RDMA same-host busy-polling 100 us / epoll <= 0.5", 64,
+                cross.ratio(Channels.RDMA_SHM_BUSY_POLL, "epoll", 64, Channels.P50), 0.5, false,
+                CrossProcessChannelBenchmark.class, "latency");
         for (int size : new int[] {65536, 1 << 20}) {
             target(md, misses, "cross-process CPU per GB RDMA same-host / epoll <= 1.0", size,
                     cross.ratio(shm, "epoll", size, Channels.CPU), 1.0, false, CrossProcessChannelBenchmark.class,
@@ -349,7 +355,8 @@ public final class RunBenchmarks {
                 continue;
             }
             // One pair of series per RDMA path, short enough for the legend; a single path keeps the plain names.
-            String path = rdma.equals(Channels.RDMA_SHM) ? "shm: " : rdma.equals(Channels.RDMA_TCP) ? "TCP path: " : "";
+            String path = rdma.equals(Channels.RDMA_SHM) ? "shm: " : rdma.equals(Channels.RDMA_TCP) ? "TCP path: "
+                    : rdma.equals(Channels.RDMA_SHM_BUSY_POLL) ? "shm busy-poll: " : "";
             List<double[]> rt = new ArrayList<>();
             List<double[]> rl = new ArrayList<>();
             for (int size : c.sizes()) {
@@ -379,6 +386,9 @@ public final class RunBenchmarks {
                 double[] thr = c.get(t, size, Channels.MESSAGES);
                 double[] bytes = c.get(t, size, Channels.BYTES);
                 double[] lat = c.latency(t, size);
+                if (thr == null && bytes == null && lat == null) {
+                    continue; // a row measured at some sizes only (busy-polling latency)
+                }
                 md.append(String.format(Locale.ROOT, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |%n", t,
                         LineChart.formatSize(size), num(thr, 0, 0), num(thr, 1, 0), num(bytes, 0, 1e9),
                         num(bytes, 1, 1e9), num(c.get(t, size, Channels.CPU), 0, 1), num(lat, 0, 1), num(lat, 1, 1),
@@ -526,7 +536,8 @@ public final class RunBenchmarks {
         static final int CPU = 3;
         static final String RDMA_SHM = "rdma (same-host shm)";
         static final String RDMA_TCP = "rdma (TCP path)";
-        private static final List<String> ORDER = List.of("rdma", RDMA_SHM, RDMA_TCP);
+        static final String RDMA_SHM_BUSY_POLL = "rdma (same-host shm, busy-poll 100 us)";
+        private static final List<String> ORDER = List.of("rdma", RDMA_SHM, RDMA_SHM_BUSY_POLL, RDMA_TCP);
 
         private final Map<String, Map<Integer, double[][]>> data = new TreeMap<>();
 
@@ -537,7 +548,8 @@ public final class RunBenchmarks {
                 if (!name.startsWith(benchmark.getName() + ".")) {
                     continue;
                 }
-                String t = label(r.getParams().getParam("transport"), r.getParams().getParam("sameHost"));
+                String t = label(r.getParams().getParam("transport"), r.getParams().getParam("sameHost"),
+                        r.getParams().getParam("busyPollNanos"));
                 int size = Integer.parseInt(r.getParams().getParam("size"));
                 if (name.endsWith(".throughput")) {
                     c.put(t, size, MESSAGES, scoreAndError(r.getSecondaryResults().get("messages")));
@@ -557,12 +569,18 @@ public final class RunBenchmarks {
             return c;
         }
 
-        /** The row name of a transport: RDMA on the soft provider's TCP path apart from its same-host path. */
-        static String label(String transport, String sameHost) {
+        /**
+         * The row name of a transport: RDMA on the soft provider's TCP path apart from its same-host path, and the
+         * same-host path with busy-polling event loops ({@link BenchmarkSuite#busyPollOptions}) apart from both.
+         */
+        static String label(String transport, String sameHost, String busyPollNanos) {
             if (!"rdma".equals(transport) || sameHost == null) {
                 return transport;
             }
-            return "tcp".equals(sameHost) ? RDMA_TCP : RDMA_SHM;
+            if ("tcp".equals(sameHost)) {
+                return RDMA_TCP;
+            }
+            return busyPollNanos == null || "0".equals(busyPollNanos) ? RDMA_SHM : RDMA_SHM_BUSY_POLL;
         }
 
         /** Sets one figure ({@link #MESSAGES}, {@link #BYTES}, {@link #P50} or {@link #CPU}) of a row. */

@@ -36,6 +36,8 @@ class ResultsPageTest {
                 new double[] {6, 1, 0.5, 0.6});
         rows(c, "nio", new double[] {0.3, 1.8, 1.9, 1.8}, new double[] {25, 25, 110, 650},
                 new double[] {7, 1.1, 0.6, 0.7});
+        // Busy-polling: the 64 B ping-pong alone.
+        c.put(Channels.RDMA_SHM_BUSY_POLL, 64, Channels.P50, new double[] {8, 16, 24, 1000});
         return c;
     }
 
@@ -78,6 +80,7 @@ class ResultsPageTest {
                 "| cross-process throughput RDMA same-host / epoll >= 2.0 | 64 KiB | 2.50x | yes |",
                 "| cross-process throughput RDMA same-host / epoll >= 2.0 | 1 MiB | 1.50x | **no** |",
                 "| cross-process p50 latency RDMA same-host / epoll <= 1.0 | 64 B | 1.50x | **no** |",
+                "| cross-process p50 latency RDMA same-host busy-polling 100 us / epoll <= 0.5 | 64 B | 0.40x | yes |",
                 "| cross-process CPU per GB RDMA same-host / epoll <= 1.0 | 64 KiB | 0.80x | yes |",
                 "| cross-process CPU per GB RDMA same-host / epoll <= 1.0 | 1 MiB | 1.50x | **no** |",
                 "| CPU-copied bytes on the registered path = 0 | 1 KiB | 0 of 5000000000 B | yes |",
@@ -133,24 +136,29 @@ class ResultsPageTest {
         List<String> rows = RunBenchmarks.channelTable(cross()).lines().toList();
         assertEquals("| transport | size | messages/s | ± | GB/s | ± | CPU s/GB | p50 us | p99 us | p99.9 us | samples |",
                 rows.get(0));
-        assertEquals(2 + 4 * SIZES.length, rows.size(), String.join("\n", rows));
-        // Same-host path first, then the TCP path, then the baselines; every row has its CPU figure.
+        // A row per transport and size, but the busy-polling ping-pong only at the size it was measured at.
+        assertEquals(3 + 4 * SIZES.length, rows.size(), String.join("\n", rows));
+        // Same-host path first (busy-polling after it), then the TCP path, then the baselines; every row has its CPU
+        // figure.
         assertEquals("| rdma (same-host shm) | 64 KiB | 76294 | 0.000 | 5.000 | 0.100 | 0.400 | 150.000 | 300.000 | 450.000"
                 + " | 1000 |", rows.get(4));
+        assertEquals("| rdma (same-host shm, busy-poll 100 us) | 64 B | - | - | - | - | - | 8.000 | 16.000 | 24.000"
+                + " | 1000 |", rows.get(6));
         assertEquals("| rdma (TCP path) | 1 MiB | 1431 | 0.000 | 1.500 | 0.100 | 1.200 | 1200 | 2400 | 3600 | 1000 |",
-                rows.get(9));
-        assertEquals("| epoll | 64 B | 4687500 | 0.000 | 0.300 | 0.100 | 6.000 | 20.000 | 40.000 | 60.000 | 1000 |",
                 rows.get(10));
-        assertTrue(rows.get(17).startsWith("| nio | 1 MiB |"), rows.get(17));
+        assertEquals("| epoll | 64 B | 4687500 | 0.000 | 0.300 | 0.100 | 6.000 | 20.000 | 40.000 | 60.000 | 1000 |",
+                rows.get(11));
+        assertTrue(rows.get(18).startsWith("| nio | 1 MiB |"), rows.get(18));
     }
 
     @Test
     void shouldNameRdmaRowsByTheirSoftPath() {
-        assertEquals(Channels.RDMA_SHM, Channels.label("rdma", "shm"));
-        assertEquals(Channels.RDMA_TCP, Channels.label("rdma", "tcp"));
-        assertEquals("epoll", Channels.label("epoll", "shm"));
+        assertEquals(Channels.RDMA_SHM, Channels.label("rdma", "shm", "0"));
+        assertEquals(Channels.RDMA_TCP, Channels.label("rdma", "tcp", "0"));
+        assertEquals("epoll", Channels.label("epoll", "shm", null));
+        assertEquals(Channels.RDMA_SHM_BUSY_POLL, Channels.label("rdma", "shm", "100000"));
         // In one JVM there is no sameHost parameter.
-        assertEquals("rdma", Channels.label("rdma", null));
+        assertEquals("rdma", Channels.label("rdma", null, null));
     }
 
     @Test
