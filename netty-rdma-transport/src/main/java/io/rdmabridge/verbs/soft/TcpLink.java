@@ -1316,7 +1316,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (failed) {
             fail("queue pair " + q.qpn + " failed a work request", SoftFrame.DISCONNECT, 0, 0);
         } else if (wake) {
-            pump();
+            if (engine.onEngineThread()) {
+                pump();
+            } else {
+                // What waited is large one-sided work (a READ's copy of 64 KiB and more): the engine does it, as a
+                // NIC would, rather than the completion-queue poller that happened to take this acknowledgement.
+                engine.execute(pumpTask);
+            }
         }
     }
 
