@@ -11,12 +11,13 @@ import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * A bounded many-producer, single-consumer ring of completions kept in primitive arrays (a Vyukov-style sequence per
- * slot), so neither producing nor polling allocates or locks.
+ * slot), so neither producing nor reading completions allocates or locks.
  *
  * <p>Polling also makes progress, as a software provider's completion read does (libfabric's manual progress): before
  * it reads completions, {@link #poll} executes the frames its queue pairs' same-host peers published in their rings
- * ({@link TcpLink#progress()}), so an event loop that is awake does not wait for the engine thread to wake and hand
- * them over. The engine still executes whatever no poller takes, and is the one woken by doorbells.
+ * ({@link TcpLink#progress(boolean)}), so an event loop that is awake does not wait for the engine thread to wake and
+ * hand them over. Executing a frame takes its queue pair's lock, as on the engine. The engine still executes whatever
+ * no poller takes, and is the one woken by doorbells.
  *
  * <p>Threading: {@link #poll} and {@link #requestNotify} belong to the owning thread; {@link #push} may be called by
  * any number of provider threads (posting threads of in-JVM peers, the engine, the timer) at once.
@@ -130,7 +131,7 @@ final class SoftCompletionQueue implements CompletionQueue {
         return capacity;
     }
 
-    /** {@code link}'s ring is mapped: polls of this queue execute its frames too ({@link TcpLink#progress()}). */
+    /** {@code link}'s ring is mapped: polls of this queue execute its frames too ({@link TcpLink#progress}). */
     synchronized void addProgress(TcpLink link) {
         if (!POLL_PROGRESS) {
             return;

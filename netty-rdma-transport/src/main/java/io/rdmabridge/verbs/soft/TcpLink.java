@@ -755,7 +755,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /**
      * Engine thread: executes what the peer's ring holds and answers it; whether there was anything. Nothing when a
-     * thread polling the queue pair's completion queues is at it ({@link #progress()}).
+     * thread polling the queue pair's completion queues is at it ({@link #progress(boolean)}).
      */
     boolean pollRing() {
         if (!consumer.compareAndSet(null, Thread.currentThread())) {
@@ -1944,7 +1944,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     private void closeNow() {
         if (!engine.onEngineThread()) {
-            // The peer's ring is unmapped on the engine thread only, which alone sets and clears its parked flag.
+            // The peer's ring is unmapped on the engine thread only: the engine parks and unparks it (parkRing,
+            // unparkRing) without taking the consumer slot.
             engine.execute(closeTask);
             return;
         }
