@@ -29,7 +29,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Runs every benchmark in smoke mode so none rots: the whole JMH suite in this JVM (one size, one short iteration),
- * the cross-process RDMA rows on both soft paths (and the same-host ping-pong busy-polling), and every rdma-perf pattern in loopback with tiny sizes. Asserts that
+ * the cross-process RDMA rows on both soft paths (and the same-host ping-pong busy-polling), and every rdma-perf
+ * pattern in loopback with tiny sizes. Asserts that
  * each produced a result, that throughput and its CPU cost are non-zero, and that the registered path copied no
  * byte.
  */

@@ -269,7 +269,8 @@ public final class RegisteredMemory implements AutoCloseable {
         }
         for (int i = 0; i < LARGE_BLOCK_SLOTS; i++) {
             Block b = spareLarge.get(i);
-            if (b != null && b.capacity() >= size && b.capacity() <= 2L * size && spareLarge.compareAndSet(i, b, null)) {
+            if (b != null && b.capacity() >= size && b.capacity() <= 2L * size
+                    && spareLarge.compareAndSet(i, b, null)) {
                 spareBytes.addAndGet(-b.capacity());
                 return b;
             }
@@ -341,8 +342,8 @@ public final class RegisteredMemory implements AutoCloseable {
 
     /**
      * Deregisters and frees every slab none of whose blocks was taken since the previous trim, and every kept large
-     * block no allocation took since then, at most once per idle
-     * period (cheap to call often: any thread, e.g. each event loop before it sleeps). A slab is first retired, so a
+     * block no allocation took since then, at most once per idle period (cheap to call often: any thread, e.g. each
+     * event loop before it sleeps). A slab is first retired, so a
      * concurrent allocation that reaches it backs off to another slab, and freed only if it is still unused.
      *
      * @return bytes deregistered

@@ -83,7 +83,8 @@ public final class BenchmarkSuite {
     public static ChainedOptionsBuilder busyPollOptions(boolean smoke, int forks) {
         ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
                 .include(regex(CrossProcessChannelBenchmark.class) + "latency$").param("transport", "rdma")
-                .param("sameHost", "shm").param("busyPollNanos", BUSY_POLL_NANOS).param("size", smoke ? SMOKE_SIZE : "64");
+                .param("sameHost", "shm").param("busyPollNanos", BUSY_POLL_NANOS)
+                .param("size", smoke ? SMOKE_SIZE : "64");
         if (smoke) {
             b.param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
                     .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);

@@ -49,8 +49,9 @@ import java.util.Set;
  * published value back, and callers validate what they read of the other's. A peer that truncates the file makes
  * accesses fault; JDK 17 turns such a fault into {@link InternalError}, which callers catch and turn into closing the
  * link. From compiled code HotSpot 17 raises it only at the thread's next safepoint or VM transition, which may lie in
- * other code (another link's); so the file stays open, and {@link #truncated()} tells which ring was cut. Not thread-safe: one writer thread (the link's drainer) and one reader thread (the engine or a completion-queue
- * poller, see {@link TcpLink}) at a time.
+ * other code (another link's); so the file stays open, and {@link #truncated()} tells which ring was cut. Not
+ * thread-safe: one writer thread (the link's drainer) and one reader thread (the engine or a completion-queue poller,
+ * see {@link TcpLink}) at a time.
  */
 final class ShmRing {
     /** {@code false} keeps same-host links' frames on the socket (the one-sided path stays); read per connection. */

@@ -673,7 +673,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         engine.addRingLink(this);
         SoftQueuePair q = qp;
         q.sendCq.addProgress(this);
-        q.recvCq.addProgress(this);
+        if (q.recvCq != q.sendCq) {
+            // Once per queue (a channel has one for both): each entry is a drain attempt per poll.
+            q.recvCq.addProgress(this);
+        }
     }
 
     /**
