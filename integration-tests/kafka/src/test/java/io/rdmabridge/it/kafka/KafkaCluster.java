@@ -1,5 +1,6 @@
 package io.rdmabridge.it.kafka;
 
+import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -401,17 +402,20 @@ final class KafkaCluster implements AutoCloseable {
     /**
      * A port a broker binds later. Taken below the kernel's ephemeral range ({@code ip_local_port_range}): a port from
      * {@code new ServerSocket(0)} is ephemeral, and an outgoing connection of this cluster or of another test could
-     * take it before the broker binds it ("Address already in use", seen in CI). Never the same port twice per JVM.
+     * take it before the broker binds it ("Address already in use", seen in CI). Never the same port twice per JVM,
+     * nor a port already reserved as some broker's RDMA port (see {@link #freeReplicationPort}).
      */
     private static int freePort() throws IOException {
         int high = EPHEMERAL_LOW - RDMA_PORT_OFFSET;
-        if (high <= LOWEST_PORT + 1000) {
-            try (ServerSocket s = new ServerSocket(0)) {
-                return s.getLocalPort();
-            }
-        }
         for (int attempt = 0; attempt < 1000; attempt++) {
-            int port = ThreadLocalRandom.current().nextInt(LOWEST_PORT, high);
+            int port;
+            if (high <= LOWEST_PORT + 1000) {
+                try (ServerSocket s = new ServerSocket(0)) {
+                    port = s.getLocalPort();
+                }
+            } else {
+                port = ThreadLocalRandom.current().nextInt(LOWEST_PORT, high);
+            }
             if (isFree(port) && HANDED_OUT.add(port)) {
                 return port;
             }
@@ -420,9 +424,9 @@ final class KafkaCluster implements AutoCloseable {
     }
 
     private static int ephemeralLow() {
-        try {
-            String range = Files.readString(Path.of("/proc/sys/net/ipv4/ip_local_port_range")).trim();
-            return Integer.parseInt(range.split("\\s+")[0]);
+        // Files.readString would trust the size /proc reports (0) and return one byte ("3" of "32768 60999").
+        try (BufferedReader r = Files.newBufferedReader(Path.of("/proc/sys/net/ipv4/ip_local_port_range"))) {
+            return Integer.parseInt(r.readLine().trim().split("\\s+")[0]);
         } catch (IOException | RuntimeException e) {
             return 32768; // Linux's default
         }
@@ -430,12 +434,14 @@ final class KafkaCluster implements AutoCloseable {
 
     /**
      * A free port for an inter-broker listener whose RDMA port (this port + {@link #RDMA_PORT_OFFSET}, the plugin's
-     * default) is free as well, so that brokers sharing this host get distinct RDMA ports.
+     * default) is free as well and reserved with it, so that no other node's port is handed out on a broker's RDMA
+     * port (a broker whose listener port was another's RDMA port failed to bind it, seen in CI).
      */
     private static int freeReplicationPort() throws IOException {
         for (int attempt = 0; attempt < 100; attempt++) {
             int port = freePort();
-            if (port + RDMA_PORT_OFFSET <= 65535 && isFree(port + RDMA_PORT_OFFSET)) {
+            int rdma = port + RDMA_PORT_OFFSET;
+            if (rdma <= 65535 && isFree(rdma) && HANDED_OUT.add(rdma)) {
                 return port;
             }
         }
