@@ -269,6 +269,11 @@ final class SoftEngine {
         }
     }
 
+    /** Tasks queued and not yet run (tests: linear in their number). */
+    int pendingTasks() {
+        return tasks.size();
+    }
+
     ScheduledThreadPoolExecutor timer() {
         ScheduledThreadPoolExecutor t = timer;
         if (t == null) {

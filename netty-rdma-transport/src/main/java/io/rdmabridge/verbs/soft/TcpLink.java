@@ -796,7 +796,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         boolean failed;
         try {
             ShmRing r = inRing;
-            if (r == null || phase != CONNECTED) {
+            if (r == null || phase != CONNECTED || failReason != null) {
+                // A failure already recorded is the engine's to act on, handed over once by the poll that found it
+                // (not once per poll: a busy-polling loop would queue a task and wake the engine on every poll).
                 return;
             }
             try {

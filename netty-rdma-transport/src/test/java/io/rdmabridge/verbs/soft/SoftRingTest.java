@@ -32,7 +32,10 @@ import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -42,7 +45,8 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * Same-host links' shared-memory rings ({@link ShmRing}): frames cross in order through wraps and skips, the switch
  * from the socket keeps order under load, a parked reader is woken, and a peer that spoils its ring (garbage, counters
- * moving backward or too far) loses its own connection with a clear reason while another stays healthy; one that
+ * moving backward or too far) loses its own connection with a clear reason while another stays healthy, also when a
+ * completion-queue poller rather than the engine meets the spoiled frame (progress on poll); one that
  * truncates its ring file loses its connection with a clear reason, and the engine thread lives on.
  */
 class SoftRingTest {
@@ -201,17 +205,7 @@ class SoftRingTest {
             // With the engine thread held, nothing but the completion-queue polls can move a frame: each SEND must
             // land in its receive and each acknowledgement complete its send through them alone. (Messages that fill
             // a ring would wait for the engine: a writer resumes on the reader's DOORBELL, which the engine reads.)
-            java.util.concurrent.CountDownLatch held = new java.util.concurrent.CountDownLatch(1);
-            java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
-            SoftEngine.get().execute(() -> {
-                held.countDown();
-                try {
-                    release.await();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            });
-            assertTrue(held.await(10, java.util.concurrent.TimeUnit.SECONDS), "the engine did not run the task");
+            CountDownLatch release = holdEngine();
             long before = provider.ringFrames();
             try {
                 int[] small = new int[SLOTS];
@@ -220,7 +214,7 @@ class SoftRingTest {
                         small[k] = 1 + (round * SLOTS + k) * 97 % 4000;
                     }
                     up.roundTrip(small);
-                    down.roundTrip(java.util.Arrays.copyOf(small, 4));
+                    down.roundTrip(Arrays.copyOf(small, 4));
                 }
             } finally {
                 release.countDown();
@@ -229,6 +223,46 @@ class SoftRingTest {
                     "frames through rings while the engine was held: " + (provider.ringFrames() - before));
         }
         SoftPair.assertResourcesReleased(provider);
+    }
+
+    /** Occupies the engine thread with a task until the returned latch is counted down. */
+    private static CountDownLatch holdEngine() throws InterruptedException {
+        CountDownLatch held = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        SoftEngine.get().execute(() -> {
+            held.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        assertTrue(held.await(10, TimeUnit.SECONDS), "the engine did not run the task");
+        return release;
+    }
+
+    /** Maps {@code side}'s own ring file for {@code spoil}, then cuts it to nothing if {@code truncate}. */
+    private static void spoilRing(SoftPair.Side side, Consumer<MappedByteBuffer> spoil, boolean truncate)
+            throws Exception {
+        Path file = dir.resolve(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid() + '-'
+                + link(side).ourRingNumber());
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+            spoil.accept(ch.map(FileChannel.MapMode.READ_WRITE, 0, ch.size()));
+            if (truncate) {
+                ch.truncate(0);
+            }
+        }
+    }
+
+    /** Writes a frame header with an unknown type at the ring's tail and publishes it. */
+    private static void garbageHeader(MappedByteBuffer ring) {
+        long t = tail(ring);
+        int at = ShmRing.CONTROL + (int) (t & (ShmRing.CAPACITY - 1));
+        if (ShmRing.CAPACITY - (int) (t & (ShmRing.CAPACITY - 1)) < ShmRing.MIN_ROOM) {
+            throw new IllegalStateException("test assumes room before the end");
+        }
+        ring.put(at, (byte) 99);
+        LONG.setRelease(ring, ShmRing.TAIL, t + SoftFrame.HEADER_LENGTH);
     }
 
     /** A second, healthy pair: it must keep working after the victim's connection failed. */
@@ -256,15 +290,7 @@ class SoftRingTest {
             assertHealthy(healthy);
             // The client's ring when the server reads, the server's own ring when it is the server that writes.
             SoftPair.Side owner = serverWrites ? victim.server : victim.client;
-            Path file = dir.resolve(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid() + '-'
-                    + link(owner).ourRingNumber());
-            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                MappedByteBuffer ring = ch.map(FileChannel.MapMode.READ_WRITE, 0, ch.size());
-                spoil.accept(ring);
-                if (truncate) {
-                    ch.truncate(0);
-                }
-            }
+            spoilRing(owner, spoil, truncate);
             if (serverWrites || truncate) {
                 // The server's next frame makes it read the head the client spoiled; after a truncation, the engine
                 // touches the cut ring when it next polls or parks.
@@ -299,15 +325,7 @@ class SoftRingTest {
 
     @Test
     void shouldCloseOnlyTheConnectionWhoseRingHoldsAGarbageHeader() throws Exception {
-        hostile("malformed frame header in the ring", ring -> {
-            long t = tail(ring);
-            int at = ShmRing.CONTROL + (int) (t & (ShmRing.CAPACITY - 1));
-            if (ShmRing.CAPACITY - (int) (t & (ShmRing.CAPACITY - 1)) < ShmRing.MIN_ROOM) {
-                throw new IllegalStateException("test assumes room before the end");
-            }
-            ring.put(at, (byte) 99);
-            LONG.setRelease(ring, ShmRing.TAIL, t + SoftFrame.HEADER_LENGTH);
-        }, false);
+        hostile("malformed frame header in the ring", SoftRingTest::garbageHeader, false);
     }
 
     @Test
@@ -326,6 +344,51 @@ class SoftRingTest {
         // The server writes into its own ring; the client, its reader, spoils the head it publishes there.
         hostile("head of our ring=", ring -> LONG.setRelease(ring, ShmRing.HEAD,
                 (long) LONG.getVolatile(ring, ShmRing.HEAD) - 32), true);
+    }
+
+    /**
+     * The same garbage header, met by a completion-queue poller instead of the engine: with the engine thread held,
+     * polling the victim's queue executes its ring, finds the frame malformed, returns normally with no completion and
+     * hands the failure to the engine; the healthy pair's polls keep carrying its frames meanwhile; once the engine
+     * runs, it ends the victim's connection with the reason, and only that one.
+     */
+    @Test
+    void shouldCloseOnlyTheConnectionWhoseRingAPollerFindsSpoiledWhileTheEngineIsBusy() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair healthyPair = SoftPair.tcp(); SoftPair victim = SoftPair.tcp()) {
+            Stream1 healthy = new Stream1(healthyPair, healthyPair.client, healthyPair.server);
+            Stream1 up = new Stream1(victim, victim.client, victim.server);
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (!(link(victim.server).readsPeerRing() && link(healthyPair.server).readsPeerRing())) {
+                assertTrue(System.nanoTime() < deadline, "the links did not switch to their rings");
+                up.roundTrip(new int[] {8});
+                healthy.roundTrip(new int[] {8});
+            }
+            up.roundTrip(new int[] {8});
+            CountDownLatch release = holdEngine();
+            try {
+                spoilRing(victim.client, SoftRingTest::garbageHeader, false);
+                WorkCompletions wc = new WorkCompletions(8);
+                int queued = SoftEngine.get().pendingTasks();
+                for (int k = 0; k < 100; k++) {
+                    assertEquals(0, victim.server.recvCq.poll(wc), "a completion from a malformed frame");
+                }
+                // One hand-off to the engine for the failure, not one per poll.
+                assertTrue(SoftEngine.get().pendingTasks() - queued <= 2,
+                        "tasks queued by 100 polls: " + (SoftEngine.get().pendingTasks() - queued));
+                // Other links' polls carry on while the victim's failure waits for the engine.
+                healthy.roundTrip(sizes(8, 2));
+            } finally {
+                release.countDown();
+            }
+            CmEvent e = awaitDisconnect(victim.server.channel);
+            assertTrue(String.valueOf(e.detail()).contains("malformed frame header in the ring"),
+                    "reason: " + e.detail());
+            awaitDisconnect(victim.client.channel);
+            assertHealthy(healthy);
+        }
+        SoftPair.assertResourcesReleased(provider);
+        SoftSameHostTest.awaitNoFiles(dir);
     }
 
     @Test
