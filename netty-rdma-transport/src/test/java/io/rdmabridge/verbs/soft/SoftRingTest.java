@@ -196,12 +196,7 @@ class SoftRingTest {
         try (SoftPair p = SoftPair.tcp()) {
             Stream1 up = new Stream1(p, p.client, p.server);
             Stream1 down = new Stream1(p, p.server, p.client);
-            long deadline = System.nanoTime() + 10_000_000_000L;
-            while (!(link(p.client).readsPeerRing() && link(p.server).readsPeerRing())) {
-                assertTrue(System.nanoTime() < deadline, "the links did not switch to their rings");
-                up.roundTrip(new int[] {8});
-                down.roundTrip(new int[] {8});
-            }
+            awaitRings(up, down);
             // With the engine thread held, nothing but the completion-queue polls can move a frame: each SEND must
             // land in its receive and each acknowledgement complete its send through them alone. (Messages that fill
             // a ring would wait for the engine: a writer resumes on the reader's DOORBELL, which the engine reads.)
@@ -223,6 +218,16 @@ class SoftRingTest {
                     "frames through rings while the engine was held: " + (provider.ringFrames() - before));
         }
         SoftPair.assertResourcesReleased(provider);
+    }
+
+    /** Small round trips on both streams until each receiving end reads its peer's ring (the switch is async). */
+    private static void awaitRings(Stream1 a, Stream1 b) throws Exception {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!(link(a.to).readsPeerRing() && link(b.to).readsPeerRing())) {
+            assertTrue(System.nanoTime() < deadline, "the links did not switch to their rings");
+            a.roundTrip(new int[] {8});
+            b.roundTrip(new int[] {8});
+        }
     }
 
     /** Occupies the engine thread with a task until the returned latch is counted down. */
@@ -358,12 +363,7 @@ class SoftRingTest {
         try (SoftPair healthyPair = SoftPair.tcp(); SoftPair victim = SoftPair.tcp()) {
             Stream1 healthy = new Stream1(healthyPair, healthyPair.client, healthyPair.server);
             Stream1 up = new Stream1(victim, victim.client, victim.server);
-            long deadline = System.nanoTime() + 10_000_000_000L;
-            while (!(link(victim.server).readsPeerRing() && link(healthyPair.server).readsPeerRing())) {
-                assertTrue(System.nanoTime() < deadline, "the links did not switch to their rings");
-                up.roundTrip(new int[] {8});
-                healthy.roundTrip(new int[] {8});
-            }
+            awaitRings(up, healthy);
             up.roundTrip(new int[] {8});
             CountDownLatch release = holdEngine();
             try {
