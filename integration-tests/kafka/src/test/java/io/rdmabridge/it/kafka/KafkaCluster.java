@@ -407,9 +407,11 @@ final class KafkaCluster implements AutoCloseable {
      */
     private static int freePort() throws IOException {
         int high = EPHEMERAL_LOW - RDMA_PORT_OFFSET;
+        // A kernel whose ephemeral range leaves no room below it: take the kernel's ports after all.
+        boolean kernelPicks = high <= LOWEST_PORT + 1000;
         for (int attempt = 0; attempt < 1000; attempt++) {
             int port;
-            if (high <= LOWEST_PORT + 1000) {
+            if (kernelPicks) {
                 try (ServerSocket s = new ServerSocket(0)) {
                     port = s.getLocalPort();
                 }
@@ -420,7 +422,8 @@ final class KafkaCluster implements AutoCloseable {
                 return port;
             }
         }
-        throw new IOException("no free port in " + LOWEST_PORT + ".." + high + " after 1000 attempts");
+        throw new IOException("no free port " + (kernelPicks ? "from the kernel" : "in " + LOWEST_PORT + ".." + high)
+                + " after 1000 attempts (ports handed out in this JVM: " + HANDED_OUT.size() + ")");
     }
 
     private static int ephemeralLow() {
