@@ -318,6 +318,7 @@ public final class RdmaIoHandler implements IoHandler {
         }
         handles = NO_HANDLES;
         eventChannel.close();
+        notifier.close();
         factory.release();
     }
 

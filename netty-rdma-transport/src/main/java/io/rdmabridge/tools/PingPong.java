@@ -101,10 +101,12 @@ final class PingPong implements AutoCloseable {
         } finally {
             client.close();
             client.channel.close();
+            client.notifier.close();
             serverThread.join(TimeUnit.NANOSECONDS.toMillis(TIMEOUT_NANOS));
             server.close();
             listener.close();
             server.channel.close();
+            serverNotifier.close();
         }
         Arrays.sort(rtt);
         return rtt;

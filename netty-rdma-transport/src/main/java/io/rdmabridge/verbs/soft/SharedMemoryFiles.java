@@ -70,6 +70,9 @@ final class SharedMemoryFiles {
     final AtomicLong overTcp = new AtomicLong();
     /** Frames received through same-host links' shared-memory rings ({@link ShmRing}). */
     final AtomicLong ringFrames = new AtomicLong();
+    /** Same-host wake-ups sent: DOORBELLs to a peer's engine, datagrams to a peer's sleeping event loop. */
+    final AtomicLong doorbells = new AtomicLong();
+    final AtomicLong directWakes = new AtomicLong();
     /**
      * The numbers of our live ring files, and whether a link of ours reads that ring: a peer that claims our own pid
      * (a queue pair of this process, or a liar) may name only a ring of ours that nobody reads yet, never registered

@@ -27,7 +27,10 @@ import java.util.Set;
  * A {@value #CONTROL}-byte control page, each field on a cache line of its own: {@code tail} (bytes the writer has
  * published, written by the writer), {@code head} (bytes the reader has consumed, written by the reader),
  * {@code readerParked} (the reader is about to block: publish, then send a {@link SoftFrame#DOORBELL}) and
- * {@code writerWaiting} (the writer found too little room: consume, then send one). Then {@code capacity} bytes of
+ * {@code writerWaiting} (the writer found too little room: consume, then send one) and {@code readerWake} (where the
+ * parked reader wants its wake-up: {@code 0} for a DOORBELL to its engine, else its network namespace and the UDP
+ * port of its event loop's {@link io.rdmabridge.verbs.EventNotifier#loopbackWakePort() wake socket}, see
+ * {@link #wakeAddress}; written before the flag). Then {@code capacity} bytes of
  * frames (a power of two). Head and tail are 64-bit counts that only grow; a frame starts at {@code counter &
  * (capacity - 1)}.
  *
@@ -61,6 +64,7 @@ final class ShmRing {
     static final int HEAD = 128;
     static final int READER_PARKED = 256;
     static final int WRITER_WAITING = 384;
+    static final int READER_WAKE = 512;
     /** Data bytes of the rings this side creates: 16 of the largest frames. */
     static final int CAPACITY = 1 << 21;
     /** Capacities a peer may announce; the smallest still holds two of the largest frames. */
@@ -193,6 +197,48 @@ final class ShmRing {
 
     boolean isReaderParked() {
         return (int) INT.getVolatile(map, READER_PARKED) != 0;
+    }
+
+    /** Where the reader wants its wake-up ({@link #wakeAddress}); stored before {@link #readerParked}. */
+    void readerWake(long wake) {
+        LONG.setRelease(map, READER_WAKE, wake);
+    }
+
+    /** The peer's {@link #readerWake}, to read after taking its parked flag; untrusted ({@link #wakePort}). */
+    long readerWake() {
+        return (long) LONG.getAcquire(map, READER_WAKE);
+    }
+
+    /**
+     * A {@code readerWake} value naming a UDP port on this network namespace's loopback address, or {@code 0} (a
+     * DOORBELL to the engine) when there is no port or the namespace is unknown.
+     */
+    static long wakeAddress(int port) {
+        return port <= 0 || port > 0xFFFF || NET_NAMESPACE == 0 ? 0 : NET_NAMESPACE << 16 | port;
+    }
+
+    /**
+     * The port a peer's {@code readerWake} names, or {@code 0} (send a DOORBELL instead) when it names none, or one in
+     * another network namespace, where our loopback address would reach someone else.
+     */
+    static int wakePort(long wake) {
+        int port = (int) (wake & 0xFFFF);
+        return NET_NAMESPACE != 0 && wake >>> 16 == NET_NAMESPACE ? port : 0;
+    }
+
+    /** The inode of this process's network namespace ({@code /proc/self/ns/net}); {@code 0} when unknown. */
+    static final long NET_NAMESPACE = netNamespace();
+
+    private static long netNamespace() {
+        try {
+            // "net:[4026531840]"
+            String link = Files.readSymbolicLink(java.nio.file.Paths.get("/proc/self/ns/net")).toString();
+            int open = link.indexOf('[');
+            long inode = Long.parseLong(link.substring(open + 1, link.length() - 1));
+            return inode > 0 && inode < 1L << 47 ? inode : 0;
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
     }
 
     /** Clears the reader's parked flag; whether it was set. */

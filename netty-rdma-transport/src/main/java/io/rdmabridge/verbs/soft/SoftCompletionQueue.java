@@ -17,7 +17,9 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * it reads completions, {@link #poll} executes the frames its queue pairs' same-host peers published in their rings
  * ({@link TcpLink#progress(boolean)}), so an event loop that is awake does not wait for the engine thread to wake and
  * hand them over. Executing a frame takes its queue pair's lock, as on the engine. The engine still executes whatever
- * no poller takes, and is the one woken by doorbells.
+ * no poller takes. When the owner sleeps ({@link #requestNotify}), it parks on those rings with its notifier's
+ * {@link EventNotifier#loopbackWakePort() wake socket}, so a peer's next frame wakes it directly (a datagram), not the
+ * engine (a DOORBELL), which would then have to wake it in turn ({@value #DIRECT_WAKE_PROPERTY}).
  *
  * <p>Threading: {@link #poll} and {@link #requestNotify} belong to the owning thread; {@link #push} may be called by
  * any number of provider threads (posting threads of in-JVM peers, the engine, the timer) at once.
@@ -30,6 +32,15 @@ final class SoftCompletionQueue implements CompletionQueue {
     static final String POLL_PROGRESS_PROPERTY = "rdmabridge.soft.pollProgress";
     static final boolean POLL_PROGRESS =
             !"false".equalsIgnoreCase(System.getProperty(POLL_PROGRESS_PROPERTY, "true").trim());
+    /**
+     * System property: {@code false} makes a sleeping poller leave its rings to the engine thread, which a peer's
+     * DOORBELL wakes and which then wakes the poller; by default the poller parks on its rings itself with its
+     * notifier's {@link EventNotifier#loopbackWakePort() wake socket}, so a peer wakes it directly. Read once. For
+     * comparison and diagnosis.
+     */
+    static final String DIRECT_WAKE_PROPERTY = "rdmabridge.soft.directWake";
+    static final boolean DIRECT_WAKE =
+            !"false".equalsIgnoreCase(System.getProperty(DIRECT_WAKE_PROPERTY, "true").trim());
 
     private final SoftEngine engine;
     private final SoftDevice device;
@@ -52,6 +63,8 @@ final class SoftCompletionQueue implements CompletionQueue {
     /** Queue pairs using this queue as send or receive queue (one count per role). */
     final AtomicInteger users = new AtomicInteger();
     private long head;
+    /** The notifier's wake socket port; {@code -1} until the first arm with rings needs it. Owner thread. */
+    private int wakePort = -1;
     /** Same-host links of those queue pairs that read the peer's frames from a ring; replaced whole (rare). */
     private volatile TcpLink[] progress = NO_LINKS;
     private static final TcpLink[] NO_LINKS = new TcpLink[0];
@@ -175,9 +188,27 @@ final class SoftCompletionQueue implements CompletionQueue {
     @Override
     public void requestNotify() {
         armed.set(true);
-        for (TcpLink l : progress) {
-            l.pollerSleeps();
+        TcpLink[] links = progress;
+        if (links.length > 0) {
+            int port = wakePort();
+            for (TcpLink l : links) {
+                l.pollerSleeps(port);
+            }
         }
+    }
+
+    /** The port same-host peers wake the owner at, opened with the first ring; {@code 0}: through the engine. */
+    private int wakePort() {
+        int p = wakePort;
+        if (p < 0) {
+            try {
+                p = DIRECT_WAKE && notifier != null ? notifier.loopbackWakePort() : 0;
+            } catch (IllegalStateException e) {
+                p = 0; // the notifier was closed: its loop is gone
+            }
+            wakePort = p;
+        }
+        return p;
     }
 
     @Override

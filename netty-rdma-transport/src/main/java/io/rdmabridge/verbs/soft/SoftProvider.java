@@ -198,6 +198,22 @@ public final class SoftProvider implements RdmaProvider {
         return SoftEngine.get().sharedMemory.ringFrames.get();
     }
 
+    /**
+     * DOORBELL frames this JVM sent on same-host links' sockets: each wakes the peer's engine, which then wakes the
+     * event loop the frames are for; for tests and diagnostics.
+     */
+    public long doorbells() {
+        return SoftEngine.get().sharedMemory.doorbells.get();
+    }
+
+    /**
+     * Datagrams this JVM sent to same-host peers' sleeping event loops, waking them with no engine in between (see
+     * {@code rdmabridge.soft.directWake}); for tests and diagnostics.
+     */
+    public long directWakes() {
+        return SoftEngine.get().sharedMemory.directWakes.get();
+    }
+
     /** The fault-injection hooks of the JVM-wide software device, for tests; never {@code null}. */
     public SoftFaults faults() {
         return SoftEngine.get().faults;

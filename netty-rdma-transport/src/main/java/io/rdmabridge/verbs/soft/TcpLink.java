@@ -12,9 +12,12 @@ import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
 import java.io.IOException;
 import java.net.ConnectException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.StandardProtocolFamily;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
+import java.nio.channels.DatagramChannel;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.ScheduledFuture;
@@ -138,8 +141,21 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      */
     private final AtomicReference<Thread> consumer = new AtomicReference<>();
     private final Runnable failureTask = this::actOnFailure;
-    /** A poller took the parked flag the engine had set, polling in its stead until it sleeps; under the consumer. */
-    private boolean pollerTookPark;
+    /**
+     * Whether a completion-queue poller holds the peer ring's parked flag ({@link #POLLER_NONE}, {@link #POLLER_AWAKE},
+     * {@link #POLLER_ASLEEP}); written under the consumer slot, read by the engine without it.
+     */
+    private volatile int pollerPark;
+    /** The engine parks for the ring (or nobody: it is awake, or a poller gave the flag back). */
+    private static final int POLLER_NONE = 0;
+    /** A poller took the flag and polls in the engine's stead; the peer rings nobody while it is awake. */
+    private static final int POLLER_AWAKE = 1;
+    /** A poller sleeping with its own wake socket set the flag: the peer wakes its loop, not the engine. */
+    private static final int POLLER_ASLEEP = 2;
+    // ---- wake-ups of the peer's sleeping poller (drainer): a datagram to its loop's wake socket, see pump()
+    private DatagramChannel wakeOut;
+    private int wakeOutPort;
+    private final ByteBuffer wakeDatagram = ByteBuffer.allocateDirect(1);
     // ---- the peer's ring, mapped when its RING frame is processed (engine thread)
     private boolean peerSwitched;
     private ShmRing inRing;
@@ -802,9 +818,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 return;
             }
             try {
-                if (takePark && !pollerTookPark && r.isReaderParked() && r.takeReaderParked()) {
+                int p = pollerPark;
+                if (takePark && p != POLLER_AWAKE && (p == POLLER_ASLEEP || r.isReaderParked())) {
                     // An atomic exchange, so the tail read below sees any frame whose writer found the flag gone.
-                    pollerTookPark = true;
+                    if (r.takeReaderParked() || p == POLLER_ASLEEP) {
+                        pollerPark = POLLER_AWAKE;
+                    }
                 }
             } catch (InternalError e) {
                 fail(ringFaultReason(e), 0, 0, 0);
@@ -823,21 +842,35 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     /**
-     * The poller is about to sleep (it armed its completion queue): gives back the parked flag it took, so that the
-     * peer rings the engine's doorbell again; the poller's next poll (the one after arming) is the last look. If the
-     * engine or another poller holds the link now, the flag stays with them; a poller that stops without arming is
-     * covered by the engine's short park ({@link SoftEngine}).
+     * The poller is about to sleep (it armed its completion queue); its next poll (the one after arming) is the last
+     * look. With a wake socket ({@code wakePort} > 0) it parks on the ring itself: the peer's next publication sends
+     * a datagram that wakes its loop directly, with no engine in between. Without one it gives back the parked flag
+     * it took, so that the peer rings the engine's doorbell again. If the engine or another poller holds the link now,
+     * the flag stays with them; a poller that stops without arming, or whose datagram is lost, is covered by the
+     * engine's short park ({@link SoftEngine}), which polls every ring.
+     *
+     * @param wakePort the UDP port of the poller's {@link io.rdmabridge.verbs.EventNotifier#loopbackWakePort() wake
+     *                 socket}, or {@code 0}
      */
-    void pollerSleeps() {
+    void pollerSleeps(int wakePort) {
         if (!consumer.compareAndSet(null, Thread.currentThread())) {
             return;
         }
         try {
             ShmRing r = inRing;
-            if (pollerTookPark && r != null && phase == CONNECTED) {
-                pollerTookPark = false;
-                r.readerParked(true);
-                ShmRing.fence(); // flag stored, then the caller's poll reads the tail: see ShmRing, Ordering
+            if (r != null && phase == CONNECTED) {
+                long wake = ShmRing.wakeAddress(wakePort);
+                if (wake != 0) {
+                    r.readerWake(wake);
+                    r.readerParked(true);
+                    pollerPark = POLLER_ASLEEP;
+                    ShmRing.fence(); // flag stored, then the caller's poll reads the tail: see ShmRing, Ordering
+                } else if (pollerPark != POLLER_NONE) {
+                    pollerPark = POLLER_NONE;
+                    r.readerWake(0);
+                    r.readerParked(true);
+                    ShmRing.fence();
+                }
             }
         } catch (InternalError e) {
             fail(ringFaultReason(e), 0, 0, 0);
@@ -896,6 +929,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return false;
         }
         try {
+            if (pollerPark != POLLER_ASLEEP) {
+                r.readerWake(0);
+            } // else the sleeping poller's wake socket stays the target; the flag is set again in case we cleared it
             r.readerParked(true);
             ShmRing.fence(); // flag stored, then the tail read: see ShmRing, Ordering
             // inHead may be a poller's, read racily: a stale value can only be older, so the look errs to "arrived";
@@ -907,10 +943,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
-    /** Engine thread, awake again: polling, it needs no doorbells. */
+    /** Engine thread, awake again: polling, it needs no doorbells (but a sleeping poller keeps its wake-up). */
     void unparkRing() {
         ShmRing r = inRing;
-        if (r == null) {
+        if (r == null || pollerPark == POLLER_ASLEEP) {
             return;
         }
         try {
@@ -1549,7 +1585,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 outPublished = outTail;
                 progress = true;
                 ShmRing.fence(); // tail published, then the reader's flag read: see ShmRing, Ordering
-                if (r.takeReaderParked()) {
+                if (r.takeReaderParked() && !wakePeerLoop(r.readerWake())) {
                     doorbellPending = true; // the next fill() sends it, after this publication
                 }
             }
@@ -1567,8 +1603,54 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
+    /**
+     * Drainer: wakes the peer's sleeping poller with a one-byte datagram to the wake socket its parked flag named;
+     * whether it went. A peer may name any port: it is of our user (it opened our owner-only ring file) and could
+     * send the datagram itself, and we send at most one per publication. Anything else (no port, another network
+     * namespace, a full or closed socket) falls back to the DOORBELL, which always reaches the peer's engine.
+     */
+    private boolean wakePeerLoop(long wake) {
+        int port = ShmRing.wakePort(wake);
+        if (port == 0) {
+            return false;
+        }
+        try {
+            DatagramChannel ch = wakeOut;
+            if (ch == null || port != wakeOutPort) {
+                if (ch == null) {
+                    ch = DatagramChannel.open(StandardProtocolFamily.INET);
+                    ch.configureBlocking(false);
+                    wakeOut = ch;
+                } else {
+                    ch.disconnect();
+                }
+                // Connected, so each wake-up is a plain write: no address to check or allocate.
+                wakeOutPort = 0;
+                ch.connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), port));
+                wakeOutPort = port;
+            }
+            wakeDatagram.clear();
+            if (ch.write(wakeDatagram) != 1) {
+                return false;
+            }
+            engine.sharedMemory.directWakes.incrementAndGet();
+            return true;
+        } catch (IOException e) {
+            return false; // e.g. PortUnreachableException: the peer's loop is gone; its engine handles the rest
+        }
+    }
+
     /** Lets go of our ring and deletes its file (the peer keeps its mapping until it closes); drainer, once CLOSED. */
     private void releaseOurRing() {
+        DatagramChannel w = wakeOut;
+        wakeOut = null;
+        if (w != null) {
+            try {
+                w.close();
+            } catch (IOException e) {
+                // Released either way.
+            }
+        }
         ShmRing a = ringToAnnounce;
         ringToAnnounce = null;
         ShmRing r = outRing;
@@ -1614,6 +1696,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (doorbellPending && writeBuf.remaining() >= SoftFrame.HEADER_LENGTH) {
             doorbellPending = false;
             putSocketHeader(SoftFrame.DOORBELL, 0, 0, 0, 0);
+            engine.sharedMemory.doorbells.incrementAndGet();
         }
         ShmRing announce = ringToAnnounce;
         if (announce != null && outRing == null && terminalOp == 0) {

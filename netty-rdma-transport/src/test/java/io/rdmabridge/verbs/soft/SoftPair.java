@@ -233,6 +233,8 @@ final class SoftPair implements AutoCloseable {
         listenId.close();
         client.channel.close();
         listenChannel.close();
+        client.notifier.close();
+        server.notifier.close();
     }
 
     /** Waits (bounded) for the provider's counters to return to zero; links close asynchronously. */

@@ -220,6 +220,78 @@ class SoftRingTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
+    @Test
+    void shouldWakeASleepingPollerWithADatagramWhileTheEngineIsHeld() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp()) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            awaitRings(up, down);
+            // The server sleeps as an event loop does: arm, look once more, wait on its notifier. With the engine
+            // held, only a datagram from the client's drainer to the server's wake socket can end that wait; a
+            // DOORBELL would wait in the engine's socket until the 10 s wait ran out.
+            CountDownLatch release = holdEngine();
+            long wakes = provider.directWakes();
+            int rounds = 50;
+            try {
+                WorkCompletions wc = new WorkCompletions(1);
+                for (int k = 0; k < rounds; k++) {
+                    int[] one = {1 + k * 37};
+                    while (p.server.notifier.await(0)) {
+                        // The last round's completion signalled the armed queue: start each wait from nothing.
+                    }
+                    p.server.recvCq.requestNotify();
+                    assertEquals(0, p.server.recvCq.poll(wc), "a completion before the SEND");
+                    up.post(one);
+                    assertTrue(p.server.notifier.await(10, TimeUnit.SECONDS), "the sleeping server was not woken");
+                    up.check(one);
+                }
+            } finally {
+                release.countDown();
+            }
+            assertTrue(provider.directWakes() - wakes >= rounds,
+                    "direct wake-ups for " + rounds + " messages: " + (provider.directWakes() - wakes));
+        }
+        SoftPair.assertResourcesReleased(provider);
+        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
+    @Test
+    void shouldSendADoorbellWhenTheParkedPeerNamesAWakeSocketInAnotherNetworkNamespace() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp(); java.nio.channels.DatagramChannel trap =
+                java.nio.channels.DatagramChannel.open(java.net.StandardProtocolFamily.INET)) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            awaitRings(up, down);
+            trap.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+            trap.configureBlocking(false);
+            int port = ((InetSocketAddress) trap.getLocalAddress()).getPort();
+            // The server's side of the client's ring, as a hostile server writes it: parked, waking a port that
+            // exists here, but in a namespace that is not ours (there, our loopback address reaches someone else).
+            // Nobody else touches the flags meanwhile: the engine is held and the server does not poll.
+            CountDownLatch release = holdEngine();
+            long doorbells = provider.doorbells();
+            long wakes = provider.directWakes();
+            int[] one = {64};
+            try {
+                spoilRing(p.client, ring -> {
+                    LONG.setVolatile(ring, ShmRing.READER_WAKE, (ShmRing.NET_NAMESPACE + 1) << 16 | port);
+                    ring.putInt(ShmRing.READER_PARKED, 1);
+                }, false);
+                up.post(one);
+                assertEquals(doorbells + 1, provider.doorbells(), "DOORBELLs sent");
+                assertEquals(wakes, provider.directWakes(), "datagrams sent");
+                assertEquals(null, trap.receive(ByteBuffer.allocate(8)), "a datagram reached the named port");
+            } finally {
+                release.countDown();
+            }
+            up.check(one);
+        }
+        SoftPair.assertResourcesReleased(provider);
+        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
     /** Small round trips on both streams until each receiving end reads its peer's ring (the switch is async). */
     private static void awaitRings(Stream1 a, Stream1 b) throws Exception {
         long deadline = System.nanoTime() + 10_000_000_000L;
