@@ -35,5 +35,8 @@ class RdmaSameHostEchoTest extends RdmaCrossProcessEchoTest {
                 + soft.sameHostOperationsOverTcp());
         assertTrue(soft.ringFrames() > 0, "no frame came through a shared-memory ring (the echo's frames crossed the"
                 + " sockets)");
+        // The peer's event loop sleeps between the echo's messages: our frames woke it with a datagram of ours.
+        assertTrue(soft.directWakes() > 0, "no sleeping event loop of the peer was woken directly; DOORBELLs: "
+                + soft.doorbells());
     }
 }

@@ -617,6 +617,7 @@ final class InJvmConformancePeer implements ConformancePeer {
             channel.close();
             channel = null;
         }
+        notifier.close();
         for (Waiter w : waiters) {
             w.done.cancel(false);
         }

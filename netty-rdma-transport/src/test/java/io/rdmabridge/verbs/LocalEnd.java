@@ -353,6 +353,7 @@ final class LocalEnd implements AutoCloseable {
             closeAndRecord(pd, failures);
         }
         closeAndRecord(channel, failures);
+        closeAndRecord(notifier, failures);
         if (!failures.isEmpty()) {
             IllegalStateException e = new IllegalStateException("closing the local end failed: " + failures);
             failures.forEach(e::addSuppressed);

@@ -155,6 +155,7 @@ final class VerbsPerf {
             }
         } finally {
             channel.close();
+            notifier.close();
         }
     }
 
@@ -680,6 +681,7 @@ final class VerbsPerf {
             }
             if (ownsChannel) {
                 channel.close();
+                notifier.close();
             }
         }
 

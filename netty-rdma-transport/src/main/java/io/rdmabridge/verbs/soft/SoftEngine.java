@@ -33,7 +33,8 @@ import org.slf4j.LoggerFactory;
  *       {@value #RING_SPIN_PROPERTY} after the last frame, then parks them (flag, fence, last look) and blocks in
  *       {@code select()} until a DOORBELL, a socket event or a task wakes it, or {@link #PARK_MILLIS} pass; the poll
  *       allocates nothing. Threads polling the queue pairs' completion queues execute ring frames too
- *       ({@link TcpLink#progress}); the engine executes what they leave.</li>
+ *       ({@link TcpLink#progress}); the engine executes what they leave. A poller asleep on a ring with a wake socket
+ *       of its own keeps the parked flag: the peer wakes it directly, and the engine leaves that flag alone.</li>
  *   <li>{@code soft-rdma-timer}: receiver-not-ready retries, injected send delays, connect and handshake
  *       timeouts.</li>
  * </ul>

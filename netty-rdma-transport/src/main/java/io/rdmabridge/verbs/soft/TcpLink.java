@@ -62,8 +62,10 @@ import java.util.concurrent.atomic.AtomicReference;
  * takes the link's consumer slot first (a compare-and-set; a poller never waits for it, the engine waits out a
  * poller's drain). So an event loop that is awake executes its own connections' frames without waiting for the engine
  * to wake, as a NIC's completions reach a polling thread without a hand-off. A poller that stays awake also takes the
- * ring's parked flag from the engine, so that the peer stops ringing the engine's doorbell, and gives it back before
- * it sleeps (when it arms its completion queue). The peer's ring is unmapped on the engine thread only, holding the
+ * ring's parked flag from the engine, so that the peer stops ringing the engine's doorbell. When it sleeps (it arms
+ * its completion queue) it parks on the ring itself, with its loop's wake socket as the target
+ * ({@link #pollerSleeps}), so that the peer's next frame wakes the loop directly ({@link #wakePeerLoop}); without a
+ * wake socket it gives the flag back to the engine. The peer's ring is unmapped on the engine thread only, holding the
  * consumer slot, so no poller reads it after.
  */
 final class TcpLink extends SoftLink implements SoftEngine.Handler {
@@ -1636,7 +1638,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             engine.sharedMemory.directWakes.incrementAndGet();
             return true;
         } catch (IOException e) {
-            return false; // e.g. PortUnreachableException: the peer's loop is gone; its engine handles the rest
+            // PortUnreachableException: the peer's loop is gone, its engine handles the rest. A channel closed by an
+            // interrupt of the drainer thread is opened again by the next wake-up.
+            DatagramChannel ch = wakeOut;
+            if (ch != null && !ch.isOpen()) {
+                wakeOut = null;
+            }
+            return false;
         }
     }
 

@@ -77,6 +77,16 @@
  *       slot); the engine still executes whatever no poller takes, and parks at most 10 ms while rings are read,
  *       which bounds the delay left by a poller that stopped without arming. {@code SoftRingTest} checks that
  *       polls alone carry SENDs and acknowledgements with the engine thread held.</li>
+ *   <li>Direct wake-ups (issue 13's "one cheap signal when the peer sleeps"): a poller that arms its completion queue
+ *       parks on its rings itself, naming in the ring's control page its network namespace and the UDP port of its
+ *       event loop's wake socket ({@link io.rdmabridge.verbs.EventNotifier#loopbackWakePort()}, on the loopback
+ *       address; the loop then waits in a selector instead of parking its thread). The peer's writer that finds that
+ *       flag sends one byte there instead of a DOORBELL, so a sleeping loop is woken by its peer with no engine
+ *       thread in between (a DOORBELL wakes the engine, which executes the frames and then wakes the loop). Anything
+ *       else (no port, another namespace, a failed send) falls back to the DOORBELL, and the engine's 10 ms park
+ *       bounds the delay of a lost datagram. {@code rdmabridge.soft.directWake=false} turns it off.
+ *       {@code SoftRingTest} checks that a sleeping poller is woken with the engine thread held, and that a wake
+ *       socket in another namespace gets a DOORBELL instead.</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
  *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the

@@ -292,6 +292,48 @@ class SoftRingTest {
         SoftSameHostTest.awaitNoFiles(dir);
     }
 
+    @Test
+    void shouldSendOneDatagramPerParkToThePortAParkedPeerNames() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp(); java.nio.channels.DatagramChannel trap =
+                java.nio.channels.DatagramChannel.open(java.net.StandardProtocolFamily.INET)) {
+            Stream1 up = new Stream1(p, p.client, p.server);
+            Stream1 down = new Stream1(p, p.server, p.client);
+            awaitRings(up, down);
+            trap.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+            trap.configureBlocking(false);
+            int port = ((InetSocketAddress) trap.getLocalAddress()).getPort();
+            // A hostile server parks once, naming a port of its choice in our namespace: the client's writer sends it
+            // one byte, and no more for later frames (the flag was taken), nor a DOORBELL.
+            CountDownLatch release = holdEngine();
+            long doorbells = provider.doorbells();
+            int[] three = {64, 65, 66};
+            try {
+                spoilRing(p.client, ring -> {
+                    LONG.setVolatile(ring, ShmRing.READER_WAKE, ShmRing.NET_NAMESPACE << 16 | port);
+                    ring.putInt(ShmRing.READER_PARKED, 1);
+                }, false);
+                up.post(three);
+                ByteBuffer got = ByteBuffer.allocate(8);
+                long deadline = System.nanoTime() + 5_000_000_000L;
+                while (trap.receive(got) == null) {
+                    assertTrue(System.nanoTime() < deadline, "no datagram reached the named port");
+                    Thread.sleep(1);
+                }
+                assertEquals(1, got.position(), "bytes in the wake-up");
+                Thread.sleep(100);
+                got.clear();
+                assertEquals(null, trap.receive(got), "a second datagram for one park");
+                assertEquals(doorbells, provider.doorbells(), "DOORBELLs sent");
+            } finally {
+                release.countDown();
+            }
+            up.check(three);
+        }
+        SoftPair.assertResourcesReleased(provider);
+        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
     /** Small round trips on both streams until each receiving end reads its peer's ring (the switch is async). */
     private static void awaitRings(Stream1 a, Stream1 b) throws Exception {
         long deadline = System.nanoTime() + 10_000_000_000L;
