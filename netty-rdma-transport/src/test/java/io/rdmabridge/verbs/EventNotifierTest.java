@@ -36,12 +36,7 @@ class EventNotifierTest {
     void shouldWakeWaiterFromAnotherThread() throws Exception {
         EventNotifier n = new EventNotifier();
         CountDownLatch woke = new CountDownLatch(1);
-        Thread waiter = new Thread(() -> {
-            if (n.await(-1)) {
-                woke.countDown();
-            }
-        });
-        waiter.start();
+        Thread waiter = awaitInThread(n, woke);
         Thread.sleep(50);
         n.signal();
 
@@ -69,12 +64,7 @@ class EventNotifierTest {
             assertTrue(port > 0, "port " + port);
             assertEquals(port, n.loopbackWakePort(), "one socket per notifier");
             CountDownLatch woke = new CountDownLatch(1);
-            Thread waiter = new Thread(() -> {
-                if (n.await(-1)) {
-                    woke.countDown();
-                }
-            });
-            waiter.start();
+            Thread waiter = awaitInThread(n, woke);
             Thread.sleep(50);
             assertEquals(1, woke.getCount(), "woken before the datagram");
             peer.send(ByteBuffer.wrap(new byte[] {7}), new InetSocketAddress(InetAddress.getLoopbackAddress(), port));
@@ -119,6 +109,17 @@ class EventNotifierTest {
         assertFalse(n.await(TimeUnit.MILLISECONDS.toNanos(20)));
         n.signal();
         assertTrue(n.await(0));
+    }
+
+    /** A thread that waits on {@code n} without limit and counts {@code woke} down if the wait consumed a wake-up. */
+    private static Thread awaitInThread(EventNotifier n, CountDownLatch woke) {
+        Thread waiter = new Thread(() -> {
+            if (n.await(-1)) {
+                woke.countDown();
+            }
+        });
+        waiter.start();
+        return waiter;
     }
 
     private static void neverLoseSignals(EventNotifier n) throws Exception {

@@ -26,9 +26,11 @@ import java.lang.invoke.VarHandle;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.StandardProtocolFamily;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
+import java.nio.channels.DatagramChannel;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
@@ -192,146 +194,145 @@ class SoftRingTest {
 
     @Test
     void shouldExecuteRingFramesOnThePollingThreadWhileTheEngineIsBusy() throws Exception {
-        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
-        try (SoftPair p = SoftPair.tcp()) {
-            Stream1 up = new Stream1(p, p.client, p.server);
-            Stream1 down = new Stream1(p, p.server, p.client);
-            awaitRings(up, down);
+        try (HeldEngine t = new HeldEngine()) {
             // With the engine thread held, nothing but the completion-queue polls can move a frame: each SEND must
             // land in its receive and each acknowledgement complete its send through them alone. (Messages that fill
             // a ring would wait for the engine: a writer resumes on the reader's DOORBELL, which the engine reads.)
-            CountDownLatch release = holdEngine();
-            long before = provider.ringFrames();
-            try {
-                int[] small = new int[SLOTS];
-                for (int round = 0; round < 10; round++) {
-                    for (int k = 0; k < SLOTS; k++) {
-                        small[k] = 1 + (round * SLOTS + k) * 97 % 4000;
-                    }
-                    up.roundTrip(small);
-                    down.roundTrip(Arrays.copyOf(small, 4));
+            long before = t.provider.ringFrames();
+            int[] small = new int[SLOTS];
+            for (int round = 0; round < 10; round++) {
+                for (int k = 0; k < SLOTS; k++) {
+                    small[k] = 1 + (round * SLOTS + k) * 97 % 4000;
                 }
-            } finally {
-                release.countDown();
+                t.up.roundTrip(small);
+                t.down.roundTrip(Arrays.copyOf(small, 4));
             }
-            assertTrue(provider.ringFrames() - before >= 10 * (SLOTS + 4),
-                    "frames through rings while the engine was held: " + (provider.ringFrames() - before));
+            assertTrue(t.provider.ringFrames() - before >= 10 * (SLOTS + 4),
+                    "frames through rings while the engine was held: " + (t.provider.ringFrames() - before));
         }
-        SoftPair.assertResourcesReleased(provider);
     }
 
     @Test
     void shouldWakeASleepingPollerWithADatagramWhileTheEngineIsHeld() throws Exception {
-        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
-        try (SoftPair p = SoftPair.tcp()) {
-            Stream1 up = new Stream1(p, p.client, p.server);
-            Stream1 down = new Stream1(p, p.server, p.client);
-            awaitRings(up, down);
+        try (HeldEngine t = new HeldEngine()) {
             // The server sleeps as an event loop does: arm, look once more, wait on its notifier. With the engine
             // held, only a datagram from the client's drainer to the server's wake socket can end that wait; a
             // DOORBELL would wait in the engine's socket until the 10 s wait ran out.
-            CountDownLatch release = holdEngine();
-            long wakes = provider.directWakes();
+            SoftPair.Side server = t.pair.server;
+            long wakes = t.provider.directWakes();
             int rounds = 50;
-            try {
-                WorkCompletions wc = new WorkCompletions(1);
-                for (int k = 0; k < rounds; k++) {
-                    int[] one = {1 + k * 37};
-                    while (p.server.notifier.await(0)) {
-                        // The last round's completion signalled the armed queue: start each wait from nothing.
-                    }
-                    p.server.recvCq.requestNotify();
-                    assertEquals(0, p.server.recvCq.poll(wc), "a completion before the SEND");
-                    up.post(one);
-                    assertTrue(p.server.notifier.await(10, TimeUnit.SECONDS), "the sleeping server was not woken");
-                    up.check(one);
+            WorkCompletions wc = new WorkCompletions(1);
+            for (int k = 0; k < rounds; k++) {
+                int[] one = {1 + k * 37};
+                while (server.notifier.await(0)) {
+                    // The last round's completion signalled the armed queue: start each wait from nothing.
                 }
-            } finally {
-                release.countDown();
+                server.recvCq.requestNotify();
+                assertEquals(0, server.recvCq.poll(wc), "a completion before the SEND");
+                t.up.post(one);
+                assertTrue(server.notifier.await(10, TimeUnit.SECONDS), "the sleeping server was not woken");
+                t.up.check(one);
             }
-            assertTrue(provider.directWakes() - wakes >= rounds,
-                    "direct wake-ups for " + rounds + " messages: " + (provider.directWakes() - wakes));
+            assertTrue(t.provider.directWakes() - wakes >= rounds,
+                    "direct wake-ups for " + rounds + " messages: " + (t.provider.directWakes() - wakes));
         }
-        SoftPair.assertResourcesReleased(provider);
-        SoftSameHostTest.awaitNoFiles(dir);
     }
 
     @Test
     void shouldSendADoorbellWhenTheParkedPeerNamesAWakeSocketInAnotherNetworkNamespace() throws Exception {
-        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
-        try (SoftPair p = SoftPair.tcp(); java.nio.channels.DatagramChannel trap =
-                java.nio.channels.DatagramChannel.open(java.net.StandardProtocolFamily.INET)) {
-            Stream1 up = new Stream1(p, p.client, p.server);
-            Stream1 down = new Stream1(p, p.server, p.client);
-            awaitRings(up, down);
-            trap.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
-            trap.configureBlocking(false);
-            int port = ((InetSocketAddress) trap.getLocalAddress()).getPort();
-            // The server's side of the client's ring, as a hostile server writes it: parked, waking a port that
-            // exists here, but in a namespace that is not ours (there, our loopback address reaches someone else).
-            // Nobody else touches the flags meanwhile: the engine is held and the server does not poll.
-            CountDownLatch release = holdEngine();
-            long doorbells = provider.doorbells();
-            long wakes = provider.directWakes();
-            int[] one = {64};
-            try {
-                spoilRing(p.client, ring -> {
-                    LONG.setVolatile(ring, ShmRing.READER_WAKE, (ShmRing.NET_NAMESPACE + 1) << 16 | port);
-                    ring.putInt(ShmRing.READER_PARKED, 1);
-                }, false);
-                up.post(one);
-                assertEquals(doorbells + 1, provider.doorbells(), "DOORBELLs sent");
-                assertEquals(wakes, provider.directWakes(), "datagrams sent");
-                assertEquals(null, trap.receive(ByteBuffer.allocate(8)), "a datagram reached the named port");
-            } finally {
-                release.countDown();
-            }
-            up.check(one);
-        }
-        SoftPair.assertResourcesReleased(provider);
-        SoftSameHostTest.awaitNoFiles(dir);
+        // A port that exists here, but in a namespace that is not ours: there, our loopback address reaches someone
+        // else, so the peer's engine gets the wake-up on the socket.
+        int[] one = {64};
+        hostileParkedPeer(ShmRing.NET_NAMESPACE + 1, one, (trap, doorbells, datagrams) -> {
+            assertEquals(1, doorbells, "DOORBELLs sent");
+            assertEquals(0, datagrams, "datagrams sent");
+            assertEquals(null, trap.receive(ByteBuffer.allocate(8)), "a datagram reached the named port");
+        });
     }
 
     @Test
     void shouldSendOneDatagramPerParkToThePortAParkedPeerNames() throws Exception {
-        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
-        try (SoftPair p = SoftPair.tcp(); java.nio.channels.DatagramChannel trap =
-                java.nio.channels.DatagramChannel.open(java.net.StandardProtocolFamily.INET)) {
-            Stream1 up = new Stream1(p, p.client, p.server);
-            Stream1 down = new Stream1(p, p.server, p.client);
-            awaitRings(up, down);
+        // Any port in our namespace: it gets one byte for the park, and no more for later frames (the flag was
+        // taken), nor does the peer's engine get a DOORBELL.
+        int[] three = {64, 65, 66};
+        hostileParkedPeer(ShmRing.NET_NAMESPACE, three, (trap, doorbells, datagrams) -> {
+            ByteBuffer got = ByteBuffer.allocate(8);
+            long deadline = System.nanoTime() + 5_000_000_000L;
+            while (trap.receive(got) == null) {
+                assertTrue(System.nanoTime() < deadline, "no datagram reached the named port");
+                Thread.sleep(1);
+            }
+            assertEquals(1, got.position(), "bytes in the wake-up");
+            Thread.sleep(100);
+            got.clear();
+            assertEquals(null, trap.receive(got), "a second datagram for one park");
+            assertEquals(0, doorbells, "DOORBELLs sent");
+        });
+    }
+
+    /** What a test of {@link #hostileParkedPeer} checks, with the engine still held. */
+    private interface ParkedPeerCheck {
+        void check(DatagramChannel trap, long doorbellsSent, long datagramsSent) throws Exception;
+    }
+
+    /**
+     * Plays a hostile server that parks on the client's ring naming the port of {@code trap}, a socket of the test's,
+     * in network namespace {@code namespace}; the client then sends {@code sizes}. The server does not poll, so with
+     * the engine held nobody else touches the flags. After {@code check}, the messages must arrive intact.
+     */
+    private static void hostileParkedPeer(long namespace, int[] sizes, ParkedPeerCheck check) throws Exception {
+        try (HeldEngine t = new HeldEngine(); DatagramChannel trap = DatagramChannel.open(StandardProtocolFamily.INET)) {
             trap.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
             trap.configureBlocking(false);
-            int port = ((InetSocketAddress) trap.getLocalAddress()).getPort();
-            // A hostile server parks once, naming a port of its choice in our namespace: the client's writer sends it
-            // one byte, and no more for later frames (the flag was taken), nor a DOORBELL.
-            CountDownLatch release = holdEngine();
-            long doorbells = provider.doorbells();
-            int[] three = {64, 65, 66};
-            try {
-                spoilRing(p.client, ring -> {
-                    LONG.setVolatile(ring, ShmRing.READER_WAKE, ShmRing.NET_NAMESPACE << 16 | port);
-                    ring.putInt(ShmRing.READER_PARKED, 1);
-                }, false);
-                up.post(three);
-                ByteBuffer got = ByteBuffer.allocate(8);
-                long deadline = System.nanoTime() + 5_000_000_000L;
-                while (trap.receive(got) == null) {
-                    assertTrue(System.nanoTime() < deadline, "no datagram reached the named port");
-                    Thread.sleep(1);
-                }
-                assertEquals(1, got.position(), "bytes in the wake-up");
-                Thread.sleep(100);
-                got.clear();
-                assertEquals(null, trap.receive(got), "a second datagram for one park");
-                assertEquals(doorbells, provider.doorbells(), "DOORBELLs sent");
-            } finally {
-                release.countDown();
-            }
-            up.check(three);
+            long wake = namespace << 16 | ((InetSocketAddress) trap.getLocalAddress()).getPort();
+            long doorbells = t.provider.doorbells();
+            long datagrams = t.provider.directWakes();
+            spoilRing(t.pair.client, ring -> {
+                LONG.setVolatile(ring, ShmRing.READER_WAKE, wake);
+                ring.putInt(ShmRing.READER_PARKED, 1);
+            }, false);
+            t.up.post(sizes);
+            check.check(trap, t.provider.doorbells() - doorbells, t.provider.directWakes() - datagrams);
+            t.releaseEngine();
+            t.up.check(sizes);
         }
-        SoftPair.assertResourcesReleased(provider);
-        SoftSameHostTest.awaitNoFiles(dir);
+    }
+
+    /**
+     * A pair whose links read each other's rings, with the engine thread held from construction until
+     * {@link #releaseEngine()} or {@link #close()}; closing also checks that resources and ring files return to zero.
+     */
+    private static final class HeldEngine implements AutoCloseable {
+        final SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        final SoftPair pair;
+        final Stream1 up;
+        final Stream1 down;
+        private final CountDownLatch release;
+
+        HeldEngine() throws Exception {
+            pair = SoftPair.tcp();
+            try {
+                up = new Stream1(pair, pair.client, pair.server);
+                down = new Stream1(pair, pair.server, pair.client);
+                awaitRings(up, down);
+                release = holdEngine();
+            } catch (Exception | AssertionError e) {
+                pair.close();
+                throw e;
+            }
+        }
+
+        void releaseEngine() {
+            release.countDown();
+        }
+
+        @Override
+        public void close() throws Exception {
+            releaseEngine();
+            pair.close();
+            SoftPair.assertResourcesReleased(provider);
+            SoftSameHostTest.awaitNoFiles(dir);
+        }
     }
 
     /** Small round trips on both streams until each receiving end reads its peer's ring (the switch is async). */
