@@ -11,6 +11,7 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFileAttributes;
 import java.nio.file.attribute.PosixFilePermission;
@@ -79,6 +80,8 @@ final class ShmRing {
     static final int MIN_ROOM = SoftFrame.HEADER_LENGTH + TcpLink.MIN_CHUNK;
     /** The largest frame: with less free space than this the writer may be stuck, and asks for a doorbell. */
     static final int MAX_FRAME = SoftFrame.HEADER_LENGTH + SoftFrame.MAX_PAYLOAD;
+    /** The inode of this process's network namespace ({@code /proc/self/ns/net}); {@code 0} when unknown. */
+    static final long NET_NAMESPACE = netNamespace();
 
     private static final VarHandle INT = MethodHandles.byteBufferViewVarHandle(int[].class, ByteOrder.nativeOrder());
     private static final VarHandle LONG = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
@@ -226,13 +229,10 @@ final class ShmRing {
         return NET_NAMESPACE != 0 && wake >>> 16 == NET_NAMESPACE ? port : 0;
     }
 
-    /** The inode of this process's network namespace ({@code /proc/self/ns/net}); {@code 0} when unknown. */
-    static final long NET_NAMESPACE = netNamespace();
-
     private static long netNamespace() {
         try {
             // "net:[4026531840]"
-            String link = Files.readSymbolicLink(java.nio.file.Paths.get("/proc/self/ns/net")).toString();
+            String link = Files.readSymbolicLink(Paths.get("/proc/self/ns/net")).toString();
             int open = link.indexOf('[');
             long inode = Long.parseLong(link.substring(open + 1, link.length() - 1));
             return inode > 0 && inode < 1L << 47 ? inode : 0;
