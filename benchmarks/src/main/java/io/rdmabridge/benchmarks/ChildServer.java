@@ -42,6 +42,14 @@ public final class ChildServer implements AutoCloseable {
      * @param provider the RDMA provider the child uses for {@link Transport#RDMA}
      */
     public static ChildServer start(Class<?> main, Transport transport, String provider) throws IOException {
+        return start(main, transport, provider, List.of());
+    }
+
+    /**
+     * As {@link #start(Class, Transport, String)}, with {@code jvmOptions} added to the child's command line.
+     */
+    public static ChildServer start(Class<?> main, Transport transport, String provider, List<String> jvmOptions)
+            throws IOException {
         if (!transport.isNetwork()) {
             throw new IllegalArgumentException("transport: " + transport.id() + " (expected: a network transport;"
                     + " local channels cannot cross processes)");
@@ -54,6 +62,7 @@ public final class ChildServer implements AutoCloseable {
         command.add("-Drdmabridge.provider=" + provider);
         command.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn");
         command.addAll(RdmaTuning.jvmOptions());
+        command.addAll(jvmOptions);
         command.add("--add-exports");
         command.add("java.base/sun.nio.ch=ALL-UNNAMED");
         command.add("-cp");

@@ -7,21 +7,27 @@ import io.netty.util.ReferenceCountUtil;
 import io.rdmabridge.connection.FileChunkCache;
 import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.connection.RegisteredMemory;
+import io.rdmabridge.verbs.QpState;
 
 import java.io.IOException;
 
 /**
  * The write path of an {@link RdmaSocketChannel}: each flush hands the flushed messages not yet posted to the
- * {@link RdmaWriteProcessor}, which posts them. As the operations are delivered, in posting order, this removes
- * their bytes from the {@link ChannelOutboundBuffer} and so completes their promises; as they complete, it frees
- * their staging copies and file chunks. Also adds the connection's flow-control counters (credit stalls, receiver
- * not ready) to the metrics.
+ * {@link RdmaWriteProcessor}, which posts them. Bytes the walk copied before anything it sent by reference are
+ * removed from the {@link ChannelOutboundBuffer} right after posting (their promises complete, their buffers are
+ * released): the device reads only the copies. The rest are removed as their operations are delivered, in posting
+ * order. As operations complete, this frees their staging copies and file chunks. Also adds the connection's
+ * flow-control counters (credit stalls, receiver not ready) to the metrics.
  *
  * <p>Why promises follow delivery, not completion: the peer's answer to a write may arrive before the write's send
  * completion (see {@link RdmaConnection}), and Netty's applications rely on every transport completing a write's
  * promise before its answer is read (gRPC fails a stream whose HEADERS write completes after the stream ended). A
  * message removed from the outbound buffer before its completion is released by Netty, so this keeps a reference
  * to it until the completion: the device may still be reading its memory.
+ *
+ * <p>Why copied writes need not wait: a socket completes a write once the kernel has the bytes, and applications pace
+ * themselves on those promises (gRPC's {@code isReady()} allows 32 KiB of unfinished writes per stream). Waiting for
+ * the peer's count would make each such window a round trip to the peer, where the socket's is a copy.
  *
  * <p>Threading: the channel's event loop only. The operation ring is sized once, when the channel becomes active,
  * the ring of held messages grows only when more wait than ever before on the channel, and the flush task is
@@ -32,6 +38,13 @@ import java.io.IOException;
  * {@link #releaseOperations()} once the queue pair is gone.
  */
 final class RdmaChannelOutbound implements RdmaConnection.Listener {
+    /**
+     * System property: {@code false} completes the promises of copied writes on delivery too, as those of writes
+     * sent by reference; read once. For comparison.
+     */
+    static final String COMPLETE_COPIES_ON_POST_PROPERTY = "rdmabridge.channel.completeCopiesOnPost";
+    static final boolean COMPLETE_COPIES_ON_POST =
+            !"false".equalsIgnoreCase(System.getProperty(COMPLETE_COPIES_ON_POST_PROPERTY, "true").trim());
     private final RdmaSocketChannel channel;
     private final RdmaWriteProcessor processor;
     private final Runnable flushTask = this::scheduledFlush;
@@ -51,6 +64,8 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     private long holdFor = -1;
     // Bytes posted and not yet delivered: a flush skips them at the head of the outbound buffer.
     private long postedBytes;
+    // Bytes removed when posted, because they went from copies, and not yet delivered: deliveries skip them.
+    private long removedEarly;
     // Completed bytes of the file region at the head of the outbound buffer (reported as progress, not removed).
     private long fileSent;
     private boolean flushScheduled;
@@ -91,12 +106,25 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         if (in.isEmpty()) {
             return;
         }
-        processor.start(c, postedBytes, channel.config().getWriteSpinCount());
+        processor.start(c, postedBytes, channel.config().getWriteSpinCount(),
+                COMPLETE_COPIES_ON_POST && postedBytes == 0);
         in.forEachFlushedMessage(processor);
         processor.finish();
         c.flush();
         if (c.failure() != null) {
             throw c.failure();
+        }
+        long copied = processor.copiedPrefix();
+        if (copied > 0 && c.queuePair().state() == QpState.RTS) {
+            // The device reads only the copies: these messages are written, as a socket's are once in the kernel.
+            // Not into a queue pair the provider already knows is broken (a peer's reset): those fail on delivery.
+            removedEarly += copied;
+            removeSent(in, copied);
+            if (!in.isEmpty() && !flushScheduled) {
+                // A promise listener that wrote and flushed meanwhile was not written: this write was under way.
+                flushScheduled = true;
+                channel.eventLoop().execute(flushTask);
+            }
         }
         if (processor.yielded() && !flushScheduled) {
             // Spin count used up with work left: let the loop's other channels go first.
@@ -157,6 +185,14 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     public void delivered(long op, boolean completed) {
         int i = (int) (op & opMask);
         long bytes = opBytes[i];
+        // Deliveries come in posting order, and bytes removed on posting were the first posted after the last
+        // delivery: they are this operation's first bytes.
+        long early = Math.min(bytes, removedEarly);
+        removedEarly -= early;
+        bytes -= early;
+        if (bytes == 0) {
+            return;
+        }
         ChannelOutboundBuffer in = channel.unsafe().outboundBuffer();
         if (in == null) {
             postedBytes -= bytes;
@@ -318,6 +354,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
             }
         }
         postedBytes = 0;
+        removedEarly = 0;
         processor.close();
     }
 }

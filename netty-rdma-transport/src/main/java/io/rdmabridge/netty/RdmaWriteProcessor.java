@@ -48,6 +48,9 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
     private int frameCopied;
     private RegisteredMemory.Block frameStaging;
     private int stagingUsed;
+    // Bytes at the head of the outbound buffer posted from copies, with nothing sent by reference before them.
+    private boolean copiedRun;
+    private long copiedPrefix;
 
     RdmaWriteProcessor(RdmaSocketChannel channel, RdmaChannelOutbound outbound) {
         this.channel = channel;
@@ -56,10 +59,17 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         metrics = channel.metrics();
     }
 
-    /** Prepares a walk that skips the first {@code postedBytes} flushed bytes and posts at most {@code spinCount}. */
-    void start(RdmaConnection c, long postedBytes, int spinCount) {
+    /**
+     * Prepares a walk that skips the first {@code postedBytes} flushed bytes and posts at most {@code spinCount}.
+     *
+     * @param countCopies whether to count the bytes this walk copies before the first it sends by reference
+     *                    ({@link #copiedPrefix()}); only meaningful when nothing posted is left at the head
+     */
+    void start(RdmaConnection c, long postedBytes, int spinCount, boolean countCopies) {
         this.c = c;
         skip = postedBytes;
+        copiedRun = countCopies;
+        copiedPrefix = 0;
         first = true;
         budget = Math.max(1, spinCount);
         yielded = false;
@@ -94,6 +104,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             long offset = done + skip;
             skip = 0;
             endFrame();
+            copiedRun = false;
             if (region instanceof DefaultFileRegion) {
                 if (offset == 0) {
                     // A region made from a File opens its FileChannel lazily; validation reads the channel's size.
@@ -144,6 +155,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                     throw e;
                 }
                 outbound.record(op, part, staging, false);
+                copiedOrReferenced(staging != null, part);
                 metrics.addRendezvous(part);
                 channel.handler.metrics().addRendezvous(part);
                 index += part;
@@ -185,6 +197,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 return false;
             }
             c.addSegment(address, chunk, mr.lkey());
+            copiedRun = false;
             return true;
         }
         if (frameStaging == null && chunk <= c.scratchRemaining()) {
@@ -195,6 +208,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             c.addScratch(chunk);
             frameCopied += chunk;
             copied(chunk);
+            copiedOrReferenced(true, chunk);
             return true;
         }
         if (frameStaging == null) {
@@ -210,6 +224,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         c.addSegment(frameStaging.address() + stagingUsed, chunk, frameStaging.memoryRegion().lkey());
         stagingUsed += chunk;
         copied(chunk);
+        copiedOrReferenced(true, chunk);
         return true;
     }
 
@@ -310,6 +325,22 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             copied(length); // the kernel refused to register the file's mapping: its bytes were read into memory
         }
         outbound.record(op, length, chunk, true);
+    }
+
+    private void copiedOrReferenced(boolean copy, long n) {
+        if (!copy) {
+            copiedRun = false;
+        } else if (copiedRun) {
+            copiedPrefix += n;
+        }
+    }
+
+    /**
+     * Bytes the last walk posted from copies before anything it sent by reference or from a file, counted from the
+     * first byte it posted; all posted once {@link #finish()} returned.
+     */
+    long copiedPrefix() {
+        return copiedPrefix;
     }
 
     private void copied(int n) {

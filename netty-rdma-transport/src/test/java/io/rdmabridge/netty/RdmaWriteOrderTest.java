@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandler;
@@ -14,8 +15,10 @@ import org.junit.jupiter.api.Timeout;
 
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -72,6 +75,44 @@ class RdmaWriteOrderTest extends AbstractSoftChannelTest {
         ch.close().sync();
         assertEquals(1, request.refCnt(), "the channel let the buffer go once its queue pair was destroyed");
         request.release();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCompleteACopiedWriteWhenPostedAndOneSentByReferenceWhenDelivered() throws Exception {
+        // No send completion while the test runs: only the peer's frames count writes delivered.
+        provider.faults().delaySendCompletions(TimeUnit.MINUTES.toNanos(10));
+        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
+        AtomicInteger echoedBytes = new AtomicInteger();
+        CompletableFuture<Void> allEchoed = new CompletableFuture<>();
+        Channel ch = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                if (echoedBytes.addAndGet(((ByteBuf) msg).readableBytes()) == 200) {
+                    allEchoed.complete(null);
+                }
+                ((ByteBuf) msg).release();
+            }
+        }), server);
+        ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
+        ByteBuf registered = ch.alloc().directBuffer(100).writeZero(100);
+        registered.retain();
+        ChannelFuture[] writes = ch.eventLoop().submit(() -> {
+            ChannelFuture copied = ch.write(heap);
+            ChannelFuture byReference = ch.writeAndFlush(registered);
+            // Still inside the flush's event-loop task: no completion or peer frame has been polled yet.
+            assertTrue(copied.isSuccess(), "the copied write's promise completed when it was posted: " + copied);
+            assertEquals(0, heap.refCnt(), "the channel released the copied buffer once posted");
+            assertFalse(byReference.isDone(), "a write sent by reference completes only once the peer has it");
+            return new ChannelFuture[] {copied, byReference};
+        }).get(30, TimeUnit.SECONDS);
+        allEchoed.get(30, TimeUnit.SECONDS);
+        assertTrue(writes[1].await(30, TimeUnit.SECONDS) && writes[1].isSuccess(),
+                "the write sent by reference completed on delivery: " + writes[1].cause());
+        assertEquals(2, registered.refCnt(), "the channel still holds the buffer it sent by reference: no completion");
+        ch.close().sync();
+        assertEquals(1, registered.refCnt(), "the channel let the buffer go once its queue pair was destroyed");
+        registered.release();
     }
 
     /** Writes back every buffer it reads, as it is (registered memory, so without a copy). */

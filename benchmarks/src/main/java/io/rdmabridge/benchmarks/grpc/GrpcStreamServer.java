@@ -21,10 +21,14 @@ import java.util.concurrent.TimeUnit;
 /**
  * The server end of the gRPC streaming benchmark, run as a child JVM ({@code GrpcStreamServer TRANSPORT HOST}, through
  * {@link io.rdmabridge.benchmarks.ChildServer}): one event loop for both accepting and serving, gRPC callbacks on that
- * loop (direct executor), and on RDMA {@link RdmaChannelOption#REGISTERED_ALLOCATOR}. Prints
+ * loop (direct executor), and on RDMA {@link RdmaChannelOption#REGISTERED_ALLOCATOR} unless
+ * {@value #COPIED_PROPERTY} is {@code true} (gRPC's own buffers, which the channel copies). Prints
  * {@link PerfServer#LISTENING} once bound and serves until its standard input closes.
  */
 public final class GrpcStreamServer {
+    /** System property: {@code true} leaves gRPC's allocator in place on RDMA. */
+    static final String COPIED_PROPERTY = "benchmarks.grpc.copied";
+
     private GrpcStreamServer() {
     }
 
@@ -42,7 +46,7 @@ public final class GrpcStreamServer {
                 .addService(ServerServiceDefinition.builder(UploadMethod.SERVICE).addMethod(UploadMethod.SERVER,
                         ServerCalls.asyncClientStreamingCall(GrpcStreamServer::counter)).build());
         if (transport == Transport.RDMA) {
-            b.withChildOption(RdmaChannelOption.REGISTERED_ALLOCATOR, true);
+            b.withChildOption(RdmaChannelOption.REGISTERED_ALLOCATOR, !Boolean.getBoolean(COPIED_PROPERTY));
             RdmaTuning.forEach(b::withChildOption);
         }
         Server server = b.build().start();

@@ -28,8 +28,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 
 /**
- * gRPC client streaming across processes, the RDMA channel (soft provider,
- * {@link RdmaChannelOption#REGISTERED_ALLOCATOR} at both ends) against NIO: the client here, the server ({@link GrpcStreamServer}) in a child JVM on loopback. Each
+ * gRPC client streaming across processes, the RDMA channel (soft provider, {@link RdmaChannelOption#REGISTERED_ALLOCATOR}
+ * at both ends, and with {@link Config#copiedToo()} also gRPC's own allocator) against NIO: the client here, the server
+ * ({@link GrpcStreamServer}) in a child JVM on loopback. Each
  * trial starts a fresh server and client, streams an untimed warm-up call, then one timed call of {@code bytes} in
  * {@code messageBytes} messages (sent while the call is ready, so gRPC's flow control paces it). Transports alternate
  * within a round and swap order every round, so that both see the same machine load.
@@ -51,13 +52,20 @@ public final class GrpcStreamingBenchmark {
      * @param warmupBytes  bytes of the untimed call before it
      * @param messageBytes bytes per gRPC message
      * @param rounds       trials per transport
+     * @param copiedToo    whether each round also runs RDMA without {@link RdmaChannelOption#REGISTERED_ALLOCATOR}
+     *                     (gRPC's own buffers, copied into registered memory by the channel)
      */
-    public record Config(long bytes, long warmupBytes, int messageBytes, int rounds) {
+    public record Config(long bytes, long warmupBytes, int messageBytes, int rounds, boolean copiedToo) {
         public Config {
             if (bytes < messageBytes || warmupBytes < 0 || messageBytes <= 0 || rounds <= 0) {
                 throw new IllegalArgumentException(this + " (expected: bytes >= messageBytes > 0, warmupBytes >= 0,"
                         + " rounds > 0)");
             }
+        }
+
+        /** RDMA with {@link RdmaChannelOption#REGISTERED_ALLOCATOR} only. */
+        public Config(long bytes, long warmupBytes, int messageBytes, int rounds) {
+            this(bytes, warmupBytes, messageBytes, rounds, false);
         }
     }
 
@@ -73,10 +81,17 @@ public final class GrpcStreamingBenchmark {
      * @param clientEngineCpuNanos of {@code clientCpuNanos}, the soft provider's engine thread's (0 for NIO)
      * @param serverEngineCpuNanos of {@code serverCpuNanos}, the soft provider's engine thread's (0 for NIO)
      * @param copiedBytes     bytes the client's RDMA channel copied with the CPU during the call; -1 for NIO
+     * @param registered      RDMA: whether both ends used {@link RdmaChannelOption#REGISTERED_ALLOCATOR}
      */
     public record Trial(Transport transport, int round, long bytes, long nanos, long clientCpuNanos,
                         long serverCpuNanos, long clientEngineCpuNanos, long serverEngineCpuNanos,
-                        long copiedBytes) {
+                        long copiedBytes, boolean registered) {
+        /** The transport, and for RDMA whose buffers it sent. */
+        public String label() {
+            return transport != Transport.RDMA ? transport.id()
+                    : registered ? "rdma, registered allocator" : "rdma, gRPC's allocator";
+        }
+
         public double mibPerSecond() {
             return bytes / (1024.0 * 1024.0) / (nanos / 1e9);
         }
@@ -111,18 +126,22 @@ public final class GrpcStreamingBenchmark {
             Transport[] order = round % 2 == 1 ? new Transport[] {Transport.RDMA, Transport.NIO}
                     : new Transport[] {Transport.NIO, Transport.RDMA};
             for (Transport t : order) {
-                trials.add(trial(t, round, config));
+                trials.add(trial(t, round, config, true));
+                if (t == Transport.RDMA && config.copiedToo()) {
+                    trials.add(trial(t, round, config, false));
+                }
             }
         }
         return trials;
     }
 
-    private static Trial trial(Transport transport, int round, Config config) throws Exception {
+    private static Trial trial(Transport transport, int round, Config config, boolean registered) throws Exception {
         RdmaProvider provider = transport == Transport.RDMA ? Transport.provider(Bench.providerName()) : null;
         byte[] message = new byte[config.messageBytes()];
         ThreadLocalRandom.current().nextBytes(message);
         List<Channel> channels = new ArrayList<>();
-        try (ChildServer server = ChildServer.start(GrpcStreamServer.class, transport, Bench.providerName())) {
+        try (ChildServer server = ChildServer.start(GrpcStreamServer.class, transport, Bench.providerName(),
+                registered ? List.of() : List.of("-D" + GrpcStreamServer.COPIED_PROPERTY + "=true"))) {
             EventLoopGroup group = transport.newGroup(1, provider);
             NettyChannelBuilder b = NettyChannelBuilder.forAddress(server.address())
                     .channelFactory(() -> {
@@ -132,7 +151,7 @@ public final class GrpcStreamingBenchmark {
                     }, InetSocketAddress.class)
                     .eventLoopGroup(group).directExecutor().usePlaintext();
             if (transport == Transport.RDMA) {
-                b.withOption(RdmaChannelOption.REGISTERED_ALLOCATOR, true);
+                b.withOption(RdmaChannelOption.REGISTERED_ALLOCATOR, registered);
                 RdmaTuning.forEach(b::withOption);
             }
             ManagedChannel channel = b.build();
@@ -150,7 +169,7 @@ public final class GrpcStreamingBenchmark {
                 long engine = rdma ? CpuClock.threadNanos(CpuClock.SOFT_ENGINE_THREAD) - engine0 : 0;
                 long copied = transport == Transport.RDMA ? copied(channels) - copied0 : -1;
                 return new Trial(transport, round, timed.bytes(), nanos, cpu, timed.cpuNanos() - warm.cpuNanos(),
-                        engine, timed.engineCpuNanos() - warm.engineCpuNanos(), copied);
+                        engine, timed.engineCpuNanos() - warm.engineCpuNanos(), copied, rdma && registered);
             } finally {
                 channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
                 group.shutdownGracefully(0, 5, TimeUnit.SECONDS).syncUninterruptibly();
@@ -247,7 +266,7 @@ public final class GrpcStreamingBenchmark {
         long mib = args.length > 0 ? Long.parseLong(args[0]) : 256;
         int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 3;
         int messageBytes = args.length > 2 ? Integer.parseInt(args[2]) : 1 << 20;
-        for (Trial t : run(new Config(mib << 20, mib << 20, messageBytes, rounds))) {
+        for (Trial t : run(new Config(mib << 20, mib << 20, messageBytes, rounds, true))) {
             System.out.println(format(t));
         }
         System.exit(0);
@@ -255,8 +274,8 @@ public final class GrpcStreamingBenchmark {
 
     /** One trial as a line of text. */
     public static String format(Trial t) {
-        return String.format(Locale.ROOT, "round %d %-4s %8.1f MiB/s  CPU s/GiB client %.2f server %.2f"
-                + " (without the soft engine thread: %.2f, %.2f)  copied/byte %.4f", t.round(), t.transport().id(),
+        return String.format(Locale.ROOT, "round %d %-26s %8.1f MiB/s  CPU s/GiB client %.2f server %.2f"
+                + " (without the soft engine thread: %.2f, %.2f)  copied/byte %.4f", t.round(), t.label(),
                 t.mibPerSecond(), t.clientCpuSecondsPerGib(), t.serverCpuSecondsPerGib(),
                 t.clientHostCpuSecondsPerGib(), t.serverHostCpuSecondsPerGib(), t.copiedPerByte());
     }

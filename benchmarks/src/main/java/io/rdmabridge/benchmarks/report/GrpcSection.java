@@ -31,7 +31,7 @@ final class GrpcSection {
     static String measure(boolean smoke, List<String> commands) throws Exception {
         long mib = Long.getLong("benchmarks.grpc.mib", smoke ? 16 : 256);
         int rounds = Integer.getInteger("benchmarks.grpc.rounds", smoke ? 1 : 3);
-        Config config = new Config(mib << 20, mib << 20, 1 << 20, rounds);
+        Config config = new Config(mib << 20, mib << 20, 1 << 20, rounds, true);
         commands.add("bin/run-benchmarks --grpc" + (smoke ? " --smoke" : "") + "   # or: java -cp ..."
                 + " io.rdmabridge.benchmarks.grpc.GrpcStreamingBenchmark " + mib + " " + rounds);
         double loadBefore = load();
@@ -53,8 +53,10 @@ final class GrpcSection {
                 + " before, %.1f after), so absolute rates move between runs: read the ratios. One gRPC"
                 + " client-streaming call of %d MiB in %d KiB messages per trial, after an untimed %d MiB call on the"
                 + " same connection; the server is a child JVM on loopback, client and server each on one event loop with gRPC's direct"
-                + " executor. RDMA = `RdmaSocketChannel` on the soft provider (%s) with `REGISTERED_ALLOCATOR` at"
-                + " both ends; NIO = Netty's `NioSocketChannel`. The two"
+                + " executor. RDMA = `RdmaSocketChannel` on the soft provider (%s), twice: with `REGISTERED_ALLOCATOR`"
+                + " at both ends (gRPC's buffers in registered memory, sent by reference) and without it (gRPC's own"
+                + " buffers, which the channel copies into registered memory and whose writes complete once the copy"
+                + " is posted); NIO = Netty's `NioSocketChannel`. They"
                 + " alternate, the order swapping every round. CPU = process CPU time (all threads) per GiB streamed;"
                 + " copied/byte = CPU-copied bytes of the client's RDMA channel per byte streamed"
                 + " (`RdmaChannelMetrics`). \"without engine\" leaves out the soft provider's engine thread, which"
@@ -67,17 +69,25 @@ final class GrpcSection {
                 + " | server, without engine | copied/byte |\n|---:|---|---:|---:|---:|---:|---:|---:|\n");
         for (Trial t : trials) {
             md.append(String.format(Locale.ROOT, "| %d | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %s |%n",
-                    t.round(), t.transport().id(), t.mibPerSecond(), t.clientCpuSecondsPerGib(),
+                    t.round(), t.label(), t.mibPerSecond(), t.clientCpuSecondsPerGib(),
                     t.serverCpuSecondsPerGib(), t.clientHostCpuSecondsPerGib(), t.serverHostCpuSecondsPerGib(),
                     Double.isNaN(t.copiedPerByte()) ? "-" : String.format(Locale.ROOT, "%.4f", t.copiedPerByte())));
         }
-        List<Trial[]> pairs = pairs(trials);
-        md.append("\n| RDMA / NIO, same round | median | range |\n|---|---:|---:|\n");
-        ratioRow(md, "throughput (MiB/s)", pairs, Trial::mibPerSecond);
-        ratioRow(md, "client CPU per GiB", pairs, Trial::clientCpuSecondsPerGib);
-        ratioRow(md, "server CPU per GiB", pairs, Trial::serverCpuSecondsPerGib);
-        ratioRow(md, "client CPU per GiB, without the soft engine thread", pairs, Trial::clientHostCpuSecondsPerGib);
-        ratioRow(md, "server CPU per GiB, without the soft engine thread", pairs, Trial::serverHostCpuSecondsPerGib);
+        for (boolean registered : new boolean[] {true, false}) {
+            List<Trial[]> pairs = pairs(trials, registered);
+            if (pairs.isEmpty()) {
+                continue;
+            }
+            md.append("\n| RDMA (").append(registered ? "registered allocator" : "gRPC's allocator")
+                    .append(") / NIO, same round | median | range |\n|---|---:|---:|\n");
+            ratioRow(md, "throughput (MiB/s)", pairs, Trial::mibPerSecond);
+            ratioRow(md, "client CPU per GiB", pairs, Trial::clientCpuSecondsPerGib);
+            ratioRow(md, "server CPU per GiB", pairs, Trial::serverCpuSecondsPerGib);
+            ratioRow(md, "client CPU per GiB, without the soft engine thread", pairs,
+                    Trial::clientHostCpuSecondsPerGib);
+            ratioRow(md, "server CPU per GiB, without the soft engine thread", pairs,
+                    Trial::serverHostCpuSecondsPerGib);
+        }
         return md.append("\n").toString();
     }
 
@@ -86,10 +96,10 @@ final class GrpcSection {
         PageSections.splice(results, TITLE, section);
     }
 
-    private static List<Trial[]> pairs(List<Trial> trials) {
+    private static List<Trial[]> pairs(List<Trial> trials, boolean registered) {
         List<Trial[]> pairs = new ArrayList<>();
         for (Trial r : trials) {
-            if (r.transport() != Transport.RDMA) {
+            if (r.transport() != Transport.RDMA || r.registered() != registered) {
                 continue;
             }
             for (Trial n : trials) {
