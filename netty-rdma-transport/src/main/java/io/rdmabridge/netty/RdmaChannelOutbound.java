@@ -13,10 +13,11 @@ import java.io.IOException;
 
 /**
  * The write path of an {@link RdmaSocketChannel}: each flush hands the flushed messages not yet posted to the
- * {@link RdmaWriteProcessor}, which posts them. Bytes the walk copied before anything it sent by reference are
- * removed from the {@link ChannelOutboundBuffer} right after posting (their promises complete, their buffers are
- * released): the device reads only the copies. The rest are removed as their operations are delivered, in posting
- * order. As operations complete, this frees their staging copies and file chunks. Also adds the connection's
+ * {@link RdmaWriteProcessor}, which posts them. As the operations are delivered, in posting order, this removes
+ * their bytes from the {@link ChannelOutboundBuffer} and so completes their promises; with
+ * {@value #COMPLETE_COPIES_ON_POST_PROPERTY}, bytes the walk copied before anything it sent by reference are removed
+ * right after posting instead (their promises complete, their buffers are released): the device reads only the
+ * copies. As operations complete, this frees their staging copies and file chunks. Also adds the connection's
  * flow-control counters (credit stalls, receiver not ready) to the metrics.
  *
  * <p>Why promises follow delivery, not completion: the peer's answer to a write may arrive before the write's send
@@ -25,9 +26,9 @@ import java.io.IOException;
  * message removed from the outbound buffer before its completion is released by Netty, so this keeps a reference
  * to it until the completion: the device may still be reading its memory.
  *
- * <p>Why copied writes need not wait: a socket completes a write once the kernel has the bytes, and applications pace
+ * <p>Why copied writes may go early: a socket completes a write once the kernel has the bytes, and applications pace
  * themselves on those promises (gRPC's {@code isReady()} allows 32 KiB of unfinished writes per stream). Waiting for
- * the peer's count would make each such window a round trip to the peer, where the socket's is a copy.
+ * the peer's count makes each such window a round trip to the peer, where the socket's is a copy.
  *
  * <p>Threading: the channel's event loop only. The operation ring is sized once, when the channel becomes active,
  * the ring of held messages grows only when more wait than ever before on the channel, and the flush task is
@@ -39,12 +40,13 @@ import java.io.IOException;
  */
 final class RdmaChannelOutbound implements RdmaConnection.Listener {
     /**
-     * System property: {@code false} completes the promises of copied writes on delivery too, as those of writes
-     * sent by reference; read once. For comparison.
+     * System property: {@code true} completes the promises of copied writes once their copies are posted, instead of
+     * on delivery; read once. Off by default: a queue pair the peer has just reset still looks healthy to a device's
+     * user until the loop reads the event, so a write posted in between would succeed where a socket's, after the
+     * RST, fails (Netty's {@code SocketHalfClosedTest.testAutoCloseFalseDoesShutdownOutput}, on DiSNI over rxe).
      */
     static final String COMPLETE_COPIES_ON_POST_PROPERTY = "rdmabridge.channel.completeCopiesOnPost";
-    static final boolean COMPLETE_COPIES_ON_POST =
-            !"false".equalsIgnoreCase(System.getProperty(COMPLETE_COPIES_ON_POST_PROPERTY, "true").trim());
+    static final boolean COMPLETE_COPIES_ON_POST = Boolean.getBoolean(COMPLETE_COPIES_ON_POST_PROPERTY);
     private final RdmaSocketChannel channel;
     private final RdmaWriteProcessor processor;
     private final Runnable flushTask = this::scheduledFlush;

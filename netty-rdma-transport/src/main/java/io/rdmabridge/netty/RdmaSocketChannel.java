@@ -39,12 +39,12 @@ import java.util.concurrent.RejectedExecutionException;
  * Completion-based, like Netty's io_uring transport: flushed buffers are posted as eager SENDs (small ones gathered
  * into one frame) or advertised for rendezvous. Buffers in registered memory (the channel's default
  * {@link RdmaByteBufAllocator}) go out by reference, without a copy; any other buffer is copied once into registered
- * memory and counted in {@link RdmaChannelMetrics#copiedBytes()}. A copied buffer is removed from the
- * {@link ChannelOutboundBuffer} (its promise completes, the buffer is released) as soon as its copy is posted, as a
- * socket's write completes once the kernel has the bytes: the device reads only the copy. A buffer sent by reference
- * stays until it is delivered: its completion arrived, or a frame from the peer counts it received (for a
- * rendezvous, the peer's acknowledgement); then its bytes are removed and its promise completes, and, delivered
- * before its completion, it stays referenced by the channel until the completion. So, as on every Netty transport, a
+ * memory and counted in {@link RdmaChannelMetrics#copiedBytes()}. A buffer stays in the
+ * {@link ChannelOutboundBuffer} until it is delivered: its completion arrived, or a frame from the peer counts it
+ * received (for a rendezvous, the peer's acknowledgement); then its bytes are removed and its promise completes, and,
+ * delivered before its completion, it stays referenced by the channel until the completion. With
+ * {@code -Drdmabridge.channel.completeCopiesOnPost=true}, a copied buffer is removed (its promise completes, the buffer
+ * is released) as soon as its copy is posted, as a socket's write completes once the kernel has the bytes. So, as on every Netty transport, a
  * write's promise completes before any answer to it is read, even where the completion comes after the answer.
  * Each flush posts at most {@code WRITE_SPIN_COUNT} work requests before it yields to the other channels of the loop.
  *

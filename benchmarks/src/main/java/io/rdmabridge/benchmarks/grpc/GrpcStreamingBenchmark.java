@@ -40,6 +40,19 @@ import java.util.concurrent.locks.LockSupport;
  * Not thread-safe: one run at a time from one thread.
  */
 public final class GrpcStreamingBenchmark {
+    /**
+     * The channel's opt-in for copied writes ({@code RdmaChannelOutbound}): their promises complete once the copy is
+     * posted. Set here, before any channel class loads, and in the child server of every trial; it changes only the
+     * trials with gRPC's own allocator, where the channel copies.
+     */
+    static final String COMPLETE_COPIES_ON_POST = "rdmabridge.channel.completeCopiesOnPost";
+
+    static {
+        if (System.getProperty(COMPLETE_COPIES_ON_POST) == null) {
+            System.setProperty(COMPLETE_COPIES_ON_POST, "true");
+        }
+    }
+
     private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(120);
 
     private GrpcStreamingBenchmark() {
@@ -141,7 +154,8 @@ public final class GrpcStreamingBenchmark {
         ThreadLocalRandom.current().nextBytes(message);
         List<Channel> channels = new ArrayList<>();
         try (ChildServer server = ChildServer.start(GrpcStreamServer.class, transport, Bench.providerName(),
-                registered ? List.of() : List.of("-D" + GrpcStreamServer.COPIED_PROPERTY + "=true"))) {
+                registered ? List.of() : List.of("-D" + GrpcStreamServer.COPIED_PROPERTY + "=true",
+                        "-D" + COMPLETE_COPIES_ON_POST + "=" + System.getProperty(COMPLETE_COPIES_ON_POST)))) {
             EventLoopGroup group = transport.newGroup(1, provider);
             NettyChannelBuilder b = NettyChannelBuilder.forAddress(server.address())
                     .channelFactory(() -> {

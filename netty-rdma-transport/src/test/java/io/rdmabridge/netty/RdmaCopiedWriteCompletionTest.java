@@ -1,0 +1,86 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandler;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * {@code -Drdmabridge.channel.completeCopiesOnPost=true}: a write the channel copied into registered memory completes
+ * once the copy is posted, one sent by reference still once the peer has it. Set for this class's JVM (surefire forks
+ * one per test class) before any channel class is loaded; the default, delivery for every write, is
+ * {@link RdmaWriteOrderTest}'s.
+ */
+class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
+    static {
+        System.setProperty(RdmaChannelOutbound.COMPLETE_COPIES_ON_POST_PROPERTY, "true");
+    }
+
+    @AfterEach
+    void resetFaults() {
+        provider.faults().reset();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCompleteACopiedWriteWhenPostedAndOneSentByReferenceWhenDelivered() throws Exception {
+        // No send completion while the test runs: only the peer's frames count writes delivered.
+        provider.faults().delaySendCompletions(TimeUnit.MINUTES.toNanos(10));
+        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
+        AtomicInteger echoedBytes = new AtomicInteger();
+        CompletableFuture<Void> allEchoed = new CompletableFuture<>();
+        Channel ch = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                if (echoedBytes.addAndGet(((ByteBuf) msg).readableBytes()) == 200) {
+                    allEchoed.complete(null);
+                }
+                ((ByteBuf) msg).release();
+            }
+        }), server);
+        ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
+        ByteBuf registered = ch.alloc().directBuffer(100).writeZero(100);
+        registered.retain();
+        ChannelFuture[] writes = ch.eventLoop().submit(() -> {
+            ChannelFuture copied = ch.write(heap);
+            ChannelFuture byReference = ch.writeAndFlush(registered);
+            // Still inside the flush's event-loop task: no completion or peer frame has been polled yet.
+            assertTrue(copied.isSuccess(), "the copied write's promise completed when it was posted: " + copied);
+            assertEquals(0, heap.refCnt(), "the channel released the copied buffer once posted");
+            assertFalse(byReference.isDone(), "a write sent by reference completes only once the peer has it");
+            return new ChannelFuture[] {copied, byReference};
+        }).get(30, TimeUnit.SECONDS);
+        allEchoed.get(30, TimeUnit.SECONDS);
+        assertTrue(writes[1].await(30, TimeUnit.SECONDS) && writes[1].isSuccess(),
+                "the write sent by reference completed on delivery: " + writes[1].cause());
+        assertEquals(2, registered.refCnt(), "the channel still holds the buffer it sent by reference: no completion");
+        ch.close().sync();
+        assertEquals(1, registered.refCnt(), "the channel let the buffer go once its queue pair was destroyed");
+        registered.release();
+    }
+
+    /** Writes back every buffer it reads, as it is. */
+    @ChannelHandler.Sharable
+    private static final class Echo extends ChannelInboundHandlerAdapter {
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ctx.writeAndFlush(msg);
+        }
+    }
+}
