@@ -44,8 +44,9 @@ import java.util.concurrent.RejectedExecutionException;
  * received (for a rendezvous, the peer's acknowledgement); then its bytes are removed and its promise completes, and,
  * delivered before its completion, it stays referenced by the channel until the completion. With
  * {@code -Drdmabridge.channel.completeCopiesOnPost=true}, a copied buffer is removed (its promise completes, the buffer
- * is released) as soon as its copy is posted, as a socket's write completes once the kernel has the bytes. So, as on every Netty transport, a
- * write's promise completes before any answer to it is read, even where the completion comes after the answer.
+ * is released) as soon as its copy is posted, as a socket's write completes once the kernel has the bytes. So, as on
+ * every Netty transport, a write's promise completes before any answer to it is read, even where the completion comes
+ * after the answer.
  * Each flush posts at most {@code WRITE_SPIN_COUNT} work requests before it yields to the other channels of the loop.
  *
  * <h2>Reads</h2>
