@@ -197,7 +197,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 return false;
             }
             c.addSegment(address, chunk, mr.lkey());
-            copiedRun = false;
+            copiedOrReferenced(false, chunk);
             return true;
         }
         if (frameStaging == null && chunk <= c.scratchRemaining()) {
