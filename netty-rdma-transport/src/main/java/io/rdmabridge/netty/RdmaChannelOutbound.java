@@ -14,10 +14,10 @@ import java.io.IOException;
 /**
  * The write path of an {@link RdmaSocketChannel}: each flush hands the flushed messages not yet posted to the
  * {@link RdmaWriteProcessor}, which posts them. As the operations are delivered, in posting order, this removes
- * their bytes from the {@link ChannelOutboundBuffer} and so completes their promises; with
- * {@value #COMPLETE_COPIES_ON_POST_PROPERTY}, bytes the walk copied before anything it sent by reference are removed
- * right after posting instead (their promises complete, their buffers are released): the device reads only the
- * copies. As operations complete, this frees their staging copies and file chunks. Also adds the connection's
+ * their bytes from the {@link ChannelOutboundBuffer} and so completes their promises, except that bytes the walk
+ * copied before anything it sent by reference are removed right after posting (their promises complete, their
+ * buffers are released): the device reads only the copies. {@value #COMPLETE_COPIES_ON_POST_PROPERTY}{@code =false}
+ * turns that off. As operations complete, this frees their staging copies and file chunks. Also adds the connection's
  * flow-control counters (credit stalls, receiver not ready) to the metrics.
  *
  * <p>Why promises follow delivery, not completion: the peer's answer to a write may arrive before the write's send
@@ -40,13 +40,13 @@ import java.io.IOException;
  */
 final class RdmaChannelOutbound implements RdmaConnection.Listener {
     /**
-     * System property: {@code true} completes the promises of copied writes once their copies are posted, instead of
-     * on delivery; read once. Off by default: a queue pair the peer has just reset still looks healthy to a device's
-     * user until the loop reads the event, so a write posted in between would succeed where a socket's, after the
-     * RST, fails (Netty's {@code SocketHalfClosedTest.testAutoCloseFalseDoesShutdownOutput}, on DiSNI over rxe).
+     * System property, read once: {@code false} completes the promises of copied writes only on delivery, as every
+     * other write's; by default ({@code true}) they complete once their copies are posted, unless the queue pair is
+     * broken or the loop's connection-manager events are not all read (see {@link #write}).
      */
     static final String COMPLETE_COPIES_ON_POST_PROPERTY = "rdmabridge.channel.completeCopiesOnPost";
-    static final boolean COMPLETE_COPIES_ON_POST = Boolean.getBoolean(COMPLETE_COPIES_ON_POST_PROPERTY);
+    static final boolean COMPLETE_COPIES_ON_POST =
+            Boolean.parseBoolean(System.getProperty(COMPLETE_COPIES_ON_POST_PROPERTY, "true"));
     private final RdmaSocketChannel channel;
     private final RdmaWriteProcessor processor;
     private final Runnable flushTask = this::scheduledFlush;
@@ -117,9 +117,11 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
             throw c.failure();
         }
         long copied = processor.copiedPrefix();
-        if (copied > 0 && c.queuePair().state() == QpState.RTS) {
+        if (copied > 0 && c.queuePair().state() == QpState.RTS && !channel.handler.eventChannel().hasPendingEvents()) {
             // The device reads only the copies: these messages are written, as a socket's are once in the kernel.
-            // Not into a queue pair the provider already knows is broken (a peer's reset): those fail on delivery.
+            // Not into a queue pair the provider knows is broken, nor while connection-manager events wait unread:
+            // on a device a peer's reset shows only as an event (the queue pair still says RTS), and a socket's
+            // write fails once the RST has arrived, read or not. Those writes complete, or fail, on delivery.
             removedEarly += copied;
             removeSent(in, copied);
             if (!in.isEmpty() && !flushScheduled) {

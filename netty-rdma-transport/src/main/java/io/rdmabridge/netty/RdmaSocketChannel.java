@@ -42,11 +42,12 @@ import java.util.concurrent.RejectedExecutionException;
  * memory and counted in {@link RdmaChannelMetrics#copiedBytes()}. A buffer stays in the
  * {@link ChannelOutboundBuffer} until it is delivered: its completion arrived, or a frame from the peer counts it
  * received (for a rendezvous, the peer's acknowledgement); then its bytes are removed and its promise completes, and,
- * delivered before its completion, it stays referenced by the channel until the completion. With
- * {@code -Drdmabridge.channel.completeCopiesOnPost=true}, a copied buffer is removed (its promise completes, the buffer
- * is released) as soon as its copy is posted, as a socket's write completes once the kernel has the bytes. So, as on
- * every Netty transport, a write's promise completes before any answer to it is read, even where the completion comes
- * after the answer.
+ * delivered before its completion, it stays referenced by the channel until the completion. A copied buffer is
+ * removed (its promise completes, the buffer is released) as soon as its copy is posted, as a socket's write completes
+ * once the kernel has the bytes, unless a peer's reset may already be known (the queue pair is broken, or the loop's
+ * connection-manager events are not all read); {@code -Drdmabridge.channel.completeCopiesOnPost=false} makes copied
+ * buffers wait for delivery too. So, as on every Netty transport, a write's promise completes before any answer to it
+ * is read, even where the completion comes after the answer, and a write after the peer's reset has arrived fails.
  * Each flush posts at most {@code WRITE_SPIN_COUNT} work requests before it yields to the other channels of the loop.
  *
  * <h2>Reads</h2>

@@ -19,6 +19,13 @@ public interface RdmaEventChannel extends AutoCloseable {
     boolean poll(CmEvent event);
 
     /**
+     * Whether events have arrived that {@link #poll} has not taken yet. Cheap (no system call), for the owner to
+     * ask before acting on state an unread event may already contradict: a peer's disconnect is known to the device
+     * as soon as its event is queued, but a queue pair still looks healthy until the owner polls it.
+     */
+    boolean hasPendingEvents();
+
+    /**
      * Destroys the channel. Ids still alive on it are closed.
      */
     @Override

@@ -22,15 +22,12 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * {@code -Drdmabridge.channel.completeCopiesOnPost=true}: a write the channel copied into registered memory completes
- * once the copy is posted, one sent by reference still once the peer has it. Set for this class's JVM (surefire forks
- * one per test class) before any channel class is loaded; the default, delivery for every write, is
- * {@link RdmaWriteOrderTest}'s.
+ * By default a write the channel copied into registered memory completes once the copy is posted, one sent by
+ * reference still once the peer has it; while connection-manager events wait unread on the loop (on a device, a peer's
+ * reset shows only there) a copied write waits for delivery too. {@link RdmaCopiedWritesOnDeliveryTest} has the
+ * switch off.
  */
 class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
-    static {
-        System.setProperty(RdmaChannelOutbound.COMPLETE_COPIES_ON_POST_PROPERTY, "true");
-    }
 
     @AfterEach
     void resetFaults() {
@@ -73,6 +70,43 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
         ch.close().sync();
         assertEquals(1, registered.refCnt(), "the channel let the buffer go once its queue pair was destroyed");
         registered.release();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCompleteACopiedWriteOnDeliveryWhileConnectionManagerEventsWaitUnread() throws Exception {
+        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
+        CompletableFuture<Void> echoed = new CompletableFuture<>();
+        RdmaSocketChannel ch = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                ((ByteBuf) msg).release();
+                echoed.complete(null);
+            }
+        }), server);
+        ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
+        ChannelFuture second = ch.eventLoop().submit(() -> {
+            // A second connection on the same loop, started from this task (Bootstrap.connect would start it in a
+            // later one): its address resolution queues an event, which the loop cannot poll while this task runs.
+            ChannelFuture registered = new Bootstrap().group(ch.eventLoop()).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter()).register();
+            assertTrue(registered.isSuccess(), "registered from its own loop at once: " + registered);
+            ChannelFuture connecting = registered.channel().connect(server.localAddress());
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (!ch.handler.eventChannel().hasPendingEvents()) {
+                assertTrue(System.nanoTime() < deadline, "no connection-manager event was queued for the loop");
+                Thread.onSpinWait();
+            }
+            ChannelFuture copied = ch.writeAndFlush(heap);
+            assertFalse(copied.isDone(), "a copied write posted while events wait unread completes on delivery");
+            assertEquals(1, heap.refCnt(), "the channel keeps the copied buffer until delivery");
+            return connecting;
+        }).get(30, TimeUnit.SECONDS);
+        echoed.get(30, TimeUnit.SECONDS);
+        assertEquals(0, heap.refCnt(), "the copied buffer was released once delivered");
+        Channel other = second.sync().channel();
+        channels.add(0, other);
+        assertTrue(other.isActive(), "the second connection, whose event waited, was established");
     }
 
     /** Writes back every buffer it reads, as it is. */

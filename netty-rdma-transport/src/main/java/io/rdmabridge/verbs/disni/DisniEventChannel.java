@@ -158,6 +158,16 @@ final class DisniEventChannel implements RdmaEventChannel {
         return false;
     }
 
+    /**
+     * Events the event thread has queued and {@link #poll} has not taken. An event still in the kernel, or between
+     * {@code rdma_get_cm_event} and the queue, is not seen: the event thread moves it within microseconds of its
+     * arrival, a window no longer than a socket's for an RST still on the wire.
+     */
+    @Override
+    public boolean hasPendingEvents() {
+        return !events.isEmpty();
+    }
+
     private boolean convert(RawEvent raw, CmEvent out) {
         if (raw.type() == CONNECT_REQUEST) {
             return connectRequest(raw, out);

@@ -80,6 +80,11 @@ final class SoftEventChannel implements RdmaEventChannel {
         return true;
     }
 
+    @Override
+    public boolean hasPendingEvents() {
+        return !events.isEmpty();
+    }
+
     /** Closes every id still alive on the channel, their queue pairs included, then the channel. */
     @Override
     public void close() {
