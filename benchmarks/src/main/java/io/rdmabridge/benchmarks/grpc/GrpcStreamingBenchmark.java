@@ -42,17 +42,10 @@ import java.util.concurrent.locks.LockSupport;
  */
 public final class GrpcStreamingBenchmark {
     /**
-     * The channel's opt-in for copied writes ({@code RdmaChannelOutbound}): their promises complete once the copy is
-     * posted. Set here, before any channel class loads, and in the child server of every trial; it changes only the
-     * trials with gRPC's own allocator, where the channel copies.
+     * The channel's switch for copied writes ({@code RdmaChannelOutbound}; on by default: their promises complete once
+     * the copy is posted). When set for this JVM, the child server of every trial gets the same value.
      */
     static final String COMPLETE_COPIES_ON_POST = "rdmabridge.channel.completeCopiesOnPost";
-
-    static {
-        if (System.getProperty(COMPLETE_COPIES_ON_POST) == null) {
-            System.setProperty(COMPLETE_COPIES_ON_POST, "true");
-        }
-    }
 
     private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(120);
 
@@ -154,9 +147,15 @@ public final class GrpcStreamingBenchmark {
         byte[] message = new byte[config.messageBytes()];
         ThreadLocalRandom.current().nextBytes(message);
         List<Channel> channels = new ArrayList<>();
+        List<String> jvmOptions = new ArrayList<>();
+        if (!registered) {
+            jvmOptions.add("-D" + GrpcStreamServer.COPIED_PROPERTY + "=true");
+        }
+        if (System.getProperty(COMPLETE_COPIES_ON_POST) != null) {
+            jvmOptions.add("-D" + COMPLETE_COPIES_ON_POST + "=" + System.getProperty(COMPLETE_COPIES_ON_POST));
+        }
         try (ChildServer server = ChildServer.start(GrpcStreamServer.class, transport, Bench.providerName(),
-                registered ? List.of() : List.of("-D" + GrpcStreamServer.COPIED_PROPERTY + "=true",
-                        "-D" + COMPLETE_COPIES_ON_POST + "=" + System.getProperty(COMPLETE_COPIES_ON_POST)))) {
+                jvmOptions)) {
             EventLoopGroup group = transport.newGroup(1, provider);
             NettyChannelBuilder b = NettyChannelBuilder.forAddress(server.address())
                     .channelFactory(() -> {
