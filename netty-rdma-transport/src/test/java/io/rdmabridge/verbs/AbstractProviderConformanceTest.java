@@ -993,6 +993,22 @@ public abstract class AbstractProviderConformanceTest {
     }
 
     @Test
+    public void shouldShowAPeersDisconnectAsAPendingEventBeforeItIsPolled() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(4, 4, 64));
+        Connection c = connect(addr);
+        assertFalse(local.channel.hasPendingEvents(), "an established connection's events were all polled");
+        peer.disconnect(c.peerIndex);
+        // The owner learns of the reset here first: on a device the queue pair still says RTS until it polls.
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(PROMPT_MS);
+        while (!local.channel.hasPendingEvents()) {
+            assertTrue(System.nanoTime() < deadline, "the peer's disconnect never showed as a pending event");
+            Thread.sleep(1);
+        }
+        local.awaitCm(c.id, CmEventType.DISCONNECTED, PROMPT_MS);
+        assertEquals(QpState.ERROR, c.qp.state(), "queue pair once DISCONNECTED was polled");
+    }
+
+    @Test
     public void shouldReportPeerDeathPromptly() throws Exception {
         InetSocketAddress addr = listen(Config.accept(4, 4, 64));
         Connection c = connect(addr);
