@@ -3,8 +3,12 @@ package io.rdmabridge.netty;
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandler;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.util.ReferenceCountUtil;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import org.junit.jupiter.api.AfterEach;
@@ -14,6 +18,7 @@ import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -57,6 +62,30 @@ abstract class AbstractSoftChannelTest {
                 .connect(server.localAddress()).sync().channel();
         channels.add(0, ch);
         return ch;
+    }
+
+    /**
+     * Binds an {@link Echo} server and connects to it a client that releases whatever it reads and completes
+     * {@code echoed} on its first read.
+     */
+    RdmaSocketChannel connectToEcho(CompletableFuture<Void> echoed) throws InterruptedException {
+        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
+        return connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                ReferenceCountUtil.release(msg);
+                echoed.complete(null);
+            }
+        }), server);
+    }
+
+    /** Writes back every buffer it reads, as it is (registered memory, so without a copy). */
+    @ChannelHandler.Sharable
+    static final class Echo extends ChannelInboundHandlerAdapter {
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ctx.writeAndFlush(msg);
+        }
     }
 
     static byte[] randomBytes(int length, long seed) {

@@ -6,7 +6,6 @@ import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
-import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import org.junit.jupiter.api.AfterEach;
@@ -75,15 +74,8 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
     @Test
     @Timeout(60)
     void shouldCompleteACopiedWriteOnDeliveryWhileConnectionManagerEventsWaitUnread() throws Exception {
-        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
         CompletableFuture<Void> echoed = new CompletableFuture<>();
-        RdmaSocketChannel ch = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
-            @Override
-            public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                ((ByteBuf) msg).release();
-                echoed.complete(null);
-            }
-        }), server);
+        RdmaSocketChannel ch = connectToEcho(echoed);
         ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
         ChannelFuture second = ch.eventLoop().submit(() -> {
             // A second connection on the same loop, started from this task (Bootstrap.connect would start it in a
@@ -91,7 +83,7 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
             ChannelFuture registered = new Bootstrap().group(ch.eventLoop()).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter()).register();
             assertTrue(registered.isSuccess(), "registered from its own loop at once: " + registered);
-            ChannelFuture connecting = registered.channel().connect(server.localAddress());
+            ChannelFuture connecting = registered.channel().connect(ch.remoteAddress());
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
             while (!ch.handler.eventChannel().hasPendingEvents()) {
                 assertTrue(System.nanoTime() < deadline, "no connection-manager event was queued for the loop");
@@ -109,12 +101,4 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
         assertTrue(other.isActive(), "the second connection, whose event waited, was established");
     }
 
-    /** Writes back every buffer it reads, as it is. */
-    @ChannelHandler.Sharable
-    private static final class Echo extends ChannelInboundHandlerAdapter {
-        @Override
-        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-            ctx.writeAndFlush(msg);
-        }
-    }
 }

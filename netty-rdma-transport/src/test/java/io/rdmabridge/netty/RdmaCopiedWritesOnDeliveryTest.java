@@ -1,14 +1,9 @@
 package io.rdmabridge.netty;
 
-import io.netty.bootstrap.Bootstrap;
-import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
-import io.netty.channel.ChannelHandler;
-import io.netty.channel.ChannelHandlerContext;
-import io.netty.channel.ChannelInboundHandlerAdapter;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -32,15 +27,8 @@ class RdmaCopiedWritesOnDeliveryTest extends AbstractSoftChannelTest {
     @Test
     @Timeout(60)
     void shouldCompleteACopiedWriteOnDeliveryWhenSwitchedOff() throws Exception {
-        Channel server = listen(new ServerBootstrap().childHandler(new Echo()));
         CompletableFuture<Void> echoed = new CompletableFuture<>();
-        Channel ch = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
-            @Override
-            public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                ((ByteBuf) msg).release();
-                echoed.complete(null);
-            }
-        }), server);
+        Channel ch = connectToEcho(echoed);
         ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
         ChannelFuture copied = ch.eventLoop().submit(() -> {
             ChannelFuture f = ch.writeAndFlush(heap);
@@ -54,12 +42,4 @@ class RdmaCopiedWritesOnDeliveryTest extends AbstractSoftChannelTest {
         assertEquals(0, heap.refCnt(), "the copied buffer was released once delivered");
     }
 
-    /** Writes back every buffer it reads, as it is. */
-    @ChannelHandler.Sharable
-    private static final class Echo extends ChannelInboundHandlerAdapter {
-        @Override
-        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-            ctx.writeAndFlush(msg);
-        }
-    }
 }
