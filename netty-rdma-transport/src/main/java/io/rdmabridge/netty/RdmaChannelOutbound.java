@@ -46,7 +46,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
      */
     static final String COMPLETE_COPIES_ON_POST_PROPERTY = "rdmabridge.channel.completeCopiesOnPost";
     static final boolean COMPLETE_COPIES_ON_POST =
-            Boolean.parseBoolean(System.getProperty(COMPLETE_COPIES_ON_POST_PROPERTY, "true"));
+            !"false".equalsIgnoreCase(System.getProperty(COMPLETE_COPIES_ON_POST_PROPERTY, "true").trim());
     private final RdmaSocketChannel channel;
     private final RdmaWriteProcessor processor;
     private final Runnable flushTask = this::scheduledFlush;

@@ -100,5 +100,4 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
         channels.add(0, other);
         assertTrue(other.isActive(), "the second connection, whose event waited, was established");
     }
-
 }

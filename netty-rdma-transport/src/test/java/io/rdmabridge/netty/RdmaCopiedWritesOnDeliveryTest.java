@@ -41,5 +41,4 @@ class RdmaCopiedWritesOnDeliveryTest extends AbstractSoftChannelTest {
         assertTrue(copied.await(30, TimeUnit.SECONDS) && copied.isSuccess(), "delivered: " + copied.cause());
         assertEquals(0, heap.refCnt(), "the copied buffer was released once delivered");
     }
-
 }

@@ -30,8 +30,7 @@ import java.util.concurrent.locks.LockSupport;
 /**
  * gRPC client streaming across processes, the RDMA channel (soft provider,
  * {@link RdmaChannelOption#REGISTERED_ALLOCATOR} at both ends, and with {@link Config#copiedToo()} also gRPC's own
- * allocator) against NIO: the client here, the server
- * ({@link GrpcStreamServer}) in a child JVM on loopback. Each
+ * allocator) against NIO: the client here, the server ({@link GrpcStreamServer}) in a child JVM on loopback. Each
  * trial starts a fresh server and client, streams an untimed warm-up call, then one timed call of {@code bytes} in
  * {@code messageBytes} messages (sent while the call is ready, so gRPC's flow control paces it). Transports alternate
  * within a round and swap order every round, so that both see the same machine load.
