@@ -10,6 +10,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -371,10 +372,18 @@ final class KafkaCluster implements AutoCloseable {
             MBeanServerConnection mbs = c.getMBeanServerConnection();
             for (ObjectName name : mbs.queryNames(new ObjectName("kafka.server:type=rdma-replication,*"), null)) {
                 Map<String, Double> attrs = new LinkedHashMap<>();
+                // Replication goes on while the attributes are read one by one. The broker adds a chunk's bytes
+                // before its copied bytes, so the copy counters are read first: a chunk counted in one is then
+                // always counted in the bytes read after it, and copies per byte are never overstated.
+                List<String> names = new ArrayList<>();
                 for (var info : mbs.getMBeanInfo(name).getAttributes()) {
-                    Object v = mbs.getAttribute(name, info.getName());
+                    names.add(info.getName());
+                }
+                names.sort(Comparator.comparing(n -> !n.contains("copied")));
+                for (String attribute : names) {
+                    Object v = mbs.getAttribute(name, attribute);
                     if (v instanceof Number) {
-                        attrs.put(info.getName(), ((Number) v).doubleValue());
+                        attrs.put(attribute, ((Number) v).doubleValue());
                     }
                 }
                 String peer = name.getKeyProperty("peer");
