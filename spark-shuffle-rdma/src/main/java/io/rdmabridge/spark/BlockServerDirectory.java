@@ -39,9 +39,9 @@ final class BlockServerDirectory {
         private final RpcEnv rpcEnv;
         private final Map<String, InetSocketAddress> servers = new ConcurrentHashMap<>();
         private final Map<String, String> fallbacks = new ConcurrentHashMap<>();
-        private final Map<String, String> metrics = new ConcurrentHashMap<>();
+        private final Map<String, Report> metrics = new ConcurrentHashMap<>();
 
-        private Driver(RpcEnv rpcEnv) {
+        Driver(RpcEnv rpcEnv) {
             this.rpcEnv = rpcEnv;
         }
 
@@ -63,7 +63,9 @@ final class BlockServerDirectory {
 
         /** Executor id → its latest counters ({@code name=value ...}). */
         Map<String, String> metrics() {
-            return new TreeMap<>(metrics);
+            Map<String, String> latest = new TreeMap<>();
+            metrics.forEach((id, report) -> latest.put(id, report.counters));
+            return latest;
         }
 
         @Override
@@ -104,7 +106,7 @@ final class BlockServerDirectory {
             };
         }
 
-        private String handle(String[] f) {
+        String handle(String[] f) {
             switch (f[0]) {
                 case REGISTER -> {
                     servers.put(f[1], InetSocketAddress.createUnresolved(f[2], Integer.parseInt(f[3])));
@@ -120,7 +122,18 @@ final class BlockServerDirectory {
                     return a == null ? "" : a.getHostString() + "\t" + a.getPort();
                 }
                 case METRICS -> {
-                    metrics.put(f[1], f[2]);
+                    // Reports of one executor can arrive out of order (its reduce tasks send them from their own
+                    // threads, and this endpoint's messages may be handled concurrently): keep the newest.
+                    long seq;
+                    try {
+                        seq = f.length == 4 ? Long.parseLong(f[2]) : -1;
+                    } catch (NumberFormatException e) {
+                        seq = -1;
+                    }
+                    if (seq < 0) {
+                        return "malformed metrics report: expected metrics<TAB>executor<TAB>sequence<TAB>counters";
+                    }
+                    metrics.merge(f[1], new Report(seq, f[3]), (held, got) -> got.seq > held.seq ? got : held);
                     return "";
                 }
                 default -> {
@@ -130,6 +143,10 @@ final class BlockServerDirectory {
         }
     }
 
+    /** One executor's counters, numbered in the order the executor took them. */
+    private record Report(long seq, String counters) {
+    }
+
     /** An executor's side: registers its own server and resolves peers, caching answers. */
     static final class Executor {
         private static final InetSocketAddress NONE = InetSocketAddress.createUnresolved("none", 1);
@@ -137,6 +154,7 @@ final class BlockServerDirectory {
         private final RpcEndpointRef driver;
         private final String executorId;
         private final Map<String, InetSocketAddress> cache = new ConcurrentHashMap<>();
+        private long reports;
 
         Executor(SparkConf conf, RpcEnv rpcEnv, String executorId) {
             this.driver = RpcUtils.makeDriverRef(ENDPOINT_NAME, conf, rpcEnv);
@@ -151,8 +169,13 @@ final class BlockServerDirectory {
             driver.send(FALLBACK + "\t" + executorId + "\t" + cause.replace('\t', ' '));
         }
 
-        void reportMetrics(String snapshot) {
-            driver.send(METRICS + "\t" + executorId + "\t" + snapshot);
+        /**
+         * Sends the executor's counters to the driver, numbered so that the driver keeps the newest when reports
+         * overtake each other. Called at the end of each reduce task: under the lock, a later number always goes
+         * with a later snapshot.
+         */
+        synchronized void reportMetrics(RdmaShuffleMetrics counters) {
+            driver.send(METRICS + "\t" + executorId + "\t" + ++reports + "\t" + counters.snapshot());
         }
 
         /**

@@ -107,7 +107,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                     readMetrics);
         }
         context.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener)
-                ctx -> executorTransport.directory.reportMetrics(metrics.snapshot()));
+                ctx -> executorTransport.directory.reportMetrics(metrics));
         return new RdmaShuffleReader<>(base,
                 (scala.collection.Iterator) SparkEnv.get().mapOutputTracker().getMapSizesByExecutorId(
                         handle.shuffleId(), startMapIndex, endMapIndex, startPartition, endPartition),
