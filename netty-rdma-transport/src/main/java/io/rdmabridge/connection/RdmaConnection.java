@@ -405,6 +405,20 @@ public final class RdmaConnection {
         return segCount < maxSge;
     }
 
+    /**
+     * Whether bytes at {@code address} in the region of {@code lkey} can be appended to the frame being built: there
+     * is a segment left, or they continue its last segment.
+     */
+    public boolean canAppend(long address, int lkey) {
+        int last = segCount - 1;
+        return segCount < maxSge || (segLkey[last] == lkey && segAddress[last] + segLength[last] == address);
+    }
+
+    /** Whether bytes copied to {@link #scratchAddress()} can be appended to the frame being built. */
+    public boolean canAppendScratch() {
+        return canAppend(scratchAddress(), headerMr.lkey());
+    }
+
     /** Where to copy up to {@link #scratchRemaining()} bytes that are not in registered memory. */
     public long scratchAddress() {
         return headerAddress(wrNext) + FrameHeader.HEADER_LENGTH + buildScratch;

@@ -45,7 +45,6 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
     private boolean yielded;
     private boolean framing;
     private int frameBytes;
-    private int frameCopied;
     private RegisteredMemory.Block frameStaging;
     private int stagingUsed;
     // Bytes at the head of the outbound buffer posted from copies, with nothing sent by reference before them.
@@ -169,7 +168,6 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 c.beginData();
                 framing = true;
                 frameBytes = 0;
-                frameCopied = 0;
                 frameStaging = null;
                 stagingUsed = 0;
             }
@@ -193,20 +191,21 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         long address = ByteBufAddress.of(buf, index, chunk);
         MemoryRegion mr = address == 0 ? null : channel.domain.memory.regions().find(address, chunk);
         if (mr != null) {
-            if (!c.hasSegmentRoom()) {
+            if (!c.canAppend(address, mr.lkey())) {
                 return false;
             }
             c.addSegment(address, chunk, mr.lkey());
             copiedOrReferenced(false, chunk);
             return true;
         }
+        // Copies go to the frame's scratch area, or to its staging block once the scratch area is too small. Either
+        // continues its own last segment only while nothing was referenced after it.
         if (frameStaging == null && chunk <= c.scratchRemaining()) {
-            if (!c.hasSegmentRoom() && frameCopied == 0) {
+            if (!c.canAppendScratch()) {
                 return false;
             }
             copy(buf, index, chunk, c.scratchBuffer(), c.scratchOffset());
             c.addScratch(chunk);
-            frameCopied += chunk;
             copied(chunk);
             copiedOrReferenced(true, chunk);
             return true;
@@ -217,7 +216,8 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             }
             frameStaging = channel.domain.memory.allocate(c.framePayloadRemaining());
             stagingUsed = 0;
-        } else if (frameStaging.capacity() - stagingUsed < chunk) {
+        } else if (frameStaging.capacity() - stagingUsed < chunk
+                || !c.canAppend(frameStaging.address() + stagingUsed, frameStaging.memoryRegion().lkey())) {
             return false;
         }
         copy(buf, index, chunk, frameStaging.buffer(), stagingUsed);
