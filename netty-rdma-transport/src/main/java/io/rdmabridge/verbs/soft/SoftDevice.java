@@ -19,7 +19,7 @@ import java.util.List;
 final class SoftDevice implements RdmaDevice {
     static final String NAME = "soft0";
     static final int MAX_QP_WR = 16384;
-    static final int MAX_SGE = 16;
+    static final int MAX_SGE = 32;
     static final int MAX_CQE = 65536;
     static final int MAX_INLINE_DATA = 256;
     static final int MAX_RD_ATOM = 16;
