@@ -203,7 +203,8 @@ final class RdmaChannelSetup {
                     + (attributes.maxQpWr() - CONTROL_CREDITS) + ", the limit of device " + attributes.name() + ")");
         }
         int inline = Math.min(config.inlineThreshold(), attributes.maxInlineData());
-        QpCapabilities caps = new QpCapabilities(sendDepth, recvDepth, Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1, inline);
+        QpCapabilities caps = new QpCapabilities(sendDepth, recvDepth,
+                Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1, inline);
         cq = d.device.createCompletionQueue(sendDepth + recvDepth, channel.handler.notifier());
         recv = new ReceiveBuffers(d.memory, connectionConfig.receiveBufferSize(), recvDepth);
     }
@@ -217,7 +218,8 @@ final class RdmaChannelSetup {
         DeviceAttributes attributes = channel.domain.device.attributes();
         int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
         int inline = Math.min(channel.config().inlineThreshold(), attributes.maxInlineData());
-        return new QpCapabilities(sendDepth, recv.count(), Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1, inline);
+        return new QpCapabilities(sendDepth, recv.count(), Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1,
+                inline);
     }
 
     /** Accepted channel, on its own loop: prepare, then let the id's owner create the queue pair and accept. */
