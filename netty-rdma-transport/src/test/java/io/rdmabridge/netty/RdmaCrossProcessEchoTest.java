@@ -2,6 +2,7 @@ package io.rdmabridge.netty;
 
 import io.netty.bootstrap.Bootstrap;
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
@@ -9,6 +10,7 @@ import io.netty.channel.ChannelOption;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
+import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.ResourceUsage;
 import org.junit.jupiter.api.AfterAll;
@@ -22,6 +24,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 
 import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
@@ -36,6 +39,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.zip.CRC32;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -44,7 +48,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Two JVMs on the provider under test ({@link DeviceUnderTest}: the soft provider's TCP path over loopback by
  * default, DiSNI at the RDMA interface's address with {@code -Pdisni}): this one sends a seeded random mix of message
  * sizes (1 B to 8 MiB) to an echo server in a child JVM ({@link RdmaEchoPeerMain}) and checks the echoed stream byte
- * for byte (length and CRC-32); then the child is killed with SIGKILL mid-transfer, and this side must see
+ * for byte (length and CRC-32), and flushes that mix copied bytes with more registered buffers than a frame has gather
+ * entries; then the child is killed with SIGKILL mid-transfer, and this side must see
  * {@code channelInactive} promptly and give back every verbs resource. {@code -Drdmabridge.test.echo.mib} sets the
  * echoed size (default 1024; the rxe profile's 64 suits its slow guest); time limits grow with
  * {@code rdmabridge.test.slowdown}.
@@ -170,8 +175,58 @@ class RdmaCrossProcessEchoTest {
         ch.close().sync();
     }
 
+    /**
+     * Flushes of heap bytes, then registered buffers up to and past the frame's gather entries (4 on DiSNI, 32 on the
+     * soft provider), then heap bytes again: the second copy must not be appended to the first once references came
+     * between (it used to fail the write and shut the output). The echo must match byte for byte.
+     */
     @Test
     @Order(3)
+    void shouldEchoFlushesThatCopyAfterRegisteredBuffersFillTheFrame() {
+        assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), () -> {
+            ByteArrayOutputStream echoed = new ByteArrayOutputStream();
+            Channel ch = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            ByteBuf buf = (ByteBuf) msg;
+                            byte[] b = new byte[buf.readableBytes()];
+                            buf.readBytes(b).release();
+                            synchronized (echoed) {
+                                echoed.writeBytes(b);
+                            }
+                        }
+                    }).connect(new InetSocketAddress(DeviceUnderTest.address(), peerPort)).sync().channel();
+            ByteArrayOutputStream sent = new ByteArrayOutputStream();
+            ByteBuf registered = ch.alloc().directBuffer(100).writeBytes(source, 0, 100);
+            for (int heapLength : new int[] {10, 1000}) {
+                for (int buffers = 1; buffers <= RdmaConnection.MAX_SGE + 1; buffers++) {
+                    ch.write(Unpooled.wrappedBuffer(source, 100, heapLength));
+                    sent.write(source, 100, heapLength);
+                    for (int i = 0; i < buffers; i++) {
+                        ch.write(registered.retainedDuplicate());
+                        sent.write(source, 0, 100);
+                    }
+                    ch.writeAndFlush(Unpooled.wrappedBuffer(source, 2000, heapLength)).sync();
+                    sent.write(source, 2000, heapLength);
+                }
+            }
+            registered.release();
+            byte[] want = sent.toByteArray();
+            byte[] got;
+            do {
+                Thread.sleep(5);
+                synchronized (echoed) {
+                    got = echoed.toByteArray();
+                }
+            } while (got.length < want.length && ch.isActive());
+            assertArrayEquals(want, got);
+            ch.close().sync();
+        });
+    }
+
+    @Test
+    @Order(4)
     void shouldNoticeAKilledPeerMidTransferAndReleaseEverything() {
         assertTimeoutPreemptively(DeviceUnderTest.scaled(Duration.ofSeconds(60)), this::killPeerMidTransfer);
     }
