@@ -62,7 +62,7 @@ class SoftVerbsTest {
         assertEquals("soft0", attrs.name());
         assertEquals("software (TCP / in-JVM)", attrs.transport());
         assertEquals(256, attrs.maxInlineData());
-        assertEquals(16, attrs.maxSge());
+        assertEquals(32, attrs.maxSge());
         assertEquals(16384, attrs.maxQpWr());
         assertEquals(65536, attrs.maxCqe());
         assertTrue(attrs.maxMrSize() >= Integer.MAX_VALUE);
