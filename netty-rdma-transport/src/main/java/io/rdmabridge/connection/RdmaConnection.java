@@ -415,8 +415,12 @@ public final class RdmaConnection {
      * is a segment left, or they continue its last segment.
      */
     public boolean canAppend(long address, int lkey) {
+        return segCount < maxSge || continuesLastSegment(address, lkey);
+    }
+
+    private boolean continuesLastSegment(long address, int lkey) {
         int last = segCount - 1;
-        return segCount < maxSge || (segLkey[last] == lkey && segAddress[last] + segLength[last] == address);
+        return segLkey[last] == lkey && segAddress[last] + segLength[last] == address;
     }
 
     /** Whether bytes copied to {@link #scratchAddress()} can be appended to the frame being built. */
@@ -458,9 +462,8 @@ public final class RdmaConnection {
             throw new IllegalArgumentException("length: " + length + " (expected: <= " + framePayloadRemaining()
                     + ", the room left in this frame)");
         }
-        int last = segCount - 1;
-        if (segLkey[last] == lkey && segAddress[last] + segLength[last] == address) {
-            segLength[last] += length;
+        if (continuesLastSegment(address, lkey)) {
+            segLength[segCount - 1] += length;
         } else {
             if (segCount == maxSge) {
                 throw new IllegalStateException("segments: " + segCount + " (expected: < " + maxSge

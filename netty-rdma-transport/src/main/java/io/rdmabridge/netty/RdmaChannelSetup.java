@@ -193,8 +193,7 @@ final class RdmaChannelSetup {
     /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
     private void createQueuePair() throws RdmaException {
         RdmaDomain d = channel.domain;
-        RdmaChannelConfig config = channel.config();
-        connectionConfig = config.connectionConfig();
+        connectionConfig = channel.config().connectionConfig();
         DeviceAttributes attributes = d.device.attributes();
         int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
         int recvDepth = connectionConfig.receiveQueueDepth() + CONTROL_CREDITS;
@@ -202,9 +201,6 @@ final class RdmaChannelSetup {
             throw new RdmaException("RECEIVE_QUEUE_DEPTH: " + connectionConfig.receiveQueueDepth() + " (expected: <= "
                     + (attributes.maxQpWr() - CONTROL_CREDITS) + ", the limit of device " + attributes.name() + ")");
         }
-        int inline = Math.min(config.inlineThreshold(), attributes.maxInlineData());
-        QpCapabilities caps = new QpCapabilities(sendDepth, recvDepth,
-                Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1, inline);
         cq = d.device.createCompletionQueue(sendDepth + recvDepth, channel.handler.notifier());
         recv = new ReceiveBuffers(d.memory, connectionConfig.receiveBufferSize(), recvDepth);
     }
