@@ -27,6 +27,7 @@ final class DirectLink extends SoftLink {
         if (!torn.compareAndSet(false, true)) {
             return;
         }
+        SoftEngine.logger.debug("soft0: the connection of {} ends: {}", this, reason);
         engine.links.remove(this);
         active.enterError();
         passive.enterError();

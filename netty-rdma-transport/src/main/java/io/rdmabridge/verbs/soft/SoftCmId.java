@@ -537,10 +537,13 @@ final class SoftCmId implements RdmaCmId {
             case CONNECTED: {
                 SoftQueuePair q = qp;
                 SoftLink link = q == null ? null : q.link;
+                // Both ends of a DirectLink get this reason, so it names the queue pair rather than "local".
+                String reason = q == null ? "disconnected by the application"
+                        : "queue pair " + q.qpn + " disconnected by its application";
                 if (link != null) {
-                    link.disconnect("disconnected by the local application");
+                    link.disconnect(reason);
                 } else {
-                    onDisconnected("disconnected by the local application");
+                    onDisconnected(reason);
                 }
                 break;
             }

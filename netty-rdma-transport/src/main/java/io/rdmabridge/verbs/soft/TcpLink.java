@@ -1981,6 +1981,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (!torn.compareAndSet(false, true)) {
             return;
         }
+        // The one record of why a connection ended: DISCONNECTED carries the reason, but a channel that saw its
+        // queue pair flushed first has closed before the event arrives.
+        SoftEngine.logger.debug("soft0: the connection with {} ends: {}", peer, reason);
         engine.links.remove(this);
         SoftQueuePair q = qp;
         if (q != null) {
