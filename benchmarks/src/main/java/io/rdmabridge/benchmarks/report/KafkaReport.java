@@ -35,7 +35,7 @@ final class KafkaReport {
             p.load(r);
         }
         for (String key : new String[] {"on.throughput.records_per_s", "off.throughput.records_per_s",
-            "on.replication.rdma_bytes", "off.replication.rdma_bytes", "records", "record.size"}) {
+            "on.replication.rdma_bytes", "off.replication.rdma_bytes", "records", "record.size", "rounds"}) {
             if (p.getProperty(key) == null) {
                 throw new IOException("kafka benchmark results: " + file + " has no " + key
                         + " (expected: a complete ReplicationBenchmarkIT run)");
@@ -64,22 +64,31 @@ final class KafkaReport {
         StringBuilder md = new StringBuilder();
         md.append(BEGIN).append("\n## Kafka replication: plugin on vs off\n\n");
         md.append(origin).append(String.format(Locale.ROOT, " Load average %.2f at its start, %.2f at its end, %.0f"
-                + " cores; the two clusters ran one after the other, %s first.%n%n", value("load.average.start"),
-                value("load.average.end"), value("cores"), p.getProperty("order", "on,off").split(",")[0]));
-        md.append(String.format(Locale.ROOT, "Setup: `ReplicationBenchmarkIT` starts one controller and three brokers"
-                + " as child JVMs on 127.0.0.1 (`-Xmx384m`, serial GC, C1 only, `num.network.threads=1`,"
-                + " `num.io.threads=2`), twice: **on** = every broker with the agent, `rdma.replication.enable=true`"
-                + " and `rdma.provider=soft`; **off** = plain Kafka (the plugin jar present, flag off, no agent)."
-                + " Topic: %.0f partitions, replication factor 3, `min.insync.replicas=2`. Producer: `acks=all`,"
-                + " idempotent, `linger.ms=5`, `batch.size=65536`; records of %s; a warm-up of %,.0f records, then"
-                + " %,.0f records sent unthrottled (throughput: first send to last acknowledgement), then %,.0f"
-                + " records one at a time (each sent when the consumer received the one before). End-to-end latency:"
-                + " `System.nanoTime()` at `send()`, carried in the record, to the consumer's receipt in the same"
-                + " JVM; a consumer sees a record only after the in-sync followers fetched it, so replication is on"
-                + " that path.%n%n", value("partitions"), LineChart.formatSize(value("record.size")), value("warmup"),
+                + " cores.%n%n", value("load.average.start"), value("load.average.end"), value("cores")));
+        int rounds = (int) value("rounds");
+        md.append(String.format(Locale.ROOT, "Setup: `ReplicationBenchmarkIT` starts two clusters side by side, each"
+                + " one controller and three brokers as child JVMs on 127.0.0.1 (`-Xmx384m`, serial GC, C1 only,"
+                + " `num.network.threads=1`, `num.io.threads=2`): **on** = every broker with the agent,"
+                + " `rdma.replication.enable=true` and `rdma.provider=soft`; **off** = plain Kafka (the plugin jar"
+                + " present, flag off, no agent). Topic: %.0f partitions, replication factor 3,"
+                + " `min.insync.replicas=2`. Producer: `acks=all`, idempotent, `linger.ms=5`, `batch.size=65536`;"
+                + " records of %s. On each cluster a warm-up of %,.0f records, then %d rounds, taken in pairs that"
+                + " alternate between the clusters with the order flipped each pair (%s, ...), while the other"
+                + " cluster idles. A round: %,.0f records sent unthrottled (throughput: first send to last"
+                + " acknowledgement), then %,.0f records one at a time (each sent when the consumer received the one"
+                + " before). Throughput is the median of a cluster's rounds; latency percentiles are over all its"
+                + " rounds' samples. End-to-end latency: `System.nanoTime()` at `send()`, carried in the record, to"
+                + " the consumer's receipt in the same JVM; a consumer sees a record only after the in-sync followers"
+                + " fetched it, so replication is on that path.%n%n", value("partitions"),
+                LineChart.formatSize(value("record.size")), value("warmup"), rounds / 2, schedule(rounds),
                 value("records"), value("latency.records")));
         md.append("| metric | plugin on (RDMA, soft) | plugin off (TCP) | on / off |\n|---|---:|---:|---:|\n");
         row(md, "producer throughput, records/s", "throughput.records_per_s", "%,.0f");
+        md.append(String.format(Locale.ROOT, "| producer throughput, slowest / fastest round, records/s | %s / %s |"
+                + " %s / %s | - |%n", fmt("%,.0f", value("on.throughput.records_per_s.min")),
+                fmt("%,.0f", value("on.throughput.records_per_s.max")),
+                fmt("%,.0f", value("off.throughput.records_per_s.min")),
+                fmt("%,.0f", value("off.throughput.records_per_s.max"))));
         row(md, "producer throughput, MB/s", "throughput.mb_per_s", "%.2f");
         row(md, "end-to-end latency under load, p50 ms", "loaded.p50_ms", "%.1f");
         row(md, "end-to-end latency under load, p99 ms", "loaded.p99_ms", "%.1f");
@@ -96,15 +105,20 @@ final class KafkaReport {
         md.append(String.format(Locale.ROOT, "| records read back | %,.0f | %,.0f | - |%n",
                 value("on.read.records"), value("off.read.records")));
         row(md, "cluster start, s", "cluster.start_s", "%.1f");
-        double produced = (value("warmup") + value("records") + value("latency.records")) * value("record.size");
-        md.append(String.format(Locale.ROOT, "%nWith the plugin on, the followers fetched %.2f bytes over RDMA per"
+        double produced = (value("warmup") + rounds / 2 * (value("records") + value("latency.records")))
+                * value("record.size");
+        md.append(String.format(Locale.ROOT, "%nOn / off per pair of adjacent rounds (lowest, median, highest):"
+                + " throughput %s; latency under load, p50 %s; one at a time, p50 %s. A ratio whose pairs fall on"
+                + " both sides of 1.0 is not resolved by this run: the machine's noise reaches that far.%n%n",
+                spread("pairs.throughput.records_per_s"), spread("pairs.loaded.p50_ms"),
+                spread("pairs.serial.p50_ms")));
+        md.append(String.format(Locale.ROOT, "With the plugin on, the followers fetched %.2f bytes over RDMA per"
                 + " record byte produced (replication factor 3: two followers per partition, plus Kafka's fetch"
-                + " framing), and none over TCP. Samples: %,.0f under load, %,.0f one at a time (p99.9 of fewer than"
-                + " 1,000 samples is the maximum). Under load the latency is mostly the wait in the producer's"
-                + " 32 MiB `buffer.memory`, which the unthrottled sender keeps full, so it follows throughput; the"
-                + " one-at-a-time figures are the replication round trip. Speed figures are one run each on shared"
-                + " cores: treat on/off ratios within about 1.3x as unresolved. The soft provider moves RDMA"
-                + " between two processes on one host over its same-host path by default (shared-memory rings;"
+                + " framing), and none over TCP. Samples per cluster: %,.0f under load, %,.0f one at a time (p99.9 of"
+                + " fewer than 1,000 samples is the maximum). Under load the latency is mostly the wait in the"
+                + " producer's 32 MiB `buffer.memory`, which the unthrottled sender keeps full, so it follows"
+                + " throughput; the one-at-a-time figures are the replication round trip. The soft provider moves"
+                + " RDMA between two processes on one host over its same-host path by default (shared-memory rings;"
                 + " `rdmabridge.soft.sameHost=tcp` puts it on a TCP socket, as between hosts), so **on** measures the"
                 + " plugin's, the channel's and the provider's overhead, not a fabric.%n%n",
                 value("on.replication.rdma_bytes") / produced, value("on.loaded.samples"),
@@ -124,6 +138,28 @@ final class KafkaReport {
         }
         md.append("Command:\n\n```\n").append(command).append("\n```\n").append(END).append('\n');
         return md.toString();
+    }
+
+    /** The rounds' order: pairs of the two clusters, the first pair's order from the run, flipped each pair. */
+    private String schedule(int rounds) {
+        String[] order = p.getProperty("order", "on,off").split(",");
+        StringBuilder b = new StringBuilder();
+        for (int r = 0; r < Math.min(rounds, 4); r++) {
+            int pair = r / 2;
+            b.append(r == 0 ? "" : ", ").append(order[(pair % 2 == 0) == (r % 2 == 0) ? 0 : 1]);
+        }
+        return b.toString();
+    }
+
+    /** "min-max (median m)" of a pair ratio, or "-" when the run did not write it. */
+    private String spread(String key) {
+        double min = value(key + ".ratio.min");
+        double median = value(key + ".ratio.median");
+        double max = value(key + ".ratio.max");
+        if (Double.isNaN(min) || Double.isNaN(median) || Double.isNaN(max)) {
+            return "-";
+        }
+        return String.format(Locale.ROOT, "%.2fx-%.2fx (median %.2fx)", min, max, median);
     }
 
     private void row(StringBuilder md, String label, String key, String format) {

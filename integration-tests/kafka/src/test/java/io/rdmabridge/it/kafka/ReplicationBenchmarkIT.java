@@ -19,6 +19,7 @@ import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -35,19 +36,26 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The Kafka framework benchmark: producer throughput and end-to-end latency with {@code acks=all}, replication factor
- * 3 and {@code min.insync.replicas=2}, on two clusters started one after the other from the same jars and settings:
+ * 3 and {@code min.insync.replicas=2}, on two clusters started from the same jars and settings and run side by side:
  * <ol>
  *   <li>{@code on}: all three brokers with the agent, {@code rdma.replication.enable=true} and the soft provider, so
  *       every follower fetch crosses the RDMA channel;</li>
  *   <li>{@code off}: plain Kafka, the plugin jar present as a reporter but the flag off and no agent (the
  *       configuration of {@link StockClusterIT}).</li>
  * </ol>
- * On each: a warm-up of unthrottled records, then the measured throughput phase ({@code records} unthrottled; the
- * producer's rate from the first send to the last acknowledgement, and the end-to-end latency of those records under
- * that load), then a latency phase of records sent one at a time, each after the consumer received the one before
- * (as Kafka's {@code EndToEndLatency} tool does). End-to-end latency is the producer's {@code System.nanoTime()} at
- * {@code send()}, carried in the record, to the consumer's receipt in the same JVM; a consumer only sees a record once
- * the high watermark passed it, that is once the in-sync followers fetched it, so replication is on that path.
+ * On each: a warm-up of unthrottled records; then measured rounds, alternating between the clusters in pairs whose
+ * order flips each time (on, off, off, on, ...), so that a drift of the machine's speed over the run weighs on both
+ * alike, while the other cluster idles. A round is a throughput phase ({@code records} unthrottled; the producer's
+ * rate from the first send to the last acknowledgement, and the end-to-end latency of those records under that load)
+ * and a latency phase of records sent one at a time, each after the consumer received the one before (as Kafka's
+ * {@code EndToEndLatency} tool does). End-to-end latency is the producer's {@code System.nanoTime()} at {@code send()},
+ * carried in the record, to the consumer's receipt in the same JVM; a consumer only sees a record once the high
+ * watermark passed it, that is once the in-sync followers fetched it, so replication is on that path.
+ *
+ * <p>Written per mode: the median throughput of its rounds (and the slowest and fastest), latency percentiles over
+ * all its rounds' samples, broker CPU over all its throughput phases; per pair of adjacent rounds, the on / off
+ * ratios of throughput and of the median latencies (their lowest, median and highest), which show how far the
+ * machine's noise reaches.
  *
  * <p>Runs only with {@code -Dit.benchmark=true} (from {@code bin/run-benchmarks --kafka}); not part of
  * {@code mvn verify}: two cluster starts alone cost about a minute on two cores. Speed figures are written to
@@ -56,8 +64,10 @@ import org.junit.jupiter.api.io.TempDir;
  * {@code on} and no replication byte over TCP there, no RDMA counter at all in {@code off}, whose brokers say why the
  * plugin is inactive.
  *
- * <p>Sizes: {@code -Dit.benchmark.records} (default 2,000), {@code .warmup} (1,000), {@code .latencyRecords} (200),
- * {@code .recordSize} (1024 bytes), {@code .partitions} (3); {@code .order} ({@code on,off}: which cluster runs first).
+ * <p>Sizes, smoke by default ({@code mvn verify}; {@code bin/run-benchmarks} passes the page's):
+ * {@code -Dit.benchmark.records} (2,000 per round), {@code .warmup} (1,000), {@code .latencyRecords} (200 per round),
+ * {@code .rounds} (2: one pair; even), {@code .recordSize} (1024 bytes), {@code .partitions} (3); {@code .order}
+ * ({@code on,off}: which cluster the first pair measures first).
  */
 @EnabledIfSystemProperty(named = "it.benchmark", matches = "true",
         disabledReason = "a benchmark: run it with -Dit.benchmark=true (bin/run-benchmarks --kafka)")
@@ -70,6 +80,7 @@ class ReplicationBenchmarkIT {
     private final int records = Integer.getInteger("it.benchmark.records", 2_000);
     private final int warmup = Integer.getInteger("it.benchmark.warmup", 1_000);
     private final int latencyRecords = Integer.getInteger("it.benchmark.latencyRecords", 200);
+    private final int rounds = Integer.getInteger("it.benchmark.rounds", 2);
     private final int recordSize = Integer.getInteger("it.benchmark.recordSize", 1024);
     private final int partitions = Integer.getInteger("it.benchmark.partitions", 3);
     private final List<String> order = List.of(System.getProperty("it.benchmark.order", "on,off").split(","));
@@ -81,18 +92,24 @@ class ReplicationBenchmarkIT {
                 + String.join(",", order) + " (expected: on,off or off,on)");
         assertTrue(recordSize >= HEADER + TRAILER, "it.benchmark.recordSize: " + recordSize + " (expected: >= "
                 + (HEADER + TRAILER) + ")");
+        assertTrue(rounds >= 2 && rounds % 2 == 0, "it.benchmark.rounds: " + rounds + " (expected: even, >= 2)");
         Map<String, String> result = new TreeMap<>();
         put(result, "records", records);
         put(result, "warmup", warmup);
         put(result, "latency.records", latencyRecords);
+        put(result, "rounds", rounds);
         put(result, "record.size", recordSize);
         put(result, "partitions", partitions);
         put(result, "cores", Runtime.getRuntime().availableProcessors());
         put(result, "load.average.start", ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
         result.put("order", String.join(",", order));
-        for (String mode : order) {
-            long start = System.nanoTime();
-            try (KafkaCluster cluster = new KafkaCluster(dir.resolve(mode), 3)) {
+        Map<String, KafkaCluster> clusters = new TreeMap<>();
+        Map<String, Bench> benches = new TreeMap<>();
+        try {
+            for (String mode : order) {
+                long start = System.nanoTime();
+                KafkaCluster cluster = new KafkaCluster(dir.resolve(mode), 3);
+                clusters.put(mode, cluster);
                 if (mode.equals("on")) {
                     for (int id = 1; id <= 3; id++) {
                         cluster.rdma(id, Map.of("rdma.provider", "soft"));
@@ -100,10 +117,31 @@ class ReplicationBenchmarkIT {
                 }
                 cluster.start();
                 put(result, mode + ".cluster.start_s", (System.nanoTime() - start) / 1e9);
-                measure(cluster, mode, result);
             }
-            System.out.println("kafka benchmark, plugin " + mode + ": " + result);
+            for (String mode : order) {
+                benches.put(mode, new Bench(clusters.get(mode), mode));
+            }
+            // Pairs in alternating order: first, second, second, first, ...
+            for (int r = 0; r < rounds; r++) {
+                int pair = r / 2;
+                boolean firstOfPair = r % 2 == 0;
+                String mode = order.get((pair % 2 == 0) == firstOfPair ? 0 : 1);
+                benches.get(mode).round(pair);
+            }
+            for (String mode : order) {
+                benches.get(mode).finish(result);
+                replicationCounters(clusters.get(mode), mode, result);
+            }
+            pairRatios(benches.get("on"), benches.get("off"), result);
+        } finally {
+            for (Bench b : benches.values()) {
+                b.close();
+            }
+            for (KafkaCluster c : clusters.values()) {
+                c.close();
+            }
         }
+        System.out.println("kafka benchmark, plugin on and off: " + result);
         put(result, "load.average.end", ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
         Files.createDirectories(out.toAbsolutePath().getParent());
         try (Writer w = Files.newBufferedWriter(out)) {
@@ -114,51 +152,129 @@ class ReplicationBenchmarkIT {
         System.out.println("kafka benchmark results written to " + out.toAbsolutePath());
     }
 
-    private void measure(KafkaCluster cluster, String mode, Map<String, String> result) throws Exception {
-        int total = warmup + records + latencyRecords;
-        try (Admin admin = cluster.admin()) {
-            Records.createTopic(admin, TOPIC, partitions);
-            Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(60));
-        }
-        Receiver receiver = new Receiver(cluster.bootstrap(), total);
-        Thread consumer = new Thread(receiver, "benchmark-consumer");
-        consumer.start();
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerConfig(cluster.bootstrap()))) {
+    /** One cluster's producer and consumer, kept across its rounds; the producer thread is the test's. */
+    private final class Bench implements AutoCloseable {
+        private final KafkaCluster cluster;
+        private final String mode;
+        private final int total;
+        private final Receiver receiver;
+        private final Thread consumer;
+        private final KafkaProducer<byte[], byte[]> producer;
+        private final double[] rate = new double[rounds / 2];
+        private final long[][] loaded = new long[rounds / 2][];
+        private final long[][] serial = new long[rounds / 2][];
+        private int seq;
+        private long cpuNanos;
+        private double seconds;
+
+        Bench(KafkaCluster cluster, String mode) throws Exception {
+            this.cluster = cluster;
+            this.mode = mode;
+            total = warmup + rounds / 2 * (records + latencyRecords);
+            try (Admin admin = cluster.admin()) {
+                Records.createTopic(admin, TOPIC, partitions);
+                Records.awaitIsr(admin, TOPIC, 3, Duration.ofSeconds(60));
+            }
+            receiver = new Receiver(cluster.bootstrap(), total);
+            consumer = new Thread(receiver, "benchmark-consumer-" + mode);
+            consumer.start();
+            producer = new KafkaProducer<>(producerConfig(cluster.bootstrap()));
             receiver.awaitAssigned();
-            int seq = 0;
             // Warm-up: JIT in the brokers and this JVM, connections (and their RDMA upgrade) established.
             seq = sendUnthrottled(producer, seq, warmup);
             receiver.awaitCount(seq, Duration.ofSeconds(120));
+        }
 
+        /** This cluster's round of pair {@code pair}: the throughput phase, then the one-at-a-time phase. */
+        void round(int pair) throws Exception {
+            int from = seq;
             long cpuBefore = brokerCpuNanos(cluster);
             long t0 = System.nanoTime();
             seq = sendUnthrottled(producer, seq, records);
             long t1 = System.nanoTime();
-            long cpu = brokerCpuNanos(cluster) - cpuBefore;
+            cpuNanos += brokerCpuNanos(cluster) - cpuBefore;
             receiver.awaitCount(seq, Duration.ofSeconds(120));
-            double seconds = (t1 - t0) / 1e9;
-            put(result, mode + ".throughput.seconds", seconds);
-            put(result, mode + ".throughput.records_per_s", records / seconds);
-            put(result, mode + ".throughput.mb_per_s", (double) records * recordSize / seconds / 1e6);
-            put(result, mode + ".broker.cpu_s_per_gb", cpu / 1e9 / ((double) records * recordSize / 1e9));
-            percentiles(result, mode + ".loaded", receiver.latencies(warmup, warmup + records));
-
-            // One at a time: the next record leaves only when the consumer received the one before.
+            seconds += (t1 - t0) / 1e9;
+            rate[pair] = records / ((t1 - t0) / 1e9);
+            loaded[pair] = receiver.latencies(from, seq);
+            from = seq;
             for (int i = 0; i < latencyRecords; i++) {
                 producer.send(record(seq++));
                 receiver.awaitCount(seq, Duration.ofSeconds(30));
             }
-            percentiles(result, mode + ".serial", receiver.latencies(warmup + records, total));
-        } finally {
+            serial[pair] = receiver.latencies(from, seq);
+        }
+
+        /** Checks what was read back and writes this mode's figures. */
+        void finish(Map<String, String> result) throws Exception {
+            producer.close();
+            receiver.stop();
+            consumer.join(TimeUnit.SECONDS.toMillis(30));
+            receiver.rethrow();
+            assertEquals(total, receiver.count(), "records read back (plugin " + mode + ")");
+            assertEquals(total, receiver.distinct(), "distinct sequence numbers read back (plugin " + mode + ")");
+            assertEquals(0, receiver.duplicates(), "records read twice (plugin " + mode + ")");
+            put(result, mode + ".read.records", receiver.count());
+            double[] sorted = rate.clone();
+            Arrays.sort(sorted);
+            put(result, mode + ".throughput.seconds", seconds);
+            put(result, mode + ".throughput.records_per_s", median(sorted));
+            put(result, mode + ".throughput.records_per_s.min", sorted[0]);
+            put(result, mode + ".throughput.records_per_s.max", sorted[sorted.length - 1]);
+            put(result, mode + ".throughput.mb_per_s", median(sorted) * recordSize / 1e6);
+            result.put(mode + ".throughput.rounds", Arrays.stream(rate)
+                    .mapToObj(r -> String.format(Locale.ROOT, "%.0f", r)).collect(Collectors.joining(",")));
+            double bytes = (double) rate.length * records * recordSize;
+            put(result, mode + ".broker.cpu_s_per_gb", cpuNanos / 1e9 / (bytes / 1e9));
+            percentiles(result, mode + ".loaded", concat(loaded));
+            percentiles(result, mode + ".serial", concat(serial));
+        }
+
+        @Override
+        public void close() throws InterruptedException {
+            producer.close(Duration.ofSeconds(10));
             receiver.stop();
             consumer.join(TimeUnit.SECONDS.toMillis(30));
         }
-        receiver.rethrow();
-        assertEquals(total, receiver.count(), "records read back (plugin " + mode + ")");
-        assertEquals(total, receiver.distinct(), "distinct sequence numbers read back (plugin " + mode + ")");
-        assertEquals(0, receiver.duplicates(), "records read twice (plugin " + mode + ")");
-        put(result, mode + ".read.records", receiver.count());
-        replicationCounters(cluster, mode, result);
+    }
+
+    /** On / off per pair of adjacent rounds: throughput and the median latencies; lowest, median, highest. */
+    private static void pairRatios(Bench on, Bench off, Map<String, String> result) {
+        int pairs = on.rate.length;
+        double[] throughput = new double[pairs];
+        double[] loadedP50 = new double[pairs];
+        double[] serialP50 = new double[pairs];
+        for (int i = 0; i < pairs; i++) {
+            throughput[i] = on.rate[i] / off.rate[i];
+            loadedP50[i] = p50(on.loaded[i]) / p50(off.loaded[i]);
+            serialP50[i] = p50(on.serial[i]) / p50(off.serial[i]);
+        }
+        spread(result, "pairs.throughput.records_per_s", throughput);
+        spread(result, "pairs.loaded.p50_ms", loadedP50);
+        spread(result, "pairs.serial.p50_ms", serialP50);
+    }
+
+    private static void spread(Map<String, String> result, String key, double[] values) {
+        double[] sorted = values.clone();
+        Arrays.sort(sorted);
+        put(result, key + ".ratio.min", sorted[0]);
+        put(result, key + ".ratio.median", median(sorted));
+        put(result, key + ".ratio.max", sorted[sorted.length - 1]);
+    }
+
+    private static double median(double[] sorted) {
+        int n = sorted.length;
+        return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    }
+
+    private static double p50(long[] nanos) {
+        long[] sorted = nanos.clone();
+        Arrays.sort(sorted);
+        return percentile(sorted, 50);
+    }
+
+    private static long[] concat(long[][] parts) {
+        return Arrays.stream(parts).flatMapToLong(Arrays::stream).toArray();
     }
 
     /** Sums the plugin's per-peer JMX counters of every broker; asserts which path carried replication. */
