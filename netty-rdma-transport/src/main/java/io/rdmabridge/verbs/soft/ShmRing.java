@@ -258,7 +258,9 @@ final class ShmRing {
     /** Marks the bytes from {@code offset} to the end of the data area as padding (when a header fits there). */
     void pad(int offset) {
         if (capacity - offset >= SoftFrame.HEADER_LENGTH) {
-            window.put(offset, (byte) PAD);
+            // Through the whole mapping, not the window: the writer's last window may have ended at this offset
+            // (it filled the free space to the byte), and the window's absolute put checks its limit.
+            map.put(CONTROL + offset, (byte) PAD);
         }
     }
 

@@ -1466,7 +1466,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         if (broken && phase != CLOSED) {
             if (phase == CONNECTED) {
-                String reason = "connection to " + peer + " broke while writing";
+                String reason = "connection to " + peer + " broke while writing: " + cause;
                 if (cause instanceof RingFailure) {
                     reason = "protocol violation by " + peer + ": " + cause.getMessage();
                 } else if (cause instanceof InternalError) {
@@ -1476,6 +1476,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 }
                 if (cause instanceof RingFailure || cause instanceof InternalError) {
                     SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
+                } else if (!(cause instanceof IOException)) {
+                    // Not the socket: a fault in this provider. Its stack is the only way to find it.
+                    SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason, cause);
                 }
                 teardown(reason, 0, 0, 0);
             }

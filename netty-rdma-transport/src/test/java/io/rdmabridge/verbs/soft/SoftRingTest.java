@@ -170,6 +170,26 @@ class SoftRingTest {
     }
 
     @Test
+    void shouldPadFromWhereTheWritersLastWindowEnded() throws Exception {
+        // The writer filled the free space to the byte, so its window ended at `at`; then the reader freed room, and
+        // the rest before the end is too small for a frame: the writer pads from `at`. (A Spark job met this: the
+        // padding threw IndexOutOfBoundsException and the connection closed while both processes ran.)
+        SharedMemoryFiles files = SoftEngine.get().sharedMemory;
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY);
+        try {
+            int at = r.capacity - ShmRing.MIN_ROOM + 1;
+            r.map.put(ShmRing.CONTROL + at, (byte) 0x7F);
+            r.window.limit(at).position(at - 100);
+            r.pad(at);
+            assertEquals(ShmRing.PAD, r.map.get(ShmRing.CONTROL + at), "padding opcode at " + at);
+        } finally {
+            r.closeFile();
+            files.ringReleased(r.number);
+            files.free(r.map);
+        }
+    }
+
+    @Test
     void shouldWakeAParkedReaderWithADoorbell() throws Exception {
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         try (SoftPair p = SoftPair.tcp()) {
