@@ -153,7 +153,7 @@ class ReplicationBenchmarkIT {
     }
 
     /** One cluster's producer and consumer, kept across its rounds; the producer thread is the test's. */
-    private final class Bench implements AutoCloseable {
+    private final class Bench {
         private final KafkaCluster cluster;
         private final String mode;
         private final int total;
@@ -230,8 +230,8 @@ class ReplicationBenchmarkIT {
             percentiles(result, mode + ".serial", concat(serial));
         }
 
-        @Override
-        public void close() throws InterruptedException {
+        /** Stops the producer and the consumer; idempotent, so it also runs after {@link #finish}. */
+        void close() throws InterruptedException {
             producer.close(Duration.ofSeconds(10));
             receiver.stop();
             consumer.join(TimeUnit.SECONDS.toMillis(30));
