@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.io.Reader;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.Locale;
 import java.util.Properties;
 
@@ -35,7 +36,8 @@ final class KafkaReport {
             p.load(r);
         }
         for (String key : new String[] {"on.throughput.records_per_s", "off.throughput.records_per_s",
-            "on.replication.rdma_bytes", "off.replication.rdma_bytes", "records", "record.size", "rounds"}) {
+            "on.replication.rdma_bytes", "off.replication.rdma_bytes", "records", "record.size", "rounds",
+            "schedule"}) {
             if (p.getProperty(key) == null) {
                 throw new IOException("kafka benchmark results: " + file + " has no " + key
                         + " (expected: a complete ReplicationBenchmarkIT run)");
@@ -80,7 +82,7 @@ final class KafkaReport {
                 + " rounds' samples. End-to-end latency: `System.nanoTime()` at `send()`, carried in the record, to"
                 + " the consumer's receipt in the same JVM; a consumer sees a record only after the in-sync followers"
                 + " fetched it, so replication is on that path.%n%n", value("partitions"),
-                LineChart.formatSize(value("record.size")), value("warmup"), rounds / 2, schedule(rounds),
+                LineChart.formatSize(value("record.size")), value("warmup"), rounds / 2, schedule(),
                 value("records"), value("latency.records")));
         md.append("| metric | plugin on (RDMA, soft) | plugin off (TCP) | on / off |\n|---|---:|---:|---:|\n");
         row(md, "producer throughput, records/s", "throughput.records_per_s", "%,.0f");
@@ -140,15 +142,10 @@ final class KafkaReport {
         return md.toString();
     }
 
-    /** The rounds' order: pairs of the two clusters, the first pair's order from the run, flipped each pair. */
-    private String schedule(int rounds) {
-        String[] order = p.getProperty("order", "on,off").split(",");
-        StringBuilder b = new StringBuilder();
-        for (int r = 0; r < Math.min(rounds, 4); r++) {
-            int pair = r / 2;
-            b.append(r == 0 ? "" : ", ").append(order[(pair % 2 == 0) == (r % 2 == 0) ? 0 : 1]);
-        }
-        return b.toString();
+    /** The first rounds' order as the run wrote it ({@code schedule}), enough to show the pattern. */
+    private String schedule() {
+        String[] rounds = p.getProperty("schedule", "").split(",");
+        return String.join(", ", Arrays.copyOf(rounds, Math.min(rounds.length, 4)));
     }
 
     /** "min-max (median m)" of a pair ratio, or "-" when the run did not write it. */

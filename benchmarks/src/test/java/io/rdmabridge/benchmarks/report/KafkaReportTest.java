@@ -17,7 +17,8 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class KafkaReportTest {
     private static final String RESULTS = String.join("\n",
-            "records=1000", "warmup=1000", "latency.records=100", "rounds=4", "order=on,off", "record.size=1024", "partitions=3", "cores=2",
+            "records=1000", "warmup=1000", "latency.records=100", "rounds=4", "order=on,off",
+            "schedule=on,off,off,on", "record.size=1024", "partitions=3", "cores=2",
             "load.average.start=1.5", "load.average.end=2.5",
             "on.throughput.records_per_s=3000", "off.throughput.records_per_s=2000",
             "on.throughput.mb_per_s=3.072", "off.throughput.mb_per_s=2.048",

@@ -61,7 +61,7 @@ class ResultsPageTest {
 
     private static KafkaReport kafka(Path dir) throws IOException {
         return KafkaReport.read(Files.writeString(dir.resolve("kafka.properties"), String.join("\n",
-                "records=2000", "record.size=1024", "rounds=2",
+                "records=2000", "record.size=1024", "rounds=2", "schedule=on,off",
                 "on.throughput.records_per_s=2200", "off.throughput.records_per_s=2000",
                 "on.loaded.p50_ms=40", "off.loaded.p50_ms=50", "on.serial.p50_ms=10", "off.serial.p50_ms=8",
                 "on.replication.rdma_bytes=6600000", "off.replication.rdma_bytes=0", "")));

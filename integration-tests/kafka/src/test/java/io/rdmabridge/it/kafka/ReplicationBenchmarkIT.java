@@ -55,7 +55,7 @@ import org.junit.jupiter.api.io.TempDir;
  * <p>Written per mode: the median throughput of its rounds (and the slowest and fastest), latency percentiles over
  * all its rounds' samples, broker CPU over all its throughput phases; per pair of adjacent rounds, the on / off
  * ratios of throughput and of the median latencies (their lowest, median and highest), which show how far the
- * machine's noise reaches.
+ * machine's noise reaches; and the rounds' order ({@code schedule}), which the report prints rather than re-derives.
  *
  * <p>Runs only with {@code -Dit.benchmark=true} (from {@code bin/run-benchmarks --kafka}); not part of
  * {@code mvn verify}: two cluster starts alone cost about a minute on two cores. Speed figures are written to
@@ -122,12 +122,15 @@ class ReplicationBenchmarkIT {
                 benches.put(mode, new Bench(clusters.get(mode), mode));
             }
             // Pairs in alternating order: first, second, second, first, ...
+            List<String> schedule = new ArrayList<>();
             for (int r = 0; r < rounds; r++) {
                 int pair = r / 2;
                 boolean firstOfPair = r % 2 == 0;
                 String mode = order.get((pair % 2 == 0) == firstOfPair ? 0 : 1);
                 benches.get(mode).round(pair);
+                schedule.add(mode);
             }
+            result.put("schedule", String.join(",", schedule));
             for (String mode : order) {
                 benches.get(mode).finish(result);
                 replicationCounters(clusters.get(mode), mode, result);
@@ -207,9 +210,7 @@ class ReplicationBenchmarkIT {
 
         /** Checks what was read back and writes this mode's figures. */
         void finish(Map<String, String> result) throws Exception {
-            producer.close();
-            receiver.stop();
-            consumer.join(TimeUnit.SECONDS.toMillis(30));
+            close();
             receiver.rethrow();
             assertEquals(total, receiver.count(), "records read back (plugin " + mode + ")");
             assertEquals(total, receiver.distinct(), "distinct sequence numbers read back (plugin " + mode + ")");
