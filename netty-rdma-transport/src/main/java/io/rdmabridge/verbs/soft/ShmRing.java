@@ -16,6 +16,7 @@ import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFileAttributes;
 import java.nio.file.attribute.PosixFilePermission;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * One direction of a same-host link's frame stream in shared memory: a single-producer, single-consumer byte ring in a
@@ -68,6 +69,8 @@ final class ShmRing {
     static final int READER_WAKE = 512;
     /** Data bytes of the rings this side creates: 16 of the largest frames. */
     static final int CAPACITY = 1 << 21;
+    /** Overrides {@link #CAPACITY}: a power of two in {@link #MIN_CAPACITY}..{@link #MAX_CAPACITY}; per connection. */
+    static final String CAPACITY_PROPERTY = "rdmabridge.soft.ringBytes";
     /** Capacities a peer may announce; the smallest still holds two of the largest frames. */
     static final int MIN_CAPACITY = 1 << 18;
     static final int MAX_CAPACITY = 1 << 26;
@@ -85,6 +88,7 @@ final class ShmRing {
 
     private static final VarHandle INT = MethodHandles.byteBufferViewVarHandle(int[].class, ByteOrder.nativeOrder());
     private static final VarHandle LONG = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
+    private static final AtomicBoolean CAPACITY_IGNORED_LOGGED = new AtomicBoolean();
     private static final Set<PosixFilePermission> OWNER_ONLY =
             Set.of(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE);
 
@@ -124,6 +128,31 @@ final class ShmRing {
         SharedMemoryFiles.SharedFile f = files.create(CONTROL + capacity);
         files.ringCreated(f.number());
         return new ShmRing(f.map(), f.channel(), f.number(), capacity);
+    }
+
+    /**
+     * Data bytes of the next ring this side creates: {@value #CAPACITY_PROPERTY}, or {@link #CAPACITY} when it is
+     * unset or invalid (logged once). Each same-host connection holds one ring per direction in shared memory; smaller
+     * rings save memory, larger ones let a writer run further ahead of a busy reader.
+     */
+    static int configuredCapacity() {
+        String value = System.getProperty(CAPACITY_PROPERTY);
+        if (value == null) {
+            return CAPACITY;
+        }
+        try {
+            int capacity = Integer.parseInt(value.trim());
+            if (validCapacity(capacity)) {
+                return capacity;
+            }
+        } catch (NumberFormatException e) {
+            // Logged below.
+        }
+        if (CAPACITY_IGNORED_LOGGED.compareAndSet(false, true)) {
+            SoftEngine.logger.warn("soft0: -D{}={} ignored, rings keep {} bytes (expected: a power of two in {}..{})",
+                    CAPACITY_PROPERTY, value, CAPACITY, MIN_CAPACITY, MAX_CAPACITY);
+        }
+        return CAPACITY;
     }
 
     /** Whether a peer may announce a ring of {@code capacity} data bytes. */

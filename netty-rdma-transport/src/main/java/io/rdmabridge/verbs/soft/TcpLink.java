@@ -429,7 +429,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             engine.usage.sameHostConnected();
             if (ShmRing.enabled()) {
                 try {
-                    ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.CAPACITY);
+                    ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity());
                 } catch (IOException e) {
                     if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
                         SoftEngine.logger.warn("soft0: {}: frames to {} stay on the socket (later links' too, when the"
@@ -2098,6 +2098,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     long ourRingNumber() {
         ShmRing r = outRing;
         return r != null ? r.number : -1;
+    }
+
+    /** The data bytes of the ring this side writes its frames into, or -1 while it writes to the socket; tests. */
+    int ourRingCapacity() {
+        ShmRing r = outRing;
+        return r != null ? r.capacity : -1;
     }
 
     /** Whether this side reads the peer's frames from the peer's ring; tests. */

@@ -35,7 +35,9 @@
  *   <li>{@code rdmabridge.soft.sameHost} = {@code shm} (default) or {@code tcp}: the same-host path below, read at
  *       every allocation and connection; {@code rdmabridge.soft.shmDirectory} (default {@code /dev/shm}, read when
  *       the device starts) holds its files. On that path {@code rdmabridge.soft.rings} = {@code true} (default) or
- *       {@code false} (read per connection) moves each side's frames into a shared-memory ring, and
+ *       {@code false} (read per connection) moves each side's frames into a shared-memory ring of
+ *       {@code rdmabridge.soft.ringBytes} data bytes (default 2097152, a power of two from 262144 to 67108864, read
+ *       per connection), and
  *       {@code rdmabridge.soft.ringSpinMicros} (default 0, read once) is how long the engine thread keeps polling
  *       the rings after the last frame before it parks; {@code rdmabridge.soft.pollProgress} = {@code true}
  *       (default) or {@code false} (read once) lets threads polling completion queues execute their queue pairs'
@@ -91,8 +93,9 @@
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
  *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the
  *       deregistration guard and one-sided WRITE/READ ordering; {@code SoftRingTest} wraps and skips, order both
- *       ways at once from the switch on, doorbells after parking and on a full ring, and hostile ring contents
- *       (garbage, counters backward or past the capacity, a truncated file), each closing one link.</li>
+ *       ways at once from the switch on, every byte while writers and readers race around full rings, doorbells
+ *       after parking and on a full ring, and hostile ring contents (garbage, counters backward or past the capacity,
+ *       a truncated file), each closing one link.</li>
  * </ul>
  * Hardened against a hostile or broken peer (same user, same host):
  * <ul>
