@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.CompletionQueue;
@@ -34,7 +35,10 @@ import java.nio.channels.DatagramChannel;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ThreadLocalRandom;
@@ -46,10 +50,13 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Same-host links' shared-memory rings ({@link ShmRing}): frames cross in order through wraps and skips, also while
- * writers and readers on threads of their own race around full rings, the switch from the socket keeps order under
+ * writers and readers on threads of their own race around full rings (and around full socket buffers, on the other
+ * paths), the switch from the socket keeps order under
  * load, a parked reader is woken, and a peer that spoils its ring (garbage, counters
  * moving backward or too far) loses its own connection with a clear reason while another stays healthy, also when a
  * completion-queue poller rather than the engine meets the spoiled frame (progress on poll); one that
@@ -193,49 +200,96 @@ class SoftRingTest {
         }
     }
 
-    @Test
-    void shouldCarryEveryByteWhileWritersAndReadersRaceAroundFullRings() throws Exception {
+    /** The ways a same-host link can carry its frames ({@link #shouldCarryEveryByteWhileWritersAndReadersRace}). */
+    enum LinkPath {
+        /** Frames through 256 KiB shared-memory rings (the smallest), large WRITEs and READs one-sided. */
+        RINGS,
+        /** Frames on the socket ({@code rdmabridge.soft.rings=false}), large WRITEs and READs one-sided. */
+        SOCKET,
+        /** Everything on the socket ({@code rdmabridge.soft.sameHost=tcp}), as between hosts. */
+        TCP
+    }
+
+    @ParameterizedTest
+    @EnumSource(LinkPath.class)
+    void shouldCarryEveryByteWhileWritersAndReadersRace(LinkPath path) throws Exception {
         // Both ways at once, each writer and reader on a thread of its own and the engine stalled now and then, so
-        // that the rings fill up: a writer then reads heads its reader publishes frame by frame, and its windows end
-        // anywhere, the last bytes before the ring's end too. (The padding bug that closed a Spark fetch connection
-        // needs exactly that: with the old padding this test failed in each of ten runs on the smallest rings; a
-        // one-way version of it on 2 MiB rings, in none of three.)
+        // that rings and buffers fill up: a writer then reads heads its reader publishes frame by frame, and its
+        // windows end anywhere, the last bytes before the ring's end too. (The padding bug that closed a Spark fetch
+        // connection needs exactly that: with the old padding the RINGS case failed in each of six runs, as did a
+        // SEND-only version in ten of ten; on 2 MiB rings that version failed in none of three.) Each message is an
+        // RDMA WRITE, sometimes an RDMA READ, and a SEND, so every kind of frame crosses, and some run one-sided.
         long seed = System.nanoTime();
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         long doorbells = provider.doorbells();
-        System.setProperty(ShmRing.CAPACITY_PROPERTY, String.valueOf(ShmRing.MIN_CAPACITY));
+        long oneSided = provider.oneSidedOperations();
+        String property = switch (path) {
+            case RINGS -> ShmRing.CAPACITY_PROPERTY;
+            case SOCKET -> ShmRing.PROPERTY;
+            case TCP -> SharedMemoryFiles.SAME_HOST_PROPERTY;
+        };
+        System.setProperty(property, switch (path) {
+            case RINGS -> String.valueOf(ShmRing.MIN_CAPACITY);
+            case SOCKET -> "false";
+            case TCP -> "tcp";
+        });
         SoftPair pair;
         try {
             pair = SoftPair.tcp();
         } finally {
-            System.clearProperty(ShmRing.CAPACITY_PROPERTY);
+            // Read at connection (and, for TCP, at allocation: its memory stays private, as between hosts).
+            if (path != LinkPath.TCP) {
+                System.clearProperty(property);
+            }
         }
+        List<Runnable> toFree = new ArrayList<>();
         try (SoftPair p = pair) {
             Stream1 up = new Stream1(p, p.client, p.server);
             Stream1 down = new Stream1(p, p.server, p.client);
-            awaitRings(up, down);
-            assertEquals(ShmRing.MIN_CAPACITY, link(p.client).ourRingCapacity(), "capacity of the client's ring");
-            assertEquals(ShmRing.MIN_CAPACITY, link(p.server).ourRingCapacity(), "capacity of the server's ring");
-            Race a = new Race(up, 12_000, seed);
-            Race b = new Race(down, 4_000, seed + 1);
+            if (path == LinkPath.RINGS) {
+                awaitRings(up, down);
+                assertEquals(ShmRing.MIN_CAPACITY, link(p.client).ourRingCapacity(), "capacity of the client's ring");
+                assertEquals(ShmRing.MIN_CAPACITY, link(p.server).ourRingCapacity(), "capacity of the server's ring");
+            }
+            assertEquals(path != LinkPath.TCP, link(p.client).sameHost(), "same-host link");
+            Race a = new Race(p, up, 8_000, seed, toFree);
+            Race b = new Race(p, down, 3_000, seed + 1, toFree);
             a.start();
             b.start();
             a.await();
             b.await();
-            assertTrue(provider.doorbells() > doorbells, "the rings never filled up (seed " + seed + ")");
+            if (path == LinkPath.RINGS) {
+                assertTrue(provider.doorbells() > doorbells, "the rings never filled up (seed " + seed + ")");
+            }
+            assertEquals(path != LinkPath.TCP, provider.oneSidedOperations() > oneSided,
+                    "one-sided operations: " + (provider.oneSidedOperations() - oneSided) + " (seed " + seed + ")");
+        } finally {
+            toFree.forEach(Runnable::run);
+            System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         }
         SoftPair.assertResourcesReleased(provider);
         SoftSameHostTest.awaitNoFiles(dir);
     }
 
     /**
-     * One direction of a pair driven by two threads: a writer posting SENDs of random sizes as fast as receive slots
-     * free up (stalling the engine now and then) and a reader taking them, pausing now and then, checking each
-     * message's length and bytes; the writer checks the send completions' order.
+     * One direction of a pair driven by two threads. The writer posts, for each message as soon as its slots are free,
+     * an RDMA WRITE into the receiver's landing slot, in one of four messages an RDMA READ from the receiver's
+     * patterned memory, and a SEND into a posted receive, all of random sizes, stalling the engine now and then; it
+     * checks that completions come in posting order and each READ's bytes. The reader takes the receives, pausing now
+     * and then, and checks each SEND's bytes and, since RC orders the WRITE before the SEND, the WRITE's bytes.
      */
     private static final class Race {
+        /** Messages whose SEND has not completed at most: each takes up to three of the 64 send queue entries. */
+        private static final int IN_FLIGHT = 16;
         private final Stream1 s;
-        private final int[] sizes;
+        private final SoftPair.Buffer source;
+        private final SoftPair.Buffer landing;
+        private final SoftPair.Buffer readable;
+        private final SoftPair.Buffer readInto;
+        private final int[] sendSizes;
+        private final int[] writeSizes;
+        /** The READ's size, or -1 for none. */
+        private final int[] readSizes;
         private final long seed;
         private final long first;
         private final AtomicLong received;
@@ -243,18 +297,40 @@ class SoftRingTest {
         private final Thread writer;
         private final Thread reader;
 
-        Race(Stream1 s, int messages, long seed) {
+        Race(SoftPair p, Stream1 s, int messages, long seed, List<Runnable> toFree) throws Exception {
             this.s = s;
             this.seed = seed;
+            source = shared(p, s.from, SLOT + 4096, Access.ALL, toFree);
+            landing = shared(p, s.to, SLOT * SLOTS, Access.LOCAL_WRITE | Access.REMOTE_WRITE, toFree);
+            readable = shared(p, s.to, SLOT + 4096, Access.LOCAL_WRITE | Access.REMOTE_READ, toFree);
+            readInto = shared(p, s.from, SLOT * IN_FLIGHT, Access.LOCAL_WRITE, toFree);
+            source.fill(11);
+            readable.fill(13);
             Random random = new Random(seed);
-            sizes = new int[messages];
+            sendSizes = new int[messages];
+            writeSizes = new int[messages];
+            readSizes = new int[messages];
             for (int k = 0; k < messages; k++) {
-                sizes[k] = random.nextInt(8) == 0 ? random.nextInt(64) : random.nextInt(SLOT + 1);
+                sendSizes[k] = size(random);
+                writeSizes[k] = size(random);
+                readSizes[k] = random.nextInt(4) == 0 ? size(random) : -1;
             }
             first = s.next;
             received = new AtomicLong(first);
             writer = new Thread(() -> run(this::write), "race-writer-" + s.from.qp.qpNumber());
             reader = new Thread(() -> run(this::read), "race-reader-" + s.to.qp.qpNumber());
+        }
+
+        private static int size(Random random) {
+            return random.nextInt(8) == 0 ? random.nextInt(64) : random.nextInt(SLOT + 1);
+        }
+
+        private static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access,
+                List<Runnable> toFree) throws Exception {
+            ByteBuffer memory = side.pd.allocateMemory(size);
+            ProtectionDomain pd = side.pd;
+            toFree.add(() -> pd.freeMemory(memory));
+            return p.track(new SoftPair.Buffer(memory, pd.register(memory, access)));
         }
 
         private interface Body {
@@ -281,23 +357,38 @@ class SoftRingTest {
                 throw new AssertionError("seed " + seed, failure.get());
             }
             assertTrue(!writer.isAlive() && !reader.isAlive(), "stuck at message " + received.get() + " of "
-                    + (first + sizes.length) + " (seed " + seed + ")");
+                    + (first + sendSizes.length) + " (seed " + seed + ")");
         }
 
         private void write() throws Exception {
             Random random = new Random(seed + 2);
             WorkCompletions wc = new WorkCompletions(1);
+            SendWorkRequest swr = new SendWorkRequest(1);
+            RecvWorkRequest rwr = new RecvWorkRequest(1);
+            ArrayDeque<Long> expected = new ArrayDeque<>();
             long sendsCompleted = first;
-            long end = first + sizes.length;
+            long end = first + sendSizes.length;
             for (long n = first; n < end || sendsCompleted < end; ) {
                 if (failure.get() != null) {
                     return;
                 }
                 if (s.from.sendCq.poll(wc) == 1) {
-                    SoftPair.assertCompletion(wc, sendsCompleted++, WcStatus.SUCCESS, WcOpcode.SEND);
+                    long id = expected.remove();
+                    int kind = (int) (id & 3);
+                    SoftPair.assertCompletion(wc, id, WcStatus.SUCCESS,
+                            kind == 0 ? WcOpcode.RDMA_WRITE : kind == 1 ? WcOpcode.RDMA_READ : WcOpcode.SEND);
+                    long m = id >> 2;
+                    if (kind == 1) {
+                        int size = readSizes[(int) (m - first)];
+                        assertEquals(-1, readable.buf().slice((int) (m % 4096), size)
+                                .mismatch(readInto.buf().slice((int) (m % IN_FLIGHT) * SLOT, size)),
+                                "bytes of READ " + m);
+                    } else if (kind == 2) {
+                        sendsCompleted = m + 1;
+                    }
                 }
-                // A receive slot is reused only once the reader checked its message; at most 64 sends outstanding.
-                if (n == end || n - received.get() >= SLOTS || n - sendsCompleted >= 64) {
+                // A slot is reused only once its message was checked.
+                if (n == end || n - received.get() >= SLOTS || n - sendsCompleted >= IN_FLIGHT) {
                     Thread.onSpinWait();
                     continue;
                 }
@@ -306,22 +397,41 @@ class SoftRingTest {
                     int micros = random.nextInt(2000);
                     SoftEngine.get().execute(() -> SoftPair.sleepMicros(micros));
                 }
-                s.next = n;
-                s.post(new int[] {sizes[(int) (n - first)]});
+                int k = (int) (n - first);
+                int slot = (int) (n % SLOTS);
+                s.to.qp.postRecv(rwr.reset().wrId(n).addSge(s.dst.address() + (long) slot * SLOT, SLOT,
+                        s.dst.mr().lkey()));
+                s.from.qp.postSend(swr.reset().wrId(n << 2).opcode(WrOpcode.RDMA_WRITE)
+                        .flags(SendWorkRequest.SIGNALED)
+                        .remote(landing.address() + (long) slot * SLOT, landing.mr().rkey())
+                        .addSge(source.address() + n * 7 % 4096, writeSizes[k], source.mr().lkey()));
+                expected.add(n << 2);
+                if (readSizes[k] >= 0) {
+                    s.from.qp.postSend(swr.reset().wrId(n << 2 | 1).opcode(WrOpcode.RDMA_READ)
+                            .flags(SendWorkRequest.SIGNALED)
+                            .remote(readable.address() + n % 4096, readable.mr().rkey())
+                            .addSge(readInto.address() + n % IN_FLIGHT * SLOT, readSizes[k], readInto.mr().lkey()));
+                    expected.add(n << 2 | 1);
+                }
+                s.from.qp.postSend(swr.reset().wrId(n << 2 | 2).opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                        .addSge(s.src.address() + n % 4096, sendSizes[k], s.src.mr().lkey()));
+                expected.add(n << 2 | 2);
                 n++;
             }
         }
 
         private void read() {
             Random pauses = new Random(seed + 3);
-            for (long n = first; n < first + sizes.length; n++) {
+            for (long n = first; n < first + sendSizes.length; n++) {
                 WorkCompletions wc = SoftPair.pollOne(s.to.recvCq, null);
                 SoftPair.assertCompletion(wc, n, WcStatus.SUCCESS, WcOpcode.RECV);
-                int size = sizes[(int) (n - first)];
-                assertEquals(size, wc.byteLength(0), "length of message " + n);
-                ByteBuffer sent = s.src.buf().slice((int) (n % 4096), size);
-                ByteBuffer got = s.dst.buf().slice((int) (n % SLOTS) * SLOT, size);
-                assertEquals(-1, sent.mismatch(got), "bytes of message " + n);
+                int k = (int) (n - first);
+                int slot = (int) (n % SLOTS);
+                assertEquals(sendSizes[k], wc.byteLength(0), "length of SEND " + n);
+                assertEquals(-1, s.src.buf().slice((int) (n % 4096), sendSizes[k])
+                        .mismatch(s.dst.buf().slice(slot * SLOT, sendSizes[k])), "bytes of SEND " + n);
+                assertEquals(-1, source.buf().slice((int) (n * 7 % 4096), writeSizes[k])
+                        .mismatch(landing.buf().slice(slot * SLOT, writeSizes[k])), "bytes of WRITE " + n);
                 received.set(n + 1);
                 if (pauses.nextInt(64) == 0) {
                     SoftPair.sleepMicros(pauses.nextInt(500));
