@@ -12,20 +12,13 @@ import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
-import io.netty.channel.EventLoopGroup;
-import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.util.ReferenceCountUtil;
-import io.rdmabridge.verbs.RdmaProvider;
-import java.net.InetSocketAddress;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -41,24 +34,9 @@ import org.junit.jupiter.params.provider.MethodSource;
  * {@code soft-tcp-path} one; in the rxe stage on DiSNI over Soft-RoCE ({@link DeviceUnderTest}), a tenth of the bytes.
  */
 @Tag("device")
-class RdmaStreamRaceTest {
-    private final RdmaProvider provider = DeviceUnderTest.provider();
-    private EventLoopGroup group;
-    /** Closed in this order after the test. */
-    private final List<Channel> channels = new ArrayList<>();
-
-    @BeforeEach
-    void startGroup() {
-        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
-    }
-
-    @AfterEach
-    void closeAndCheckNothingLeaked() throws Exception {
-        for (Channel ch : channels) {
-            ch.close().sync();
-        }
-        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+class RdmaStreamRaceTest extends AbstractChannelTest {
+    RdmaStreamRaceTest() {
+        super(DeviceUnderTest.provider());
     }
 
     /** The soft provider's two links in one JVM; on a device, the device. */
@@ -87,14 +65,10 @@ class RdmaStreamRaceTest {
         }
         try {
             // A credit window (4 receives of 16 KiB) far below the sender's high water mark, so credits run out.
-            server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class).childHandler(checker)
+            server = listen(new ServerBootstrap().childHandler(checker)
                     .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4)
-                    .childOption(RdmaChannelOption.RECEIVE_BUFFER_SIZE, 16 * 1024)
-                    .bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).sync().channel();
-            channels.add(server);
-            client = (RdmaSocketChannel) new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress()).sync().channel();
-            channels.add(0, client);
+                    .childOption(RdmaChannelOption.RECEIVE_BUFFER_SIZE, 16 * 1024));
+            client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
         } finally {
             if (soft) {
                 System.clearProperty("rdmabridge.soft.loopback");
