@@ -113,20 +113,18 @@ class RdmaStreamRaceTest extends AbstractChannelTest {
 
     /** {@code size} bytes of the stream from {@code offset}, in a buffer of the given kind. */
     private static ByteBuf buffer(Channel ch, int kind, long offset, int size) {
-        switch (kind) {
-            case 0:
-                return fill(ch.alloc().directBuffer(size), offset, size); // the channel's registered allocator
-            case 1:
-                return fill(Unpooled.directBuffer(size), offset, size); // foreign direct memory: copied
-            case 2:
-                return fill(Unpooled.buffer(size), offset, size); // heap: copied
-            default:
+        return switch (kind) {
+            case 0 -> fill(ch.alloc().directBuffer(size), offset, size); // the channel's registered allocator
+            case 1 -> fill(Unpooled.directBuffer(size), offset, size); // foreign direct memory: copied
+            case 2 -> fill(Unpooled.buffer(size), offset, size); // heap: copied
+            default -> {
                 int head = size / 3;
                 CompositeByteBuf c = ch.alloc().compositeDirectBuffer(2);
                 c.addComponent(true, fill(ch.alloc().directBuffer(head), offset, head));
                 c.addComponent(true, fill(Unpooled.buffer(size - head), offset + head, size - head));
-                return c;
-        }
+                yield c;
+            }
+        };
     }
 
     private static ByteBuf fill(ByteBuf b, long offset, int size) {

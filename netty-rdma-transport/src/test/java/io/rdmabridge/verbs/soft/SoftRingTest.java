@@ -56,9 +56,8 @@ import org.junit.jupiter.params.provider.EnumSource;
 /**
  * Same-host links' shared-memory rings ({@link ShmRing}): frames cross in order through wraps and skips, also while
  * writers and readers on threads of their own race around full rings (and around full socket buffers, on the other
- * paths), the switch from the socket keeps order under
- * load, a parked reader is woken, and a peer that spoils its ring (garbage, counters
- * moving backward or too far) loses its own connection with a clear reason while another stays healthy, also when a
+ * paths), the switch from the socket keeps order under load, a parked reader is woken, and a peer that spoils its ring
+ * (garbage, counters moving backward or too far) loses its own connection with a clear reason while another stays healthy, also when a
  * completion-queue poller rather than the engine meets the spoiled frame (progress on poll); one that
  * truncates its ring file loses its connection with a clear reason, and the engine thread lives on.
  */
@@ -225,25 +224,20 @@ class SoftRingTest {
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         long doorbells = provider.doorbells();
         long oneSided = provider.oneSidedOperations();
-        String property = switch (path) {
-            case RINGS -> ShmRing.CAPACITY_PROPERTY;
-            case SOCKET -> ShmRing.PROPERTY;
-            case TCP, IN_JVM -> SharedMemoryFiles.SAME_HOST_PROPERTY;
-        };
-        System.setProperty(property, switch (path) {
-            case RINGS -> String.valueOf(ShmRing.MIN_CAPACITY);
-            case SOCKET -> "false";
-            case TCP -> "tcp";
-            case IN_JVM -> "shm";
-        });
+        // The setting that picks the path; read at connection, and for TCP also at allocation (its memory stays
+        // private, as between hosts), so that one stays until the end.
+        switch (path) {
+            case RINGS -> System.setProperty(ShmRing.CAPACITY_PROPERTY, String.valueOf(ShmRing.MIN_CAPACITY));
+            case SOCKET -> System.setProperty(ShmRing.PROPERTY, "false");
+            case TCP -> System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
+            case IN_JVM -> { }
+        }
         SoftPair pair;
         try {
             pair = SoftPair.of(path != LinkPath.IN_JVM);
         } finally {
-            // Read at connection (and, for TCP, at allocation: its memory stays private, as between hosts).
-            if (path != LinkPath.TCP) {
-                System.clearProperty(property);
-            }
+            System.clearProperty(ShmRing.CAPACITY_PROPERTY);
+            System.clearProperty(ShmRing.PROPERTY);
         }
         List<Runnable> toFree = new ArrayList<>();
         try (SoftPair p = pair) {
@@ -271,7 +265,7 @@ class SoftRingTest {
                     "one-sided operations: " + (provider.oneSidedOperations() - oneSided) + " (seed " + seed + ")");
         } finally {
             toFree.forEach(Runnable::run);
-            System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+            System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm"); // as shareMemory() set it
         }
         SoftPair.assertResourcesReleased(provider);
         SoftSameHostTest.awaitNoFiles(dir);
@@ -306,10 +300,10 @@ class SoftRingTest {
         Race(SoftPair p, Stream1 s, int messages, long seed, List<Runnable> toFree) throws Exception {
             this.s = s;
             this.seed = seed;
-            source = shared(p, s.from, SLOT + 4096, Access.ALL, toFree);
-            landing = shared(p, s.to, SLOT * SLOTS, Access.LOCAL_WRITE | Access.REMOTE_WRITE, toFree);
-            readable = shared(p, s.to, SLOT + 4096, Access.LOCAL_WRITE | Access.REMOTE_READ, toFree);
-            readInto = shared(p, s.from, SLOT * IN_FLIGHT, Access.LOCAL_WRITE, toFree);
+            source = SoftSameHostTest.shared(p, s.from, SLOT + 4096, Access.ALL, toFree);
+            landing = SoftSameHostTest.shared(p, s.to, SLOT * SLOTS, Access.LOCAL_WRITE | Access.REMOTE_WRITE, toFree);
+            readable = SoftSameHostTest.shared(p, s.to, SLOT + 4096, Access.LOCAL_WRITE | Access.REMOTE_READ, toFree);
+            readInto = SoftSameHostTest.shared(p, s.from, SLOT * IN_FLIGHT, Access.LOCAL_WRITE, toFree);
             source.fill(11);
             readable.fill(13);
             Random random = new Random(seed);
@@ -329,14 +323,6 @@ class SoftRingTest {
 
         private static int size(Random random) {
             return random.nextInt(8) == 0 ? random.nextInt(64) : random.nextInt(SLOT + 1);
-        }
-
-        private static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access,
-                List<Runnable> toFree) throws Exception {
-            ByteBuffer memory = side.pd.allocateMemory(size);
-            ProtectionDomain pd = side.pd;
-            toFree.add(() -> pd.freeMemory(memory));
-            return p.track(new SoftPair.Buffer(memory, pd.register(memory, access)));
         }
 
         private interface Body {

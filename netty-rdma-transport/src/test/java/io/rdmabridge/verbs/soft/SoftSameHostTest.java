@@ -215,9 +215,12 @@ class SoftSameHostTest {
         return assertInstanceOf(TcpLink.class, ((SoftQueuePair) side.qp).link);
     }
 
-    /** A region of {@code size} bytes in memory from the side's domain (shared when the mode is shm). */
-    private static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access,
-                                          List<Runnable> toFree) throws Exception {
+    /**
+     * A region of {@code size} bytes in memory from the side's domain (shared when the mode is shm), registered with
+     * the pair; {@code toFree} gets what frees the memory, to run after the pair is closed.
+     */
+    static SoftPair.Buffer shared(SoftPair p, SoftPair.Side side, int size, int access, List<Runnable> toFree)
+            throws Exception {
         ByteBuffer memory = side.pd.allocateMemory(size);
         ProtectionDomain pd = side.pd;
         toFree.add(() -> pd.freeMemory(memory));
