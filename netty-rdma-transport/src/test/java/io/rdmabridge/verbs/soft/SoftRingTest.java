@@ -2,6 +2,7 @@ package io.rdmabridge.verbs.soft;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.Access;
@@ -9,6 +10,7 @@ import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.EventNotifier;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.QpCapabilities;
@@ -22,6 +24,7 @@ import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WorkCompletions;
 import io.rdmabridge.verbs.WrOpcode;
+import java.io.IOException;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.net.InetAddress;
@@ -429,6 +432,32 @@ class SoftRingTest {
                     SoftPair.sleepMicros(pauses.nextInt(500));
                 }
             }
+        }
+    }
+
+    @Test
+    void shouldRefuseToMapAPeerRingOfACapacityNoPeerMayAnnounceOrThatItsFileDoesNotHave() throws Exception {
+        // What a RING frame names is the peer's word: a capacity outside the range, or one its file does not have.
+        SharedMemoryFiles files = SoftEngine.get().sharedMemory;
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY);
+        long pid = ProcessHandle.current().pid();
+        try {
+            for (int capacity : new int[] {0, 300_000, ShmRing.MIN_CAPACITY / 2, ShmRing.MAX_CAPACITY * 2}) {
+                IOException e = assertThrows(IOException.class, () -> ShmRing.open(dir, pid, r.number, capacity));
+                assertTrue(e.getMessage().contains("expected: a number > 0, a power of two in"),
+                        "capacity " + capacity + ": " + e.getMessage());
+            }
+            IOException e = assertThrows(IOException.class,
+                    () -> ShmRing.open(dir, pid, r.number, ShmRing.MIN_CAPACITY * 2));
+            assertTrue(e.getMessage().contains("bytes (expected: " + (ShmRing.CONTROL + ShmRing.MIN_CAPACITY * 2)),
+                    e.getMessage());
+            ShmRing peer = ShmRing.open(dir, pid, r.number, ShmRing.MIN_CAPACITY); // the size it has is accepted
+            peer.closeFile();
+            DirectMemory.free(peer.map);
+        } finally {
+            r.closeFile();
+            files.ringReleased(r.number);
+            files.free(r.map);
         }
     }
 
