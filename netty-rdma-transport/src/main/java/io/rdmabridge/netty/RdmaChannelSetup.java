@@ -37,7 +37,9 @@ import java.util.concurrent.TimeUnit;
  * and destroys them when the channel closes.
  *
  * <p>Threading: the channel's event loop. For an accepted channel the id belongs to the listener's loop: operations
- * on it hop there ({@link #runOnIdOwner}), and its events hop back before they reach {@link #connectEvent}.
+ * on it hop there ({@link #runOnIdOwner}), and its events hop back before they reach {@link #connectEvent}. The
+ * listener's event channel, on which the id lives, stays open until the id is closed, also when the listener's loop
+ * has shut down first (then the id's last operations run here).
  *
  * <p>It does not read, write or decide how to close: on activation it hands the receive buffers and queue depths
  * to the inbound and outbound paths, and a failed set-up closes through the channel's unsafe or
@@ -52,6 +54,8 @@ final class RdmaChannelSetup {
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
     private RdmaCmId id;
     private RdmaIoHandler idOwner;
+    // Accepted: the id was lent by the listener's handler, and goes back to it once closed.
+    private final boolean accepted;
     private ConnectionConfig connectionConfig;
     private CompletionQueue cq;
     private volatile QueuePair qp;
@@ -67,6 +71,10 @@ final class RdmaChannelSetup {
         this.channel = channel;
         this.id = id;
         this.idOwner = idOwner;
+        accepted = id != null;
+        if (accepted) {
+            idOwner.retainEventChannel();
+        }
     }
 
     /** The queue pair, once created. */
@@ -477,6 +485,7 @@ final class RdmaChannelSetup {
         RdmaCmId cmId = id;
         id = null;
         if (cmId != null) {
+            RdmaIoHandler owner = idOwner;
             runOnIdOwner(() -> {
                 try {
                     cmId.disconnect();
@@ -487,6 +496,9 @@ final class RdmaChannelSetup {
                     cmId.close();
                 } catch (RuntimeException e) {
                     logger.debug("Destroying {} failed", cmId, e);
+                }
+                if (accepted) {
+                    owner.releaseEventChannel();
                 }
             });
         }

@@ -22,6 +22,7 @@ import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The {@link IoHandler} of RDMA event loops:
@@ -63,6 +64,10 @@ public final class RdmaIoHandler implements IoHandler {
     private final RdmaDomain domain;
     private final EventNotifier notifier = new EventNotifier();
     private final RdmaEventChannel eventChannel;
+    // This loop, and each accepted channel whose id lives on the event channel. Closing the event channel closes its
+    // ids and their queue pairs, so it waits for the last: a listener's loop that shuts down first (a boss group, or
+    // the first loop of a group to finish) must not destroy queue pairs that other loops' connections are using.
+    private final AtomicInteger eventChannelUsers = new AtomicInteger(1);
     private final WorkCompletions completions = new WorkCompletions(32);
     private final CmEvent cmEvent = new CmEvent();
     private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
@@ -317,7 +322,7 @@ public final class RdmaIoHandler implements IoHandler {
             h.destroyNow();
         }
         handles = NO_HANDLES;
-        eventChannel.close();
+        releaseEventChannel();
         notifier.close();
         factory.release();
     }
@@ -366,6 +371,21 @@ public final class RdmaIoHandler implements IoHandler {
     @Override
     public boolean isCompatible(Class<? extends IoHandle> handleType) {
         return RdmaIoHandle.class.isAssignableFrom(handleType);
+    }
+
+    /**
+     * An accepted channel's id lives on this loop's event channel until {@link #releaseEventChannel()}: the channel
+     * outlives this loop while another loop's connection still uses an id on it. Any thread.
+     */
+    void retainEventChannel() {
+        eventChannelUsers.incrementAndGet();
+    }
+
+    /** This loop, or an accepted channel that closed its id, is done with the event channel; the last closes it. */
+    void releaseEventChannel() {
+        if (eventChannelUsers.decrementAndGet() == 0) {
+            eventChannel.close();
+        }
     }
 
     boolean inLoop() {
