@@ -6,6 +6,7 @@ import io.netty.channel.EventLoop;
 import io.netty.channel.RecvByteBufAllocator;
 import io.netty.channel.socket.ChannelInputShutdownEvent;
 import io.netty.channel.socket.ChannelInputShutdownReadComplete;
+import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.connection.ReceiveBuffers;
 import io.rdmabridge.verbs.MemoryRegion;
@@ -13,6 +14,7 @@ import io.rdmabridge.verbs.RdmaException;
 
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicIntegerArray;
 
 /**
@@ -30,11 +32,16 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  * stream, a failed rendezvous), and leaves the queue pair and receive buffers to the channel's set-up and close.
  */
 final class RdmaChannelInbound {
+    /** Wakes the loop so that it runs the release task queued without a wake-up. */
+    private static final Runnable WAKE = () -> { };
+
     private final RdmaSocketChannel channel;
     private final Runnable readTask = this::scheduledRead;
     // Received buffers released on other threads, reposted by one task on the loop.
     private final Runnable releaseTask = this::releaseMarkedSlots;
     private final AtomicBoolean releaseScheduled = new AtomicBoolean();
+    private final AtomicInteger releasesWaiting = new AtomicInteger();
+    private int eagerReleases = 1;
     private volatile AtomicIntegerArray releasedElsewhere;
 
     private boolean readPending;
@@ -60,6 +67,7 @@ final class RdmaChannelInbound {
     void activate(ReceiveBuffers recv, int receiveQueueDepth) {
         this.recv = recv;
         pressureThreshold = Math.max(1, receiveQueueDepth * 3 / 4);
+        eagerReleases = Math.max(1, receiveQueueDepth / 4);
         ByteBufAllocator alloc = channel.config().getAllocator();
         slotBuffers = new RdmaReceivedByteBuf[recv.count()];
         releasedElsewhere = new AtomicIntegerArray(recv.count());
@@ -325,20 +333,38 @@ final class RdmaChannelInbound {
         }
     }
 
-    /** A received buffer was released (any thread). */
+    /**
+     * A received buffer was released (any thread). Off the loop the repost waits for the loop's next wake-up
+     * (another thread releasing a buffer it read usually writes next, or the peer sends, and either wakes the loop),
+     * so releasing costs the loop no wake-up of its own: that was one more sleeping thread woken per message, on top
+     * of the message's own. The loop is woken at once when a quarter of the receive queue waits to be reposted (the
+     * peer keeps at least half its credits, so it never stalls on a repost that waits), when the loop cannot defer
+     * a task, and when the channel is no longer active (its loop may have nothing else to wake it).
+     */
     void receiveReleased(int slot) {
         EventLoop loop = channel.eventLoop();
         if (loop.inEventLoop()) {
             releaseSlot(slot);
             return;
         }
-        // Mark the slot and wake the loop with the one shared task: no object per released buffer.
+        // Mark the slot and schedule the one shared task: no object per released buffer.
         releasedElsewhere.set(slot, 1);
-        if (!releaseScheduled.compareAndSet(false, true)) {
-            return;
-        }
+        // Never fewer than the marks not yet taken (a mark precedes its count, the task zeroes the count first).
+        int waiting = releasesWaiting.incrementAndGet();
         try {
-            loop.execute(releaseTask);
+            if (releaseScheduled.compareAndSet(false, true)) {
+                if (waiting < eagerReleases && loop instanceof SingleThreadEventExecutor deferring) {
+                    deferring.lazyExecute(releaseTask);
+                    // Read after the task is queued: a loop that deactivates the channel later runs it anyway.
+                    if (!channel.isActive()) {
+                        loop.execute(WAKE);
+                    }
+                } else {
+                    loop.execute(releaseTask);
+                }
+            } else if (waiting == eagerReleases) {
+                loop.execute(WAKE);
+            }
         } catch (RejectedExecutionException e) {
             // The loop is gone; nothing else touches the connection now.
             releaseMarkedSlots();
@@ -347,6 +373,7 @@ final class RdmaChannelInbound {
 
     private void releaseMarkedSlots() {
         releaseScheduled.set(false);
+        releasesWaiting.set(0);
         AtomicIntegerArray marked = releasedElsewhere;
         for (int i = 0; i < marked.length(); i++) {
             if (marked.get(i) != 0 && marked.getAndSet(i, 0) != 0) {
