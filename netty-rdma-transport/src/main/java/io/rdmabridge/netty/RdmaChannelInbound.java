@@ -41,7 +41,7 @@ final class RdmaChannelInbound {
     private final Runnable releaseTask = this::releaseMarkedSlots;
     private final AtomicBoolean releaseScheduled = new AtomicBoolean();
     private final AtomicInteger releasesWaiting = new AtomicInteger();
-    private int eagerReleases = 1;
+    private volatile int eagerReleases = 1;
     private volatile AtomicIntegerArray releasedElsewhere;
 
     private boolean readPending;
@@ -337,9 +337,9 @@ final class RdmaChannelInbound {
      * A received buffer was released (any thread). Off the loop the repost waits for the loop's next wake-up
      * (another thread releasing a buffer it read usually writes next, or the peer sends, and either wakes the loop),
      * so releasing costs the loop no wake-up of its own: that was one more sleeping thread woken per message, on top
-     * of the message's own. The loop is woken at once when a quarter of the receive queue waits to be reposted (the
-     * peer keeps at least half its credits, so it never stalls on a repost that waits), when the loop cannot defer
-     * a task, and when the channel is no longer active (its loop may have nothing else to wake it).
+     * of the message's own. The loop is woken at once when a quarter of the receive queue waits to be reposted (so
+     * at most that many of the peer's credits wait on a repost, and the peer never stalls on one), when the loop
+     * cannot defer a task, and when the channel is no longer active (its loop may have nothing else to wake it).
      */
     void receiveReleased(int slot) {
         EventLoop loop = channel.eventLoop();
