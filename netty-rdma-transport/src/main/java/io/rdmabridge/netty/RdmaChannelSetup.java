@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelPromise;
 import io.netty.channel.ConnectTimeoutException;
+import io.netty.channel.EventLoop;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
 import io.rdmabridge.connection.ConnectionConfig;
@@ -17,6 +18,7 @@ import io.rdmabridge.verbs.QueuePair;
 import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaException;
 
+import java.io.IOException;
 import java.net.BindException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
@@ -28,6 +30,7 @@ import java.nio.channels.UnresolvedAddressException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Connection establishment of an {@link RdmaSocketChannel}: binding and resolving its connection-manager id,
@@ -54,8 +57,11 @@ final class RdmaChannelSetup {
     // Connection-manager side; for an accepted channel the id is owned by the listener's handler.
     private RdmaCmId id;
     private RdmaIoHandler idOwner;
-    // Accepted: the id was lent by the listener's handler, and goes back to it once closed.
-    private final boolean accepted;
+    // An accepted channel's id lives on the listener's event channel, which the channel keeps open from its
+    // registration until it has closed the id (one never registered is closed with that event channel).
+    private boolean eventChannelRetained;
+    // Events of an accepted channel's id taken by the listener's loop and not yet here.
+    private final AtomicInteger eventsInFlight = new AtomicInteger();
     private ConnectionConfig connectionConfig;
     private CompletionQueue cq;
     private volatile QueuePair qp;
@@ -71,10 +77,6 @@ final class RdmaChannelSetup {
         this.channel = channel;
         this.id = id;
         this.idOwner = idOwner;
-        accepted = id != null;
-        if (accepted) {
-            idOwner.retainEventChannel();
-        }
     }
 
     /** The queue pair, once created. */
@@ -87,15 +89,47 @@ final class RdmaChannelSetup {
         return recv == null ? 0 : recv.held();
     }
 
+    /**
+     * Whether connection-manager events of this channel's id may wait unread: on the event channel they arrive on
+     * (the listener's, polled by the listener's loop, for an accepted channel), or on their way from that loop to
+     * this one. Any event of that channel counts, whichever id it concerns.
+     */
+    boolean connectionEventsMayWait() {
+        RdmaIoHandler owner = idOwner;
+        return eventsInFlight.get() != 0 || owner != null && owner.eventChannel().hasPendingEvents();
+    }
+
+    /** Hands an event of the id from the listener's loop to {@code loop}, this channel's, for {@link #connectEvent}. */
+    void handOver(EventLoop loop, RdmaCmIoEvent event) {
+        eventsInFlight.incrementAndGet();
+        try {
+            loop.execute(() -> {
+                eventsInFlight.decrementAndGet();
+                connectEvent(event);
+            });
+        } catch (RejectedExecutionException e) {
+            // Shutting down: the loop's destroy releases everything.
+            eventsInFlight.decrementAndGet();
+        }
+    }
+
     /** Whether this accepted channel has answered its connect request (its peer may count itself connected). */
     boolean isAcceptIssued() {
         return acceptIssued;
     }
 
-    /** Registered, with the handlers in: an accepted channel accepts now. */
+    /** Registered, with the handlers in: an accepted channel (the only kind with an id by now) accepts now. */
     void registered() {
         if (id != null && channel.connection == null && qp == null
                 && channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+            if (!eventChannelRetained) {
+                if (!idOwner.retainEventChannel()) {
+                    rejectAndClose(new IOException("connection from " + channel.remote + " dropped: its listener's "
+                            + "event loop shut down before the connection was registered with a loop of its own"));
+                    return;
+                }
+                eventChannelRetained = true;
+            }
             startAccept();
         }
     }
@@ -486,6 +520,7 @@ final class RdmaChannelSetup {
         id = null;
         if (cmId != null) {
             RdmaIoHandler owner = idOwner;
+            boolean release = eventChannelRetained;
             runOnIdOwner(() -> {
                 try {
                     cmId.disconnect();
@@ -497,7 +532,7 @@ final class RdmaChannelSetup {
                 } catch (RuntimeException e) {
                     logger.debug("Destroying {} failed", cmId, e);
                 }
-                if (accepted) {
+                if (release) {
                     owner.releaseEventChannel();
                 }
             });

@@ -64,9 +64,9 @@ public final class RdmaIoHandler implements IoHandler {
     private final RdmaDomain domain;
     private final EventNotifier notifier = new EventNotifier();
     private final RdmaEventChannel eventChannel;
-    // This loop, and each accepted channel whose id lives on the event channel. Closing the event channel closes its
-    // ids and their queue pairs, so it waits for the last: a listener's loop that shuts down first (a boss group, or
-    // the first loop of a group to finish) must not destroy queue pairs that other loops' connections are using.
+    // This loop, and each registered accepted channel whose id lives on the event channel. Closing the event channel
+    // closes its ids and their queue pairs, so it waits for the last: a listener's loop that shuts down first (a boss
+    // group, or the first loop of a group to finish) must not destroy queue pairs other loops' connections are using.
     private final AtomicInteger eventChannelUsers = new AtomicInteger(1);
     private final WorkCompletions completions = new WorkCompletions(32);
     private final CmEvent cmEvent = new CmEvent();
@@ -374,11 +374,21 @@ public final class RdmaIoHandler implements IoHandler {
     }
 
     /**
-     * An accepted channel's id lives on this loop's event channel until {@link #releaseEventChannel()}: the channel
-     * outlives this loop while another loop's connection still uses an id on it. Any thread.
+     * An accepted channel registered with its loop keeps this loop's event channel, where its id lives, open until
+     * {@link #releaseEventChannel()}: the event channel outlives this loop while another loop's connection still uses
+     * an id on it. Any thread.
+     *
+     * @return {@code false} if the event channel is already closed (and the id with it)
      */
-    void retainEventChannel() {
-        eventChannelUsers.incrementAndGet();
+    boolean retainEventChannel() {
+        int users;
+        do {
+            users = eventChannelUsers.get();
+            if (users == 0) {
+                return false;
+            }
+        } while (!eventChannelUsers.compareAndSet(users, users + 1));
+        return true;
     }
 
     /** This loop, or an accepted channel that closed its id, is done with the event channel; the last closes it. */

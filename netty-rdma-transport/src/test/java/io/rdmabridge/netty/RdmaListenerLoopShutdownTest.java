@@ -4,8 +4,11 @@ import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.ConnectTimeoutException;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
@@ -88,6 +91,27 @@ class RdmaListenerLoopShutdownTest extends AbstractChannelTest {
                 "the accepted connection did not see its peer close after its listener's loop was gone");
         // The tear-down shuts the workers down and checks that every resource, the listener's event channel
         // included, is gone.
+    }
+
+    /**
+     * A connection Netty accepted but never registered (here its child handler, not sharable, cannot be added twice,
+     * so Netty's acceptor gives up on the second connection) holds nothing beyond its listener's loop: it goes with
+     * that loop's event channel, and its peer's connect times out.
+     */
+    @Test
+    @Timeout(120)
+    void shouldCloseAnAcceptedConnectionNeverRegisteredWithItsListenersEventChannel() throws Exception {
+        Channel server = listen(new ServerBootstrap().childHandler(new ChannelInboundHandlerAdapter()));
+        connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        int timeoutMillis = (int) DeviceUnderTest.scaled(Duration.ofSeconds(1)).toMillis();
+        ChannelFuture abandoned = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, timeoutMillis)
+                .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
+        assertTrue(abandoned.await(timeoutMillis * 10L), "the second connect neither failed nor timed out");
+        assertTrue(abandoned.cause() instanceof ConnectTimeoutException,
+                "the second connect, never answered, timed out: " + abandoned.cause());
+        // The tear-down closes the listener, shuts the loops down and checks that nothing is left: the abandoned
+        // connection's id and the event channel it lives on included.
     }
 
     /** Writes {@code size} random bytes and waits for the same bytes to come back, however they were split. */
