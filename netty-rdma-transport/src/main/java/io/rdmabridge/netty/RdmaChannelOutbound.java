@@ -117,7 +117,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
             throw c.failure();
         }
         long copied = processor.copiedPrefix();
-        if (copied > 0 && c.queuePair().state() == QpState.RTS && !channel.handler.eventChannel().hasPendingEvents()) {
+        if (copied > 0 && c.queuePair().state() == QpState.RTS && !channel.setup.connectionEventsMayWait()) {
             // The device reads only the copies: these messages are written, as a socket's are once in the kernel.
             // Not into a queue pair the provider knows is broken, nor while connection-manager events wait unread:
             // on a device a peer's reset shows only as an event (the queue pair still says RTS), and a socket's

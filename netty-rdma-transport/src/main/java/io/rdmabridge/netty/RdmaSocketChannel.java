@@ -20,7 +20,6 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.channels.ClosedChannelException;
-import java.util.concurrent.RejectedExecutionException;
 
 /**
  * A {@link SocketChannel} over an RDMA reliable-connected queue pair.
@@ -44,8 +43,9 @@ import java.util.concurrent.RejectedExecutionException;
  * received (for a rendezvous, the peer's acknowledgement); then its bytes are removed and its promise completes, and,
  * delivered before its completion, it stays referenced by the channel until the completion. A copied buffer is
  * removed (its promise completes, the buffer is released) as soon as its copy is posted, as a socket's write completes
- * once the kernel has the bytes, unless a peer's reset may already be known (the queue pair is broken, or the loop's
- * connection-manager events are not all read); {@code -Drdmabridge.channel.completeCopiesOnPost=false} makes copied
+ * once the kernel has the bytes, unless a peer's reset may already be known (the queue pair is broken, or the
+ * connection-manager events of the loop its id lives on, the listener's for an accepted channel, are not all read);
+ * {@code -Drdmabridge.channel.completeCopiesOnPost=false} makes copied
  * buffers wait for delivery too. So, as on every Netty transport, a write's promise completes before any answer to it
  * is read, even where the completion comes after the answer, and a write after the peer's reset has arrived fails.
  * Each flush posts at most {@code WRITE_SPIN_COUNT} work requests before it yields to the other channels of the loop.
@@ -425,11 +425,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             RdmaCmIoEvent e = (RdmaCmIoEvent) event;
             EventLoop loop = eventLoop();
             if (isRegistered() && !loop.inEventLoop()) {
-                try {
-                    loop.execute(() -> setup.connectEvent(e));
-                } catch (RejectedExecutionException ignored) {
-                    // Shutting down: the loop's destroy releases everything.
-                }
+                setup.handOver(loop, e);
                 return;
             }
             setup.connectEvent(e);

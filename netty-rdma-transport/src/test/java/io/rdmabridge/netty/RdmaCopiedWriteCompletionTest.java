@@ -8,11 +8,16 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.util.ReferenceCountUtil;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.net.InetSocketAddress;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -99,5 +104,80 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
         Channel other = second.sync().channel();
         channels.add(0, other);
         assertTrue(other.isActive(), "the second connection, whose event waited, was established");
+    }
+
+    /**
+     * An accepted channel's connection-manager events arrive on its listener's event channel, which another loop
+     * polls: events waiting unread there, not on the channel's own loop, make its copied writes wait for delivery.
+     */
+    @Test
+    @Timeout(60)
+    void shouldCompleteAnAcceptedChannelsCopiedWriteOnDeliveryWhileItsListenersLoopHasEventsUnread() throws Exception {
+        EventLoopGroup boss = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        CountDownLatch unblockBoss = new CountDownLatch(1);
+        try {
+            CompletableFuture<RdmaSocketChannel> accepted = new CompletableFuture<>();
+            CompletableFuture<Void> read = new CompletableFuture<>();
+            RdmaServerSocketChannel server = (RdmaServerSocketChannel) new ServerBootstrap().group(boss, group)
+                    .channel(RdmaServerSocketChannel.class)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelActive(ChannelHandlerContext ctx) {
+                            accepted.complete((RdmaSocketChannel) ctx.channel());
+                            ctx.fireChannelActive();
+                        }
+
+                        @Override
+                        public boolean isSharable() {
+                            return true;
+                        }
+                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            channels.add(server);
+            connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+                @Override
+                public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                    ReferenceCountUtil.release(msg);
+                    read.complete(null);
+                }
+            }), server);
+            RdmaSocketChannel child = accepted.get(30, TimeUnit.SECONDS);
+
+            // The listener's loop busy: a second client's connect request waits unread on its event channel.
+            boss.execute(() -> {
+                try {
+                    unblockBoss.await(30, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            ChannelFuture second = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (!server.handler.eventChannel().hasPendingEvents()) {
+                assertTrue(System.nanoTime() < deadline, "no connection-manager event was queued for the listener");
+                Thread.sleep(1);
+            }
+            assertFalse(child.handler.eventChannel().hasPendingEvents(), "the child's own loop has events unread");
+            ByteBuf heap = Unpooled.wrappedBuffer(new byte[100]);
+            ChannelFuture copied = child.eventLoop().submit(() -> {
+                ChannelFuture write = child.writeAndFlush(heap);
+                // Still inside the flush's event-loop task: no completion or peer frame has been polled yet.
+                assertFalse(write.isDone(), "a copied write posted while its listener's events wait unread "
+                        + "completes on delivery");
+                assertEquals(1, heap.refCnt(), "the channel keeps the copied buffer until delivery");
+                return write;
+            }).get(30, TimeUnit.SECONDS);
+            read.get(30, TimeUnit.SECONDS);
+            assertTrue(copied.await(30, TimeUnit.SECONDS) && copied.isSuccess(), "delivered: " + copied.cause());
+            unblockBoss.countDown();
+            channels.add(0, second.sync().channel());
+        } finally {
+            unblockBoss.countDown();
+            for (Channel ch : channels) {
+                ch.close().sync();
+            }
+            channels.clear();
+            boss.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
     }
 }
