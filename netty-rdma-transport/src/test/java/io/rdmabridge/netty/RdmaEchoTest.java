@@ -4,6 +4,7 @@ import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
@@ -115,27 +116,25 @@ class RdmaEchoTest {
         AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
         AtomicLong received = new AtomicLong();
         try {
-            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
-                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            child.set((RdmaSocketChannel) ctx.channel());
-                            received.incrementAndGet();
-                            held.add((ByteBuf) msg);
-                            if (held.size() == threshold) {
-                                // At the mark, not above it: all but this one go, on another thread, before the
-                                // next message of this burst is handed up.
-                                List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
-                                held.subList(0, threshold - 1).clear();
-                                try {
-                                    releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
-                                } catch (Exception e) {
-                                    throw new IllegalStateException(e);
-                                }
-                            }
+            Channel server = listen(serverLoop, depth, new ChannelInboundHandlerAdapter() {
+                @Override
+                public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                    child.set((RdmaSocketChannel) ctx.channel());
+                    received.incrementAndGet();
+                    held.add((ByteBuf) msg);
+                    if (held.size() == threshold) {
+                        // At the mark, not above it: all but this one go, on another thread, before the
+                        // next message of this burst is handed up.
+                        List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
+                        held.subList(0, threshold - 1).clear();
+                        try {
+                            releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
+                        } catch (Exception e) {
+                            throw new IllegalStateException(e);
                         }
-                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+                    }
+                }
+            });
             Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter())
                     .connect(server.localAddress()).sync().channel();
@@ -176,6 +175,15 @@ class RdmaEchoTest {
         }
     }
 
+    /** A listener on {@code loop} whose children have {@code depth} receive buffers and {@code childHandler}. */
+    private static Channel listen(EventLoopGroup loop, int depth, ChannelHandler childHandler)
+            throws InterruptedException {
+        return new ServerBootstrap().group(loop).channel(RdmaServerSocketChannel.class)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
+                .childHandler(childHandler)
+                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+    }
+
     /**
      * A buffer released on another thread does not wake the channel's sleeping loop: its repost waits for the loop's
      * next wake-up, until a quarter of the receive queue waits, which wakes the loop at once.
@@ -190,15 +198,13 @@ class RdmaEchoTest {
         BlockingQueue<ByteBuf> received = new LinkedBlockingQueue<>();
         AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
         try {
-            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
-                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            child.set((RdmaSocketChannel) ctx.channel());
-                            received.add((ByteBuf) msg);
-                        }
-                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel server = listen(serverLoop, depth, new ChannelInboundHandlerAdapter() {
+                @Override
+                public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                    child.set((RdmaSocketChannel) ctx.channel());
+                    received.add((ByteBuf) msg);
+                }
+            });
             Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter())
                     .connect(server.localAddress()).sync().channel();

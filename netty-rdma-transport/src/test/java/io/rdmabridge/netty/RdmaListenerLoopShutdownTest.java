@@ -8,7 +8,6 @@ import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
-import io.netty.channel.ConnectTimeoutException;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
@@ -17,6 +16,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.ByteArrayOutputStream;
+import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.Random;
@@ -108,8 +108,9 @@ class RdmaListenerLoopShutdownTest extends AbstractChannelTest {
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, timeoutMillis)
                 .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
         assertTrue(abandoned.await(timeoutMillis * 10L), "the second connect neither failed nor timed out");
-        assertTrue(abandoned.cause() instanceof ConnectTimeoutException,
-                "the second connect, never answered, timed out: " + abandoned.cause());
+        // A timeout here; a device's connection manager may give up first, and report it as its own connect failure.
+        assertTrue(abandoned.cause() instanceof ConnectException,
+                "the second connect, never answered, failed: " + abandoned.cause());
         // The tear-down closes the listener, shuts the loops down and checks that nothing is left: the abandoned
         // connection's id and the event channel it lives on included.
     }
