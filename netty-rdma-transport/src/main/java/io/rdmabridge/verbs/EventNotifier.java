@@ -103,6 +103,14 @@ public final class EventNotifier implements AutoCloseable {
         return state.getAndSet(IDLE) == SIGNALLED || datagrams;
     }
 
+    /**
+     * Whether a thread waits in {@link #await(long)} now and nothing has signalled it since it began (diagnostics and
+     * tests: whether an action woke the waiter). Any thread.
+     */
+    public boolean isWaiting() {
+        return state.get() == WAITING;
+    }
+
     /** Convenience for {@link #await(long)} with a unit. */
     public boolean await(long timeout, TimeUnit unit) {
         return await(unit.toNanos(timeout));

@@ -4,14 +4,12 @@ import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
-import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.util.concurrent.Promise;
-import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.rdmabridge.verbs.RdmaProvider;
 import io.rdmabridge.verbs.RdmaProviders;
 import org.junit.jupiter.api.AfterEach;
@@ -24,10 +22,8 @@ import org.junit.jupiter.params.provider.ValueSource;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -116,25 +112,27 @@ class RdmaEchoTest {
         AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
         AtomicLong received = new AtomicLong();
         try {
-            Channel server = listen(serverLoop, depth, new ChannelInboundHandlerAdapter() {
-                @Override
-                public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                    child.set((RdmaSocketChannel) ctx.channel());
-                    received.incrementAndGet();
-                    held.add((ByteBuf) msg);
-                    if (held.size() == threshold) {
-                        // At the mark, not above it: all but this one go, on another thread, before the
-                        // next message of this burst is handed up.
-                        List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
-                        held.subList(0, threshold - 1).clear();
-                        try {
-                            releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
-                        } catch (Exception e) {
-                            throw new IllegalStateException(e);
+            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
+                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            child.set((RdmaSocketChannel) ctx.channel());
+                            received.incrementAndGet();
+                            held.add((ByteBuf) msg);
+                            if (held.size() == threshold) {
+                                // At the mark, not above it: all but this one go, on another thread, before the
+                                // next message of this burst is handed up.
+                                List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
+                                held.subList(0, threshold - 1).clear();
+                                try {
+                                    releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
+                                } catch (Exception e) {
+                                    throw new IllegalStateException(e);
+                                }
+                            }
                         }
-                    }
-                }
-            });
+                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
             Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter())
                     .connect(server.localAddress()).sync().channel();
@@ -171,76 +169,6 @@ class RdmaEchoTest {
                 held.forEach(ByteBuf::release);
                 held.clear();
             }).get(10, TimeUnit.SECONDS);
-            serverLoop.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        }
-    }
-
-    /** A listener on {@code loop} whose children have {@code depth} receive buffers and {@code childHandler}. */
-    private static Channel listen(EventLoopGroup loop, int depth, ChannelHandler childHandler)
-            throws InterruptedException {
-        return new ServerBootstrap().group(loop).channel(RdmaServerSocketChannel.class)
-                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
-                .childHandler(childHandler)
-                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-    }
-
-    /**
-     * A buffer released on another thread does not wake the channel's sleeping loop: its repost waits for the loop's
-     * next wake-up, until a quarter of the receive queue waits, which wakes the loop at once.
-     */
-    @Test
-    @Timeout(60)
-    void shouldDeferRepostsFromAnotherThreadUntilAQuarterOfTheQueueWaits() throws Exception {
-        int depth = 16;
-        int quarter = depth / 4;
-        EventLoopGroup serverLoop = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
-        SingleThreadEventExecutor loop = (SingleThreadEventExecutor) serverLoop.next();
-        BlockingQueue<ByteBuf> received = new LinkedBlockingQueue<>();
-        AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
-        try {
-            Channel server = listen(serverLoop, depth, new ChannelInboundHandlerAdapter() {
-                @Override
-                public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                    child.set((RdmaSocketChannel) ctx.channel());
-                    received.add((ByteBuf) msg);
-                }
-            });
-            Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter())
-                    .connect(server.localAddress()).sync().channel();
-            for (int i = 0; i < quarter; i++) {
-                client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
-            }
-            List<ByteBuf> held = new ArrayList<>();
-            for (int i = 0; i < quarter; i++) {
-                ByteBuf buf = received.poll(10, TimeUnit.SECONDS);
-                assertTrue(buf != null, "message " + i + " of " + quarter + " did not arrive");
-                held.add(buf);
-            }
-            assertEquals(quarter, serverLoop.submit(() -> child.get().heldReceiveBuffers()).get());
-            for (int i = 0; i < 500 && loop.pendingTasks() != 0; i++) {
-                Thread.sleep(10);
-            }
-            assertEquals(0, loop.pendingTasks(), "the server's loop did not go idle");
-
-            for (int i = 0; i < quarter - 1; i++) {
-                held.get(i).release();
-            }
-            // Nothing else happens on the connection, so the loop sleeps through the queued repost.
-            Thread.sleep(300);
-            assertEquals(1, loop.pendingTasks(), (quarter - 1) + " releases on another thread woke the loop");
-
-            held.get(quarter - 1).release();
-            for (int i = 0; i < 500 && loop.pendingTasks() != 0; i++) {
-                Thread.sleep(10);
-            }
-            assertEquals(0, loop.pendingTasks(), "the release that made a quarter of the queue wait did not wake the "
-                    + "loop");
-            assertEquals(0, serverLoop.submit(() -> child.get().heldReceiveBuffers()).get(),
-                    "released receive buffers were not reposted");
-            client.close().sync();
-            server.close().sync();
-        } finally {
             serverLoop.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
         }
     }

@@ -1,0 +1,121 @@
+package io.rdmabridge.netty;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.util.concurrent.SingleThreadEventExecutor;
+import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.RdmaProviders;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Received buffers released on a thread other than the channel's loop: their reposts wait for the loop's next
+ * wake-up instead of waking it, up to a quarter of the receive queue. {@code RdmaEchoTest} checks that such releases
+ * still return every credit under load and pressure.
+ */
+class RdmaReleaseElsewhereTest {
+    private final RdmaProvider provider = RdmaProviders.byName("soft");
+    private EventLoopGroup group;
+
+    @BeforeEach
+    void setUp() {
+        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    /**
+     * A buffer released on another thread does not wake the channel's sleeping loop: its repost waits for the loop's
+     * next wake-up, until a quarter of the receive queue waits, which wakes the loop at once.
+     */
+    @Test
+    @Timeout(60)
+    void shouldDeferRepostsFromAnotherThreadUntilAQuarterOfTheQueueWaits() throws Exception {
+        int depth = 16;
+        int quarter = depth / 4;
+        EventLoopGroup serverLoop = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        SingleThreadEventExecutor loop = (SingleThreadEventExecutor) serverLoop.next();
+        BlockingQueue<ByteBuf> received = new LinkedBlockingQueue<>();
+        AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
+        List<ByteBuf> held = new ArrayList<>();
+        try {
+            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
+                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            child.set((RdmaSocketChannel) ctx.channel());
+                            received.add((ByteBuf) msg);
+                        }
+                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter())
+                    .connect(server.localAddress()).sync().channel();
+            for (int i = 0; i < quarter; i++) {
+                client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
+            }
+            for (int i = 0; i < quarter; i++) {
+                ByteBuf buf = received.poll(10, TimeUnit.SECONDS);
+                assertTrue(buf != null, "message " + i + " of " + quarter + " did not arrive");
+                held.add(buf);
+            }
+            assertEquals(quarter, serverLoop.submit(() -> child.get().heldReceiveBuffers()).get());
+            // Nothing else happens on the connection: the loop goes to sleep on its notifier.
+            EventNotifier notifier = child.get().handler.notifier();
+            for (int i = 0; i < 500 && !(notifier.isWaiting() && loop.pendingTasks() == 0); i++) {
+                Thread.sleep(10);
+            }
+            assertTrue(notifier.isWaiting() && loop.pendingTasks() == 0, "the server's loop did not go to sleep");
+
+            for (int i = 0; i < quarter - 1; i++) {
+                held.get(i).release();
+            }
+            // A wake-up would show at once: signalling the notifier ends its wait in this thread's call.
+            assertEquals(1, loop.pendingTasks(), "the reposts were not queued as one task");
+            assertTrue(notifier.isWaiting(), (quarter - 1) + " releases on another thread woke the loop");
+
+            held.get(quarter - 1).release();
+            for (int i = 0; i < 500 && loop.pendingTasks() != 0; i++) {
+                Thread.sleep(10);
+            }
+            assertEquals(0, loop.pendingTasks(), "the release that made a quarter of the queue wait did not wake the "
+                    + "loop");
+            assertEquals(0, serverLoop.submit(() -> child.get().heldReceiveBuffers()).get(),
+                    "released receive buffers were not reposted");
+            client.close().sync();
+            server.close().sync();
+        } finally {
+            // A failed assertion must not leave receive buffers held: the slab would outlive the test.
+            for (ByteBuf buf : held) {
+                if (buf.refCnt() > 0) {
+                    buf.release();
+                }
+            }
+            serverLoop.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
+    }
+}
