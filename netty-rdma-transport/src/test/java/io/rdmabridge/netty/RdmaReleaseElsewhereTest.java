@@ -10,10 +10,6 @@ import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.rdmabridge.verbs.EventNotifier;
-import io.rdmabridge.verbs.RdmaProvider;
-import io.rdmabridge.verbs.RdmaProviders;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -33,20 +29,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * wake-up instead of waking it, up to a quarter of the receive queue. {@code RdmaEchoTest} checks that such releases
  * still return every credit under load and pressure.
  */
-class RdmaReleaseElsewhereTest {
-    private final RdmaProvider provider = RdmaProviders.byName("soft");
-    private EventLoopGroup group;
-
-    @BeforeEach
-    void setUp() {
-        group = new MultiThreadIoEventLoopGroup(2, RdmaIoHandler.newFactory(provider));
-    }
-
-    @AfterEach
-    void tearDown() throws Exception {
-        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
-    }
+class RdmaReleaseElsewhereTest extends AbstractSoftChannelTest {
 
     /**
      * A buffer released on another thread does not wake the channel's sleeping loop: its repost waits for the loop's
