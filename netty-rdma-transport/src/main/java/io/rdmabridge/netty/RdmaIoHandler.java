@@ -6,6 +6,7 @@ import io.netty.channel.IoHandlerContext;
 import io.netty.channel.IoHandlerFactory;
 import io.netty.channel.IoOps;
 import io.netty.channel.IoRegistration;
+import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.netty.util.concurrent.ThreadAwareExecutor;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
@@ -72,6 +73,8 @@ public final class RdmaIoHandler implements IoHandler {
     private final CmEvent cmEvent = new CmEvent();
     private final RdmaChannelMetrics metrics = new RdmaChannelMetrics();
     private RdmaIoHandle[] handles = NO_HANDLES;
+    private final Runnable closeOnShutdown = this::closeAll;
+    private boolean closeOnShutdownAdded;
     private long busyPollBudgetNanos;
     private boolean shuttingDown;
     private final long rendezvousBudget = rendezvousBudgetProperty();
@@ -305,6 +308,18 @@ public final class RdmaIoHandler implements IoHandler {
 
     @Override
     public void prepareToDestroy() {
+        closeAll();
+    }
+
+    /**
+     * Closes every channel of the loop at once (no linger: nothing would poll the completions it waits for). Netty
+     * calls {@link #prepareToDestroy()} only from a round of its loop that began after the shutdown, and a loop shut
+     * down without a quiet period while it ran its tasks has no such round; {@link #closeOnShutdown}, a shutdown hook,
+     * closes them then. Netty runs hooks before the loop stops taking tasks when the tasks were done, else just
+     * after: the pipelines' {@code channelInactive} then cannot be scheduled, and Netty logs that, but the close
+     * still releases what the outbound buffers held and completes the close futures.
+     */
+    private void closeAll() {
         shuttingDown = true;
         for (RdmaIoHandle h : handles) {
             try {
@@ -329,6 +344,11 @@ public final class RdmaIoHandler implements IoHandler {
 
     @Override
     public IoRegistration register(IoHandle handle) {
+        if (!closeOnShutdownAdded && executor instanceof SingleThreadEventExecutor loop) {
+            // On the loop, so the hook is added at once (from another thread, adding it would start the loop).
+            closeOnShutdownAdded = true;
+            loop.addShutdownHook(closeOnShutdown);
+        }
         RdmaIoHandle h = (RdmaIoHandle) handle;
         RdmaIoHandle[] hs = Arrays.copyOf(handles, handles.length + 1);
         hs[hs.length - 1] = h;
