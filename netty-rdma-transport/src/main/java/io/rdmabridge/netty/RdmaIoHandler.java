@@ -315,9 +315,10 @@ public final class RdmaIoHandler implements IoHandler {
      * Closes every channel of the loop at once (no linger: nothing would poll the completions it waits for). Netty
      * calls {@link #prepareToDestroy()} only from a round of its loop that began after the shutdown, and a loop shut
      * down without a quiet period while it ran its tasks has no such round; {@link #closeOnShutdown}, a shutdown hook,
-     * closes them then. Netty runs hooks before the loop stops taking tasks when the tasks were done, else just
-     * after: the pipelines' {@code channelInactive} then cannot be scheduled, and Netty logs that, but the close
-     * still releases what the outbound buffers held and completes the close futures.
+     * closes them then. Netty runs hooks only in a round that ran no task: usually before the loop stops taking
+     * tasks, else just after, and not at all when tasks still came in its last round; {@link #destroy()} closes what
+     * is left then. After the loop stops taking tasks the pipelines' {@code channelInactive} cannot be scheduled, and
+     * Netty logs that, but the close still releases what the outbound buffers held and completes the close futures.
      */
     private void closeAll() {
         shuttingDown = true;
@@ -332,7 +333,7 @@ public final class RdmaIoHandler implements IoHandler {
 
     @Override
     public void destroy() {
-        shuttingDown = true;
+        closeAll();
         for (RdmaIoHandle h : handles) {
             h.destroyNow();
         }
