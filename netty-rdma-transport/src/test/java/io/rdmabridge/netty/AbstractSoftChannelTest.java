@@ -6,12 +6,15 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.EventLoopGroup;
 import io.netty.util.ReferenceCountUtil;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 
+import java.net.InetSocketAddress;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
+import java.util.function.BiConsumer;
 
 /**
  * Channel tests on the soft provider, over loopback ({@link AbstractChannelTest}), with its fault injection and
@@ -42,6 +45,22 @@ abstract class AbstractSoftChannelTest extends AbstractChannelTest {
                 echoed.complete(null);
             }
         }), server);
+    }
+
+    /**
+     * Binds, on 127.0.0.1, a listener on {@code loop} whose accepted channels post {@code receiveQueueDepth} receives
+     * and hand every message they read, with themselves, to {@code onRead} (on their loop).
+     */
+    static Channel listenWithReceiveDepth(EventLoopGroup loop, int receiveQueueDepth,
+            BiConsumer<RdmaSocketChannel, Object> onRead) throws InterruptedException {
+        return new ServerBootstrap().group(loop).channel(RdmaServerSocketChannel.class)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, receiveQueueDepth)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        onRead.accept((RdmaSocketChannel) ctx.channel(), msg);
+                    }
+                }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
     }
 
     /** Writes back every buffer it reads, as it is (registered memory, so without a copy). */

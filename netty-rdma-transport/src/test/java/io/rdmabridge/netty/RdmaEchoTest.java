@@ -112,27 +112,22 @@ class RdmaEchoTest {
         AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
         AtomicLong received = new AtomicLong();
         try {
-            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
-                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            child.set((RdmaSocketChannel) ctx.channel());
-                            received.incrementAndGet();
-                            held.add((ByteBuf) msg);
-                            if (held.size() == threshold) {
-                                // At the mark, not above it: all but this one go, on another thread, before the
-                                // next message of this burst is handed up.
-                                List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
-                                held.subList(0, threshold - 1).clear();
-                                try {
-                                    releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
-                                } catch (Exception e) {
-                                    throw new IllegalStateException(e);
-                                }
-                            }
-                        }
-                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel server = AbstractSoftChannelTest.listenWithReceiveDepth(serverLoop, depth, (ch, msg) -> {
+                child.set(ch);
+                received.incrementAndGet();
+                held.add((ByteBuf) msg);
+                if (held.size() == threshold) {
+                    // At the mark, not above it: all but this one go, on another thread, before the next message of
+                    // this burst is handed up.
+                    List<ByteBuf> others = new ArrayList<>(held.subList(0, threshold - 1));
+                    held.subList(0, threshold - 1).clear();
+                    try {
+                        releaser.submit(() -> others.forEach(ByteBuf::release)).get(10, TimeUnit.SECONDS);
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                }
+            });
             Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter())
                     .connect(server.localAddress()).sync().channel();

@@ -1,10 +1,8 @@
 package io.rdmabridge.netty;
 
 import io.netty.bootstrap.Bootstrap;
-import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
-import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
@@ -13,7 +11,6 @@ import io.rdmabridge.verbs.EventNotifier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
@@ -46,15 +43,10 @@ class RdmaReleaseElsewhereTest extends AbstractSoftChannelTest {
         AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
         List<ByteBuf> held = new ArrayList<>();
         try {
-            Channel server = new ServerBootstrap().group(serverLoop).channel(RdmaServerSocketChannel.class)
-                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, depth)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            child.set((RdmaSocketChannel) ctx.channel());
-                            received.add((ByteBuf) msg);
-                        }
-                    }).bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel server = listenWithReceiveDepth(serverLoop, depth, (ch, msg) -> {
+                child.set(ch);
+                received.add((ByteBuf) msg);
+            });
             Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter())
                     .connect(server.localAddress()).sync().channel();
