@@ -142,14 +142,19 @@ class RdmaCopiedWriteCompletionTest extends AbstractSoftChannelTest {
             }), server);
             RdmaSocketChannel child = accepted.get(30, TimeUnit.SECONDS);
 
-            // The listener's loop busy: a second client's connect request waits unread on its event channel.
+            // The listener's loop busy: a second client's connect request waits unread on its event channel. The
+            // client connects only once the loop runs the blocking task; before, the loop could still poll the
+            // request in the wake-up that the task's submission caused, and accept it.
+            CountDownLatch bossBlocked = new CountDownLatch(1);
             boss.execute(() -> {
+                bossBlocked.countDown();
                 try {
                     unblockBoss.await(30, TimeUnit.SECONDS);
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                 }
             });
+            assertTrue(bossBlocked.await(30, TimeUnit.SECONDS), "the listener's loop ran the blocking task");
             ChannelFuture second = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
