@@ -29,6 +29,8 @@ public final class RdmaTuning {
     public static final String RINGS = "rdmabridge.soft.rings";
     /** The soft engine's busy-poll window on same-host rings, in microseconds; passed to the child JVM. */
     public static final String RING_SPIN_MICROS = "rdmabridge.soft.ringSpinMicros";
+    /** The soft provider's copy helper for large one-sided copies ({@code true} or {@code false}); to the child JVM. */
+    public static final String COPY_HELPER = "rdmabridge.soft.copyHelper";
 
     private RdmaTuning() {
     }
@@ -69,7 +71,7 @@ public final class RdmaTuning {
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
         for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, BUSY_POLL_NANOS, SAME_HOST, RINGS,
-                RING_SPIN_MICROS}) {
+                RING_SPIN_MICROS, COPY_HELPER}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

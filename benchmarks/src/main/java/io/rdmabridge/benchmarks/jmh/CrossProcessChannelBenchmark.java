@@ -44,6 +44,14 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param("0")
     public int ringSpinMicros;
 
+    /**
+     * The soft provider's copy helper at both ends ({@code rdmabridge.soft.copyHelper}): {@code true} (the default)
+     * shares large one-sided copies between the requester's drainer and a second thread, {@code false} leaves them to
+     * the drainer alone.
+     */
+    @Param("true")
+    public String copyHelper;
+
     @Override
     Bench open(boolean echo) throws Exception {
         // Each parameter combination runs in its own forked JVM, so the properties only reach this trial.
@@ -60,6 +68,7 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
             System.setProperty(RdmaTuning.RING_SPIN_MICROS, Integer.toString(ringSpinMicros));
         }
         System.setProperty(RdmaTuning.SAME_HOST, sameHost);
+        System.setProperty(RdmaTuning.COPY_HELPER, copyHelper);
         return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
     }
 }

@@ -69,6 +69,7 @@ final class SharedPeer {
     private final long peerPid;
     private final String filePrefix;
     private final ResourceUsage usage;
+    private final CopyHelper copyHelper;
     private final AtomicInteger users = new AtomicInteger();
     private final AtomicBoolean released = new AtomicBoolean();
     private volatile boolean closed;
@@ -87,8 +88,9 @@ final class SharedPeer {
     private long[] sizes = new long[4];
     private int count;
 
-    SharedPeer(Path directory, long peerPid, ResourceUsage usage) {
+    SharedPeer(Path directory, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
         this.directory = directory;
+        this.copyHelper = copyHelper;
         this.peerPid = peerPid;
         this.usage = usage;
         filePrefix = SharedMemoryFiles.PREFIX + peerPid + '-';
@@ -176,25 +178,14 @@ final class SharedPeer {
                 }
                 return DONE;
             }
-            // Straight between the peer's file and our memory, entry by entry: one copy, in the kernel.
-            ScatterGatherLists sges = q.sSges;
-            long position = at;
-            for (int j = 0, n = sges.numSge(i); j < n; j++) {
-                int l = sges.length(i, j);
-                if (l == 0) {
-                    continue;
-                }
-                ByteBuffer v = DirectMemory.retarget(view, sges.address(i, j), l);
-                while (v.hasRemaining()) {
-                    if (read) {
-                        if (ch.read(v, position + v.position()) <= 0) {
-                            return truncated(f, at + len, ch.size());
-                        }
-                    } else {
-                        ch.write(v, position + v.position());
-                    }
-                }
-                position += l;
+            // Straight between the peer's file and our memory, entry by entry: one copy, in the kernel; a large one
+            // shared with the engine's copy helper.
+            int r = copyHelper.tryCopy(ch, view, q.sSges, i, len, at, read);
+            if (r < 0) {
+                r = CopyHelper.copyRange(ch, view, q.sSges, i, 0, len, at, read);
+            }
+            if (r == CopyHelper.SHORT) {
+                return truncated(f, at + len, ch.size());
             }
             return DONE;
         } catch (ClosedChannelException e) {

@@ -51,6 +51,8 @@ final class SoftEngine {
     final MemoryKeyTable keys = new MemoryKeyTable();
     /** Registered memory a same-host peer can map, and the same-host test of the handshake. */
     final SharedMemoryFiles sharedMemory = new SharedMemoryFiles();
+    /** The second thread of large one-sided copies on the same-host path. */
+    final CopyHelper copyHelper = new CopyHelper();
     /** Listening ids by bound port: connects to a local address with that port take the direct path. */
     final ConcurrentHashMap<Integer, SoftCmId> listeners = new ConcurrentHashMap<>();
     final Set<SoftLink> links = ConcurrentHashMap.newKeySet();

@@ -425,7 +425,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
         if (sameHost) {
             q.publishShared();
-            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage);
+            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage,
+                    engine.copyHelper);
             engine.usage.sameHostConnected();
             if (ShmRing.enabled()) {
                 try {

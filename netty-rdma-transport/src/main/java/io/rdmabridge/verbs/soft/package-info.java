@@ -104,7 +104,10 @@
  *       {@code try} around it ({@code DirectMemoryFaultTest}), so it cannot be handled. Hence the requester never
  *       maps a peer's memory file: it copies with positional reads and writes on it
  *       ({@link io.rdmabridge.verbs.soft.SharedPeer}), which cannot fault, straight into or out of our scatter/gather
- *       entries (one kernel copy; 64 KiB as fast as the mapped copy, 1 MiB WRITE about half). A file shorter than the
+ *       entries (one kernel copy; 64 KiB as fast as the mapped copy, 1 MiB WRITE about half). A copy of 256 KiB or more
+ *       is shared, chunk by chunk, with a second thread, {@link io.rdmabridge.verbs.soft.CopyHelper}
+ *       ({@code rdmabridge.soft.copyHelper=false} turns it off), as a device's copy does not take the requester's
+ *       core; the requester still returns only once every chunk is copied. A file shorter than the
  *       table says fails the request with {@code REM_ACCESS_ERR} (as on a NIC, a failed READ's destination is
  *       undefined; nothing behind it runs) and closes that link with a WARN naming the file; falling back to TCP
  *       instead would make the owner's engine fault on its own file. Other links and the engine carry on
