@@ -45,7 +45,8 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class SoftSameHostHostileTest {
     private static final int GUARD = 16 * 1024;
-    private static final int REGION = 32 * 1024;
+    /** Large enough that whole-region copies are split with the copy helper ({@link CopyHelper#SPLIT_BYTES}). */
+    private static final int REGION = 512 * 1024;
 
     @TempDir
     static Path deviceDir;
@@ -168,10 +169,10 @@ class SoftSameHostHostileTest {
                     }
                     local.fill(9);
                     if (isRead) {
-                        read(p, local.mr(), t, 0, 8192, 2, WcStatus.REM_ACCESS_ERR);
+                        read(p, local.mr(), t, 0, REGION, 2, WcStatus.REM_ACCESS_ERR);
                         local.assertFilled(0, REGION, 9, 0); // our memory: not written at all
                     } else {
-                        write(p, local.buf(), local.mr(), t, 0, 8192, 2, WcStatus.REM_ACCESS_ERR);
+                        write(p, local.buf(), local.mr(), t, 0, REGION, 2, WcStatus.REM_ACCESS_ERR);
                     }
                     log.assertWarned("truncated its memory file " + t.file, "closing the connection");
                     SoftPair.awaitEvent(p.client.channel, io.rdmabridge.verbs.CmEventType.DISCONNECTED);
