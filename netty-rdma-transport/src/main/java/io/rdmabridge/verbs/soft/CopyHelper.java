@@ -56,7 +56,7 @@ final class CopyHelper {
     private final AtomicInteger state = new AtomicInteger();
     /** The next byte of the job not yet taken by either thread. */
     private final AtomicLong cursor = new AtomicLong();
-    private final ByteBuffer view = VIEW_BASE.duplicate();
+    private final ByteBuffer view = newView();
     private volatile Thread thread;
     // The job, written by the drainer before POSTED, read by the helper after it.
     private FileChannel channel;
@@ -137,6 +137,11 @@ final class CopyHelper {
             throw (Error) mine;
         }
         return result;
+    }
+
+    /** A view for {@link #copyRange}, one per thread that copies ({@link DirectMemory#retarget}). */
+    static ByteBuffer newView() {
+        return VIEW_BASE.duplicate();
     }
 
     /** Waits until the helper is done with the job: a spin first, as it copies beside us, then parked. */

@@ -52,9 +52,11 @@ import java.util.concurrent.atomic.AtomicInteger;
  * checked before each request; a peer that truncates it in the microseconds a request uses it can still make this
  * process fault (the remaining risk, see the package documentation).
  *
- * <p>Threading: {@link #execute} runs on the link's single drainer; {@link #close()} may come from any thread and
- * releases everything only once no request is under way. {@link #execute} takes no lock and allocates nothing once a
- * file is open (an inline WRITE's first one wraps the queue pair's array); opening a file the first time allocates.
+ * <p>Threading: {@link #execute} runs on the link's single drainer (a large copy is shared with the engine's
+ * {@link CopyHelper}, which is done with it before {@link #execute} returns); {@link #close()} may come from any
+ * thread and releases everything only once no request is under way. {@link #execute} takes no lock and allocates
+ * nothing once a file is open (an inline WRITE's first one wraps the queue pair's array); opening a file the first
+ * time allocates.
  */
 final class SharedPeer {
     static final int DONE = 0;
@@ -62,8 +64,6 @@ final class SharedPeer {
     static final int FAILED = 2;
     /** How often a missing peer table is looked for again (the peer creates it with its first shared memory). */
     private static final long TABLE_RETRY_NANOS = 100_000_000L;
-    /** What the views are duplicates of: a duplicate frees nothing, whatever it is pointed at. */
-    private static final ByteBuffer VIEW_BASE = ByteBuffer.allocateDirect(1);
 
     private final Path directory;
     private final long peerPid;
@@ -77,7 +77,7 @@ final class SharedPeer {
     private FileChannel tableChannel;
     private long tableRetryAt;
     /** Retargeted at each of our scatter/gather entries in turn ({@link DirectMemory#retarget}); drainer only. */
-    private final ByteBuffer view = VIEW_BASE.duplicate();
+    private final ByteBuffer view = CopyHelper.newView();
     /** The queue pair's inline bytes, made on the first inline WRITE. */
     private ByteBuffer inline;
     /** Why the last {@link #FAILED} failed: names the file, the cause and the fix. */
@@ -90,9 +90,9 @@ final class SharedPeer {
 
     SharedPeer(Path directory, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
         this.directory = directory;
-        this.copyHelper = copyHelper;
         this.peerPid = peerPid;
         this.usage = usage;
+        this.copyHelper = copyHelper;
         filePrefix = SharedMemoryFiles.PREFIX + peerPid + '-';
     }
 
