@@ -141,11 +141,10 @@
  *
  * <p>Next:
  * <ul>
- *   <li>Wake-ups only for events: a parked poller is woken for every publication, an acknowledgement alone included,
- *       which costs a ping-pong about a fifth of its round trip (docs/benchmarks.md, "Two levers measured and not
- *       taken"). A device raises an event only for a completion its queue's arming asks for; with solicited-only
- *       arming in the SPI (and the channel arming so while it waits for no send completion) the writer would wake a
- *       parked peer only for a solicited SEND or an error.</li>
+ *   <li>Acknowledgements sooner: a parked poller is woken for every publication, an acknowledgement alone included,
+ *       and in a ping-pong that wake-up is about a fifth of the round trip (docs/benchmarks.md, "Two levers measured
+ *       and not taken"), because the acknowledgement is written by the peer's loop after its own wake-up, when this
+ *       loop has gone to sleep; a device acknowledges within microseconds, while the loop is still awake.</li>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
  *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
