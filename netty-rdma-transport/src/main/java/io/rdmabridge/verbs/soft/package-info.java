@@ -144,7 +144,10 @@
  *   <li>Acknowledgements sooner: a parked poller is woken for every publication, an acknowledgement alone included,
  *       and in a ping-pong that wake-up is about a fifth of the round trip (docs/benchmarks.md, "Two levers measured
  *       and not taken"), because the acknowledgement is written by the peer's loop after its own wake-up, when this
- *       loop has gone to sleep; a device acknowledges within microseconds, while the loop is still awake.</li>
+ *       loop has gone to sleep; a device acknowledges within microseconds, while the loop is still awake. A SEND the
+ *       requester executes itself, straight into the peer's posted receive (one copy instead of two; the peer's
+ *       posted receives published in shared memory, each claimed by one side, a flush waiting out a copy in progress),
+ *       would give the requester its completion at once.</li>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
  *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
