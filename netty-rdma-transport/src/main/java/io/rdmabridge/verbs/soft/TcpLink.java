@@ -361,6 +361,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
                 return;
             }
+            localToken = engine.sharedMemory.hostToken();
+            prepareRing();
             try {
                 attach(q, parameters, q.peerParams, false);
             } catch (Throwable t) {
@@ -369,7 +371,6 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("accepting the connection from " + peer + " failed: " + t);
                 return;
             }
-            localToken = engine.sharedMemory.hostToken();
             handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0,
                     localToken, engine.sharedMemory.pid());
             phase = CONNECTED;
@@ -418,45 +419,53 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     /**
-     * On a same-host link, publishes our queue pair for the peer's one-sided requests and prepares ours; engine
-     * thread, once the queue pair is RTS and before ESTABLISHED.
+     * Whether the link is same-host and, if so and rings are on, our ring, which the RING frame announces as our first
+     * frame after the handshake; engine thread, once both tokens are known and before {@link #attach}, which sizes the
+     * socket's buffers by it. A ring that cannot be made leaves the frames on the socket.
      */
-    private void startSharing(SoftQueuePair q) {
+    private void prepareRing() {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
-        if (sameHost) {
-            q.publishShared();
-            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage,
-                    engine.copyHelper);
-            engine.usage.sameHostConnected();
-            if (ShmRing.enabled()) {
-                try {
-                    ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity());
-                } catch (IOException e) {
-                    if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
-                        SoftEngine.logger.warn("soft0: {}: frames to {} stay on the socket (later links' too, when the"
-                                + " same happens to them; fix the directory's space or permissions, or set -D{}=false)",
-                                e.getMessage(), peer, ShmRing.PROPERTY);
-                    }
+        if (sameHost && ShmRing.enabled()) {
+            try {
+                ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity());
+            } catch (IOException e) {
+                if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
+                    SoftEngine.logger.warn("soft0: {}: frames to {} stay on the socket (later links' too, when the"
+                            + " same happens to them; fix the directory's space or permissions, or set -D{}=false)",
+                            e.getMessage(), peer, ShmRing.PROPERTY);
                 }
             }
         }
     }
 
-    /** Binds the queue pair and grows the buffers to full size; engine thread, before phase CONNECTED. */
+    /**
+     * On a same-host link, publishes our queue pair for the peer's one-sided requests and prepares ours; engine
+     * thread, once the queue pair is RTS and before ESTABLISHED.
+     */
+    private void startSharing(SoftQueuePair q) {
+        if (sameHost) {
+            q.publishShared();
+            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage,
+                    engine.copyHelper);
+            engine.usage.sameHostConnected();
+        }
+    }
+
+    /**
+     * Binds the queue pair and grows the socket's buffers to full size, unless our frames go to a ring
+     * ({@link #prepareRing}): the socket then carries only our RING frame, doorbells and the final frame, and the
+     * handshake's buffers do (the peer's frames on the socket grow the read buffer if they need it, see
+     * {@link #processInput}). Engine thread, before phase CONNECTED.
+     */
     private void attach(SoftQueuePair q, ConnectionParameters local, ConnectionParameters remote,
                         boolean readBufInReadMode) {
-        ByteBuffer r = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
-        if (readBufInReadMode) {
-            r.put(readBuf).flip();
-        } else {
-            r.put(readBuf.flip());
+        if (ringToAnnounce == null) {
+            growReadBuffer(readBufInReadMode);
+            ByteBuffer w = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
+            w.put(writeBuf.flip());
+            writeBuf = w;
+            writeAddress = DirectMemory.address(w);
         }
-        ByteBuffer w = ByteBuffer.allocateDirect(WRITE_BUFFER_SIZE);
-        w.put(writeBuf.flip());
-        readBuf = r;
-        writeBuf = w;
-        readAddress = DirectMemory.address(r);
-        writeAddress = DirectMemory.address(w);
         qp = q;
         int rr = Math.max(1, local.responderResources());
         int size = Integer.highestOneBit(rr) == rr ? rr : Integer.highestOneBit(rr) << 1;
@@ -466,6 +475,21 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         rrRkey = new int[size];
         rrMask = size - 1;
         readLimit = Math.max(1, Math.min(local.initiatorDepth(), remote.responderResources()));
+    }
+
+    /**
+     * Replaces the read buffer with one of {@link #READ_BUFFER_SIZE}, keeping its unread bytes and its mode (read mode
+     * from position 0, or write mode after them); engine thread, holding the consumer slot once connected.
+     */
+    private void growReadBuffer(boolean readMode) {
+        ByteBuffer r = ByteBuffer.allocateDirect(READ_BUFFER_SIZE);
+        if (readMode) {
+            r.put(readBuf).flip();
+        } else {
+            r.put(readBuf.flip());
+        }
+        readBuf = r;
+        readAddress = DirectMemory.address(r);
     }
 
     // ------------------------------------------------------------------ engine events
@@ -622,6 +646,20 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     break;
                 }
                 int payload = f.payloadLength();
+                if (readBuf.capacity() < READ_BUFFER_SIZE && (SoftFrame.HEADER_LENGTH + payload > readBuf.capacity()
+                        || !peerSwitched && carriesWork(f.opcode()))) {
+                    // A ring link's small buffer, and the peer sends its frames on the socket (it has no ring, or
+                    // these came before its RING frame), or one that does not fit: room for the largest, as on any
+                    // other link, then parse again from the new buffer's start.
+                    try {
+                        growReadBuffer(true);
+                    } catch (OutOfMemoryError e) {
+                        fail("out of direct memory for the socket's read buffer of " + READ_BUFFER_SIZE + " bytes ("
+                                + e.getMessage() + "; raise -XX:MaxDirectMemorySize)", 0, 0, 0);
+                        break;
+                    }
+                    continue;
+                }
                 if (readBuf.remaining() < SoftFrame.HEADER_LENGTH + payload) {
                     break;
                 }
@@ -647,6 +685,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             readBuf.compact();
         }
         afterInput();
+    }
+
+    /** Whether a frame on the socket does work at the peer's queue pair (not the switch, a doorbell or the end). */
+    private static boolean carriesWork(int op) {
+        return op != SoftFrame.RING && op != SoftFrame.DOORBELL && op != SoftFrame.DISCONNECT && op != SoftFrame.NAK;
     }
 
     /** Acts on a failure recorded while executing input, else sends what the input made due. */
@@ -1055,6 +1098,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         SoftQueuePair q = i.softQueuePair();
         q.peerParams = params;
+        prepareRing();
         attach(q, q.localParams, params, true);
         phase = CONNECTED;
         engine.links.add(this);
@@ -2105,6 +2149,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     int ourRingCapacity() {
         ShmRing r = outRing;
         return r != null ? r.capacity : -1;
+    }
+
+    /** Capacities of the socket's read and write buffers, in bytes, as {@code {read, write}}; tests. */
+    int[] socketBufferCapacities() {
+        return new int[] {readBuf.capacity(), writeBuf.capacity()};
     }
 
     /** Whether this side reads the peer's frames from the peer's ring; tests. */

@@ -64,7 +64,9 @@
  *       CONNECTED each side creates a ring in a file of its own and announces it with a RING frame, its last data
  *       frame on the socket; it then encodes every frame straight into the ring, and the peer, once it has processed
  *       the RING frame, executes them in place (a SEND costs one copy into the ring and one into the receive buffer,
- *       and no system call). The socket keeps the handshake, DOORBELL frames (the engine thread busy-polls its rings
+ *       and no system call). Such a link keeps the handshake's 512-byte socket buffers, where a link without a ring
+ *       has 256 KiB each way; the peer's frames on the socket grow the read buffer when they need it (a peer that runs
+ *       with rings off: {@code SoftSameHostMixedRingsConformanceTest}). The socket keeps the handshake, DOORBELL frames (the engine thread busy-polls its rings
  *       for {@code ringSpinMicros}, then sets a parked flag and blocks in {@code select()}; a writer that finds the
  *       flag, or a reader that frees a full ring, sends one), the final DISCONNECT or NAK (taken only after the ring
  *       is drained) and peer death. Every header is copied out of the ring before it is checked, the peer's
@@ -148,8 +150,7 @@
  *       requester executes itself, straight into the peer's posted receive (one copy instead of two; the peer's
  *       posted receives published in shared memory, each claimed by one side, a flush waiting out a copy in progress),
  *       would give the requester its completion at once.</li>
- *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame; and ring links'
- *       socket buffers (256 KiB each way, now nearly idle) cut to the handshake's size.</li>
+ *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
  *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its
  *       own ring it can surface in the application's code after the post (the one-sided copies of

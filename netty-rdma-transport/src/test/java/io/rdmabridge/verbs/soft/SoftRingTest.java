@@ -1,5 +1,6 @@
 package io.rdmabridge.verbs.soft;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -262,6 +263,15 @@ class SoftRingTest {
             b.await();
             if (path == LinkPath.RINGS) {
                 assertTrue(provider.doorbells() > doorbells, "the rings never filled up (seed " + seed + ")");
+            }
+            if (path != LinkPath.IN_JVM) {
+                // A ring link's socket carries the switch, doorbells and the end only: it keeps the handshake's
+                // buffers, where any other link has room for the largest frames.
+                int[] expected = path == LinkPath.RINGS
+                        ? new int[] {TcpLink.HANDSHAKE_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE}
+                        : new int[] {TcpLink.READ_BUFFER_SIZE, TcpLink.WRITE_BUFFER_SIZE};
+                assertArrayEquals(expected, link(p.client).socketBufferCapacities(), "client's socket buffers");
+                assertArrayEquals(expected, link(p.server).socketBufferCapacities(), "server's socket buffers");
             }
             // Counted on the same-host path only (in one JVM the posting thread executes every operation at the peer).
             assertEquals(path == LinkPath.RINGS || path == LinkPath.SOCKET, provider.oneSidedOperations() > oneSided,
