@@ -419,9 +419,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     /**
-     * Whether the link is same-host and, if so and rings are on, our ring, which the RING frame announces as our first
-     * frame after the handshake; engine thread, once both tokens are known and before {@link #attach}, which sizes the
-     * socket's buffers by it. A ring that cannot be made leaves the frames on the socket.
+     * Decides whether the link is same-host and, if it is and rings are on, makes our ring, which the RING frame
+     * announces as our first frame after the handshake; engine thread, once both tokens are known and before
+     * {@link #attach}, which sizes the socket's buffers by it. A ring that cannot be made leaves the frames on the
+     * socket.
      */
     private void prepareRing() {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;

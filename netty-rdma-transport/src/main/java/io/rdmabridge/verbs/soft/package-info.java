@@ -66,13 +66,13 @@
  *       the RING frame, executes them in place (a SEND costs one copy into the ring and one into the receive buffer,
  *       and no system call). Such a link keeps the handshake's 512-byte socket buffers, where a link without a ring
  *       has 256 KiB each way; the peer's frames on the socket grow the read buffer when they need it (a peer that runs
- *       with rings off: {@code SoftSameHostMixedRingsConformanceTest}). The socket keeps the handshake, DOORBELL frames (the engine thread busy-polls its rings
- *       for {@code ringSpinMicros}, then sets a parked flag and blocks in {@code select()}; a writer that finds the
- *       flag, or a reader that frees a full ring, sends one), the final DISCONNECT or NAK (taken only after the ring
- *       is drained) and peer death. Every header is copied out of the ring before it is checked, the peer's
- *       counters must move forward by at most the capacity, and a fault on a truncated file closes that link (and,
- *       since HotSpot 17 raises a fault of compiled code only at the thread's next safepoint, the link whose code it
- *       surfaced in, if another).</li>
+ *       with rings off: {@code SoftSameHostMixedRingsConformanceTest}). The socket keeps the handshake, DOORBELL
+ *       frames (the engine thread busy-polls its rings for {@code ringSpinMicros}, then sets a parked flag and blocks
+ *       in {@code select()}; a writer that finds the flag, or a reader that frees a full ring, sends one), the final
+ *       DISCONNECT or NAK (taken only after the ring is drained) and peer death. Every header is copied out of the
+ *       ring before it is checked, the peer's counters must move forward by at most the capacity, and a fault on a
+ *       truncated file closes that link (and, since HotSpot 17 raises a fault of compiled code only at the thread's
+ *       next safepoint, the link whose code it surfaced in, if another).</li>
  *   <li>Progress on poll (issue 13's wake-up cost): polling a completion queue first executes what its queue pairs'
  *       peers published in their rings ({@link io.rdmabridge.verbs.soft.TcpLink#progress}), so an event loop that
  *       is awake (busy, or busy-polling) takes its frames without waiting for the engine thread to wake; a poller
