@@ -1,6 +1,7 @@
 package io.rdmabridge.verbs.soft;
 
 import static io.rdmabridge.verbs.soft.SoftPair.awaitEvent;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -378,6 +379,38 @@ class SoftWireTest {
         Socket s = connected(6, SoftEngine.get().sharedMemory.hostToken(), ProcessHandle.current().pid());
         assertTrue(((TcpLink) ((SoftQueuePair) serverQp).link).sameHost());
         return s;
+    }
+
+    @Test
+    void shouldGrowARingLinksReadBufferForFramesThePeerKeepsOnTheSocket() throws Exception {
+        // The server's side of a same-host link has a ring, so its socket keeps the handshake's small buffers; a peer
+        // that stays on the socket (rings off, or this raw one) sends frames larger than that, which must still land.
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        try {
+            TcpLink link;
+            try (Socket s = connectedSameHost()) {
+                link = (TcpLink) ((SoftQueuePair) serverQp).link;
+                assertArrayEquals(new int[] {TcpLink.HANDSHAKE_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
+                        link.socketBufferCapacities(), "socket buffers of the server's ring link");
+                s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 0, REGION, REGION, region.address(),
+                        region.rkey(), 0, REGION));
+                // The acknowledgement goes into the server's ring, which a raw peer does not read: wait for the bytes.
+                long deadline = System.nanoTime() + 10_000_000_000L;
+                while (memory.get(GUARD + REGION - 1) != (byte) 0x3C) {
+                    assertTrue(System.nanoTime() < deadline, "the WRITE on the socket never landed");
+                    Thread.sleep(1);
+                }
+                for (int i = 0; i < REGION; i++) {
+                    assertEquals((byte) 0x3C, memory.get(GUARD + i), "byte " + i + " of the WRITE");
+                }
+            }
+            awaitServerDisconnected();
+            assertArrayEquals(new int[] {TcpLink.READ_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
+                    link.socketBufferCapacities(), "socket buffers after the peer's frame on the socket");
+            assertGuardsIntact();
+        } finally {
+            System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+        }
     }
 
     /** Closes the server's end of the last connection, so that the next {@link #connected} can make another. */
