@@ -385,7 +385,7 @@ class SoftWireTest {
     void shouldGrowARingLinksReadBufferForFramesThePeerKeepsOnTheSocket() throws Exception {
         // The server's side of a same-host link has a ring, so its socket keeps the handshake's small buffers; a peer
         // that stays on the socket (rings off, or this raw one) sends frames larger than that, which must still land.
-        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        String sameHost = System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         try {
             TcpLink link;
             try (Socket s = connectedSameHost()) {
@@ -409,7 +409,19 @@ class SoftWireTest {
                     link.socketBufferCapacities(), "socket buffers after the peer's frame on the socket");
             assertGuardsIntact();
         } finally {
-            System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
+            restoreProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
+        }
+    }
+
+    /**
+     * Gives {@code key} back the value it had before a test set it: the transport's TCP-path execution starts the JVM
+     * with {@code rdmabridge.soft.sameHost=tcp}, which the class's later tests must still see.
+     */
+    private static void restoreProperty(String key, String previous) {
+        if (previous == null) {
+            System.clearProperty(key);
+        } else {
+            System.setProperty(key, previous);
         }
     }
 
@@ -438,9 +450,9 @@ class SoftWireTest {
 
     @Test
     void shouldCloseOnHostileDirectFramesAndKeepServingOtherLinks() throws Exception {
-        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
+        String sameHost = System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         // The raw peer speaks frames over the socket only: no rings, so that the server's ACK comes back on it.
-        System.setProperty(ShmRing.PROPERTY, "false");
+        String rings = System.setProperty(ShmRing.PROPERTY, "false");
         try (LogCapture log = new LogCapture()) {
             // On a link that is not same-host (the peer offered no token).
             try (Socket s = connected(6)) {
@@ -487,8 +499,8 @@ class SoftWireTest {
             assertGuardsIntact();
             assertAnotherLinkWorks();
         } finally {
-            System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-            System.clearProperty(ShmRing.PROPERTY);
+            restoreProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
+            restoreProperty(ShmRing.PROPERTY, rings);
         }
     }
 
