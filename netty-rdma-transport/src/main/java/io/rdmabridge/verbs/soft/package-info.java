@@ -149,9 +149,11 @@
  *       loop has gone to sleep; a device acknowledges within microseconds, while the loop is still awake. A SEND the
  *       requester executes itself, straight into the peer's posted receive (one copy instead of two; the peer's
  *       posted receives published in shared memory, each claimed by one side, a flush waiting out a copy in progress),
- *       would give the requester its completion at once. Deferring the wake-up of an acknowledgement alone instead
- *       (measured: 7 % off the ping-pong's p50) would stall a requester whose loop sleeps while it waits on one (a
- *       one-sided request held for RC order, a full send queue), so it was not taken.</li>
+ *       would give the requester its completion at once; it would not meet the 64 KiB throughput target here
+ *       (docs/benchmarks.md: with the receiver's copy skipped, an upper bound, 1.42x-1.57x epoll against 2x). Deferring
+ *       the wake-up of an acknowledgement alone instead (measured: 7 % off the ping-pong's p50) would stall a
+ *       requester whose loop sleeps while it waits on one (a one-sided request held for RC order, a full send queue),
+ *       so it was not taken.</li>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
  *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its
