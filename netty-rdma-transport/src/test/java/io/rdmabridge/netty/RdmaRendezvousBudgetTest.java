@@ -16,6 +16,7 @@ import io.rdmabridge.verbs.soft.SoftProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.SetSystemProperty;
 
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
@@ -37,19 +38,17 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * intact, and a READ the peer never answers fails its connection after the READ timeout and frees its share.
  * (Thirty advertisements of 16 MiB used to commit 480 MiB at once and exhaust direct memory.)
  */
+@SetSystemProperty(key = RdmaIoHandler.RENDEZVOUS_BUDGET_PROPERTY, value = "" + RdmaRendezvousBudgetTest.BUDGET)
+@SetSystemProperty(key = RdmaIoHandler.RENDEZVOUS_READ_TIMEOUT_PROPERTY, value = "1000")
 class RdmaRendezvousBudgetTest {
     private static final int MESSAGE = 16 * 1024 * 1024;
-    private static final long BUDGET = 20L * 1024 * 1024;
+    static final long BUDGET = 20L * 1024 * 1024;
 
     private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
     private EventLoopGroup group;
-    private String oldBudget;
-    private String oldTimeout;
 
     @BeforeEach
     void setUp() {
-        oldBudget = System.setProperty(RdmaIoHandler.RENDEZVOUS_BUDGET_PROPERTY, String.valueOf(BUDGET));
-        oldTimeout = System.setProperty(RdmaIoHandler.RENDEZVOUS_READ_TIMEOUT_PROPERTY, "1000");
         group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
     }
 
@@ -57,17 +56,7 @@ class RdmaRendezvousBudgetTest {
     void tearDown() throws Exception {
         provider.faults().reset();
         group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        restore(RdmaIoHandler.RENDEZVOUS_BUDGET_PROPERTY, oldBudget);
-        restore(RdmaIoHandler.RENDEZVOUS_READ_TIMEOUT_PROPERTY, oldTimeout);
         assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
-    }
-
-    private static void restore(String key, String value) {
-        if (value == null) {
-            System.clearProperty(key);
-        } else {
-            System.setProperty(key, value);
-        }
     }
 
     private RdmaIoHandler handlerOf(Channel ch) {

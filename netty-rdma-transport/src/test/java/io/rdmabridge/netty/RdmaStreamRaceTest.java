@@ -23,6 +23,7 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 
 /**
  * The byte stream under a sender that runs ahead and a receiver that stops and starts: writes of random sizes (packed
@@ -53,27 +54,20 @@ class RdmaStreamRaceTest extends AbstractChannelTest {
     @ParameterizedTest
     @MethodSource("links")
     @Timeout(120)
+    @RestoreSystemProperties
     void shouldDeliverEveryByteInOrderWhileTheReceiverStopsAndStartsReading(String link) throws Exception {
         long seed = System.nanoTime();
         Random random = new Random(seed);
         Checker checker = new Checker(seed);
         boolean soft = !link.equals("device");
-        Channel server;
-        RdmaSocketChannel client;
         if (soft) {
             System.setProperty("rdmabridge.soft.loopback", link);
         }
-        try {
-            // A credit window (4 receives of 16 KiB) far below the sender's high water mark, so credits run out.
-            server = listen(new ServerBootstrap().childHandler(checker)
-                    .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4)
-                    .childOption(RdmaChannelOption.RECEIVE_BUFFER_SIZE, 16 * 1024));
-            client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
-        } finally {
-            if (soft) {
-                System.clearProperty("rdmabridge.soft.loopback");
-            }
-        }
+        // A credit window (4 receives of 16 KiB) far below the sender's high water mark, so credits run out.
+        Channel server = listen(new ServerBootstrap().childHandler(checker)
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4)
+                .childOption(RdmaChannelOption.RECEIVE_BUFFER_SIZE, 16 * 1024));
+        RdmaSocketChannel client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
 
         long total = 0;
         long deadline = System.nanoTime() + DeviceUnderTest.scaled(Duration.ofSeconds(90)).toNanos();

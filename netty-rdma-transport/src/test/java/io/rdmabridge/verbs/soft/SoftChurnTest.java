@@ -3,9 +3,8 @@ package io.rdmabridge.verbs.soft;
 import io.rdmabridge.verbs.EventNotifier;
 import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaEventChannel;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.SetSystemProperty;
 
 import java.lang.ref.WeakReference;
 import java.net.InetAddress;
@@ -21,27 +20,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Connection churn and floods on the soft provider's TCP wire: a closed connection leaves nothing reachable (its
  * links, each with two direct buffers of ~256 KiB, were pinned by the handshake and connect timers until they fired:
  * about 2,000 sequential handshakes exhausted 512 MB), and silent sockets aimed at one listener neither block the
- * others nor flood the log.
+ * others nor flood the log. The handshake timeout is far longer than the tests, so whatever its timers pin stays pinned
+ * while they run.
  */
+@SetSystemProperty(key = "rdmabridge.soft.handshakeTimeoutMillis", value = "60000")
 class SoftChurnTest {
-    private String oldTimeout;
-
-    @BeforeEach
-    void longTimers() {
-        // Timers far longer than the test: whatever they pin stays pinned while it runs.
-        oldTimeout = System.getProperty("rdmabridge.soft.handshakeTimeoutMillis");
-        System.setProperty("rdmabridge.soft.handshakeTimeoutMillis", "60000");
-    }
-
-    @AfterEach
-    void restore() {
-        if (oldTimeout == null) {
-            System.clearProperty("rdmabridge.soft.handshakeTimeoutMillis");
-        } else {
-            System.setProperty("rdmabridge.soft.handshakeTimeoutMillis", oldTimeout);
-        }
-    }
-
     @Test
     void shouldLeaveNoClosedLinkReachable() throws Exception {
         List<WeakReference<SoftLink>> links = new ArrayList<>();
@@ -69,10 +52,9 @@ class SoftChurnTest {
     }
 
     @Test
+    @SetSystemProperty(key = "rdmabridge.soft.loopback", value = "tcp")
     void shouldKeepServingOtherListenersWhileOneIsFloodedWithSilentSockets() throws Exception {
         SoftProvider provider = new SoftProvider();
-        String oldLoopback = System.getProperty("rdmabridge.soft.loopback");
-        System.setProperty("rdmabridge.soft.loopback", "tcp");
         EventNotifier notifier = new EventNotifier();
         RdmaEventChannel channel = provider.createEventChannel(notifier);
         List<Socket> silent = new ArrayList<>();
@@ -104,11 +86,6 @@ class SoftChurnTest {
                 s.close();
             }
             channel.close();
-            if (oldLoopback == null) {
-                System.clearProperty("rdmabridge.soft.loopback");
-            } else {
-                System.setProperty("rdmabridge.soft.loopback", oldLoopback);
-            }
         }
     }
 

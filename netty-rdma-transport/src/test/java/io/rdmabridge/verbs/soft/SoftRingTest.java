@@ -50,9 +50,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -65,6 +65,7 @@ import org.junit.jupiter.params.provider.EnumSource;
  * completion-queue poller rather than the engine meets the spoiled frame (progress on poll); one that
  * truncates its ring file loses its connection with a clear reason, and the engine thread lives on.
  */
+@RestoreSystemProperties
 class SoftRingTest {
     @TempDir
     static Path dir;
@@ -78,12 +79,6 @@ class SoftRingTest {
         System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.toString());
         System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         assertEquals(dir, SoftEngine.get().sharedMemory.directory);
-    }
-
-    @AfterAll
-    static void restore() {
-        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
     }
 
     private static TcpLink link(SoftPair.Side side) {
@@ -217,6 +212,7 @@ class SoftRingTest {
 
     @ParameterizedTest
     @EnumSource(LinkPath.class)
+    @RestoreSystemProperties
     void shouldCarryEveryByteWhileWritersAndReadersRace(LinkPath path) throws Exception {
         // Both ways at once, each writer and reader on a thread of its own and the engine stalled now and then, so
         // that rings and buffers fill up: a writer then reads heads its reader publishes frame by frame, and its
@@ -229,22 +225,15 @@ class SoftRingTest {
         long doorbells = provider.doorbells();
         long oneSided = provider.oneSidedOperations();
         // The setting that picks the path; read at connection, and for TCP also at allocation (its memory stays
-        // private, as between hosts), so that one stays until the end.
+        // private, as between hosts): it stays until the end.
         switch (path) {
             case RINGS -> System.setProperty(ShmRing.CAPACITY_PROPERTY, String.valueOf(ShmRing.MIN_CAPACITY));
             case SOCKET -> System.setProperty(ShmRing.PROPERTY, "false");
             case TCP -> System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
             case IN_JVM -> { }
         }
-        SoftPair pair;
-        try {
-            pair = SoftPair.of(path != LinkPath.IN_JVM);
-        } finally {
-            System.clearProperty(ShmRing.CAPACITY_PROPERTY);
-            System.clearProperty(ShmRing.PROPERTY);
-        }
         List<Runnable> toFree = new ArrayList<>();
-        try (SoftPair p = pair) {
+        try (SoftPair p = SoftPair.of(path != LinkPath.IN_JVM)) {
             Stream1 up = new Stream1(p, p.client, p.server);
             Stream1 down = new Stream1(p, p.server, p.client);
             if (path == LinkPath.RINGS) {
@@ -278,7 +267,6 @@ class SoftRingTest {
                     "one-sided operations: " + (provider.oneSidedOperations() - oneSided) + " (seed " + seed + ")");
         } finally {
             toFree.forEach(Runnable::run);
-            System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm"); // as shareMemory() set it
         }
         SoftPair.assertResourcesReleased(provider);
         SoftSameHostTest.awaitNoFiles(dir);
@@ -472,18 +460,16 @@ class SoftRingTest {
     }
 
     @Test
+    @RestoreSystemProperties
     void shouldTakeTheRingSizeFromItsPropertyOnlyWhenAPeerCouldAcceptIt() {
-        try {
-            System.setProperty(ShmRing.CAPACITY_PROPERTY, String.valueOf(1 << 19));
-            assertEquals(1 << 19, ShmRing.configuredCapacity());
-            for (String bad : new String[] {"300000", String.valueOf(ShmRing.MIN_CAPACITY / 2),
-                    String.valueOf(ShmRing.MAX_CAPACITY * 2), "-1", "2m"}) {
-                System.setProperty(ShmRing.CAPACITY_PROPERTY, bad);
-                assertEquals(ShmRing.CAPACITY, ShmRing.configuredCapacity(), "capacity for " + bad);
-            }
-        } finally {
-            System.clearProperty(ShmRing.CAPACITY_PROPERTY);
+        System.setProperty(ShmRing.CAPACITY_PROPERTY, String.valueOf(1 << 19));
+        assertEquals(1 << 19, ShmRing.configuredCapacity());
+        for (String bad : new String[] {"300000", String.valueOf(ShmRing.MIN_CAPACITY / 2),
+                String.valueOf(ShmRing.MAX_CAPACITY * 2), "-1", "2m"}) {
+            System.setProperty(ShmRing.CAPACITY_PROPERTY, bad);
+            assertEquals(ShmRing.CAPACITY, ShmRing.configuredCapacity(), "capacity for " + bad);
         }
+        System.clearProperty(ShmRing.CAPACITY_PROPERTY);
         assertEquals(ShmRing.CAPACITY, ShmRing.configuredCapacity());
     }
 

@@ -32,10 +32,10 @@ import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -43,6 +43,7 @@ import org.junit.jupiter.api.io.TempDir;
  * table full of garbage or targeted lies, and a killed peer process whose files must go. In one JVM the "peer" of a
  * {@link SoftPair#tcp()} client is its server, whose files and table the test corrupts as another process could.
  */
+@RestoreSystemProperties
 class SoftSameHostHostileTest {
     private static final int GUARD = 16 * 1024;
     /** Large enough that whole-region copies are split with the copy helper ({@link CopyHelper#SPLIT_BYTES}). */
@@ -62,12 +63,6 @@ class SoftSameHostHostileTest {
     @BeforeEach
     void shareMemory() {
         System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
-    }
-
-    @AfterAll
-    static void restoreProperties() {
-        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
     }
 
     /** Server memory: one shared file of guard, region, guard; only the middle is registered. */

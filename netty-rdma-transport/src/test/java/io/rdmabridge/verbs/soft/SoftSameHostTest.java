@@ -25,10 +25,10 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -36,6 +36,7 @@ import org.junit.jupiter.api.io.TempDir;
  * the handshake's same-host test, the shared key table's deregistration guard, and one-sided WRITE and READ in order
  * with the TCP link's SENDs.
  */
+@RestoreSystemProperties
 class SoftSameHostTest {
     /** The JVM-wide device's directory (Surefire runs each test class in a JVM of its own). */
     @TempDir
@@ -54,12 +55,6 @@ class SoftSameHostTest {
     void shareMemory() {
         System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
         System.setProperty(SharedMemoryFiles.DIRECTORY_PROPERTY, dir.toString());
-    }
-
-    @AfterAll
-    static void restoreProperties() {
-        System.clearProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-        System.clearProperty(SharedMemoryFiles.DIRECTORY_PROPERTY);
     }
 
     private List<Path> files() throws IOException {

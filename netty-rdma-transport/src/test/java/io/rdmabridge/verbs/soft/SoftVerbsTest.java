@@ -38,6 +38,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 
 /** The soft provider's verbs semantics on both paths: in-JVM direct ({@code false}) and TCP ({@code true}). */
 class SoftVerbsTest {
@@ -79,34 +80,26 @@ class SoftVerbsTest {
     }
 
     @Test
+    @RestoreSystemProperties
     void shouldReadThePrivateDataModeWhenCreated() {
-        String saved = System.getProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
-        try {
-            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "none");
-            SoftProvider none = new SoftProvider();
-            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "DELIVER");
-            SoftProvider deliver = new SoftProvider();
-            System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "sometimes");
-            SoftProvider wrong = new SoftProvider();
-            System.clearProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
-            SoftProvider unset = new SoftProvider();
+        System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "none");
+        SoftProvider none = new SoftProvider();
+        System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "DELIVER");
+        SoftProvider deliver = new SoftProvider();
+        System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "sometimes");
+        SoftProvider wrong = new SoftProvider();
+        System.clearProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
+        SoftProvider unset = new SoftProvider();
 
-            assertFalse(none.deliversPrivateData(), "created with none");
-            assertEquals(SoftProvider.PrivateDataMode.NONE, none.privateDataMode(), "fixed at creation");
-            assertTrue(deliver.deliversPrivateData(), "created with DELIVER (any case)");
-            assertTrue(unset.deliversPrivateData(), "the default");
-            assertFalse(wrong.isAvailable(), "an unknown mode makes the instance unusable");
-            String cause = String.valueOf(wrong.unavailabilityCause().getMessage());
-            assertTrue(cause.contains("rdmabridge.soft.privateData=sometimes (expected: deliver or none)"), cause);
-            RdmaException e = assertThrows(RdmaException.class, () -> wrong.createEventChannel(null));
-            assertEquals(cause, e.getMessage());
-        } finally {
-            if (saved == null) {
-                System.clearProperty(SoftProvider.PRIVATE_DATA_PROPERTY);
-            } else {
-                System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, saved);
-            }
-        }
+        assertFalse(none.deliversPrivateData(), "created with none");
+        assertEquals(SoftProvider.PrivateDataMode.NONE, none.privateDataMode(), "fixed at creation");
+        assertTrue(deliver.deliversPrivateData(), "created with DELIVER (any case)");
+        assertTrue(unset.deliversPrivateData(), "the default");
+        assertFalse(wrong.isAvailable(), "an unknown mode makes the instance unusable");
+        String cause = String.valueOf(wrong.unavailabilityCause().getMessage());
+        assertTrue(cause.contains("rdmabridge.soft.privateData=sometimes (expected: deliver or none)"), cause);
+        RdmaException e = assertThrows(RdmaException.class, () -> wrong.createEventChannel(null));
+        assertEquals(cause, e.getMessage());
     }
 
     @ParameterizedTest(name = "tcp={0}")
@@ -521,6 +514,7 @@ class SoftVerbsTest {
     }
 
     @Test
+    @RestoreSystemProperties
     void shouldRejectWithPrivateDataAndReportNobodyListening() throws Exception {
         EventNotifier n = new EventNotifier();
         try (RdmaEventChannel server = provider.createEventChannel(n);
@@ -529,30 +523,27 @@ class SoftVerbsTest {
             InetSocketAddress bound = listen.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
             for (boolean tcp : new boolean[] {false, true}) {
                 System.setProperty("rdmabridge.soft.loopback", tcp ? "tcp" : "direct");
-                try {
-                    RdmaCmId id = client.createId();
-                    id.resolve(bound, 2000);
-                    awaitEvent(client, CmEventType.ADDR_RESOLVED);
-                    var pd = id.device().allocProtectionDomain();
-                    var cq = id.device().createCompletionQueue(16, n);
-                    var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
-                    id.connect(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {1, 2, 3}));
-                    CmEvent req = awaitEvent(server, CmEventType.CONNECT_REQUEST);
-                    assertArrayEquals(new byte[] {1, 2, 3}, req.privateData());
-                    assertEquals(listen, req.listenId());
-                    assertEquals(6, req.id().peerParameters().rnrRetryCount());
-                    req.id().reject(new byte[] {9, 8});
-                    CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
-                    assertArrayEquals(new byte[] {9, 8}, rej.privateData());
-                    req.id().close();
-                    qp.close();
-                    id.close();
-                    cq.close();
-                    pd.close();
-                } finally {
-                    System.clearProperty("rdmabridge.soft.loopback");
-                }
+                RdmaCmId id = client.createId();
+                id.resolve(bound, 2000);
+                awaitEvent(client, CmEventType.ADDR_RESOLVED);
+                var pd = id.device().allocProtectionDomain();
+                var cq = id.device().createCompletionQueue(16, n);
+                var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+                id.connect(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {1, 2, 3}));
+                CmEvent req = awaitEvent(server, CmEventType.CONNECT_REQUEST);
+                assertArrayEquals(new byte[] {1, 2, 3}, req.privateData());
+                assertEquals(listen, req.listenId());
+                assertEquals(6, req.id().peerParameters().rnrRetryCount());
+                req.id().reject(new byte[] {9, 8});
+                CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
+                assertArrayEquals(new byte[] {9, 8}, rej.privateData());
+                req.id().close();
+                qp.close();
+                id.close();
+                cq.close();
+                pd.close();
             }
+            System.clearProperty("rdmabridge.soft.loopback"); // the default, direct, from here on
             listen.close();
             int freePort;
             try (ServerSocket s = new ServerSocket(0)) {

@@ -36,6 +36,7 @@ import java.nio.ByteBuffer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.SetSystemProperty;
 
 /**
  * A hostile or broken peer speaking raw bytes to a soft listener: the connection is closed (or the request refused
@@ -89,7 +90,6 @@ class SoftWireTest {
         pd.close();
         listenId.close();
         channel.close();
-        System.clearProperty("rdmabridge.soft.handshakeTimeoutMillis");
         SoftPair.assertResourcesReleased(provider);
     }
 
@@ -200,8 +200,8 @@ class SoftWireTest {
     }
 
     @Test
+    @SetSystemProperty(key = "rdmabridge.soft.handshakeTimeoutMillis", value = "300")
     void shouldDropHalfOpenHandshakeAfterTimeout() throws Exception {
-        System.setProperty("rdmabridge.soft.handshakeTimeoutMillis", "300");
         try (Socket s = open()) {
             long start = System.nanoTime();
             s.getOutputStream().write(new byte[] {0x52, 0x42, 0x53});
@@ -382,47 +382,31 @@ class SoftWireTest {
     }
 
     @Test
+    @SetSystemProperty(key = SharedMemoryFiles.SAME_HOST_PROPERTY, value = "shm")
     void shouldGrowARingLinksReadBufferForFramesThePeerKeepsOnTheSocket() throws Exception {
         // The server's side of a same-host link has a ring, so its socket keeps the handshake's small buffers; a peer
         // that stays on the socket (rings off, or this raw one) sends frames larger than that, which must still land.
-        String sameHost = System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
-        try {
-            TcpLink link;
-            try (Socket s = connectedSameHost()) {
-                link = (TcpLink) ((SoftQueuePair) serverQp).link;
-                assertArrayEquals(new int[] {TcpLink.HANDSHAKE_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
-                        link.socketBufferCapacities(), "socket buffers of the server's ring link");
-                s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 0, REGION, REGION, region.address(),
-                        region.rkey(), 0, REGION));
-                // The acknowledgement goes into the server's ring, which a raw peer does not read: wait for the bytes.
-                long deadline = System.nanoTime() + 10_000_000_000L;
-                while (memory.get(GUARD + REGION - 1) != (byte) 0x3C) {
-                    assertTrue(System.nanoTime() < deadline, "the WRITE on the socket never landed");
-                    Thread.sleep(1);
-                }
-                for (int i = 0; i < REGION; i++) {
-                    assertEquals((byte) 0x3C, memory.get(GUARD + i), "byte " + i + " of the WRITE");
-                }
+        TcpLink link;
+        try (Socket s = connectedSameHost()) {
+            link = (TcpLink) ((SoftQueuePair) serverQp).link;
+            assertArrayEquals(new int[] {TcpLink.HANDSHAKE_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
+                    link.socketBufferCapacities(), "socket buffers of the server's ring link");
+            s.getOutputStream().write(frame(SoftFrame.WRITE, 3, 0, REGION, REGION, region.address(),
+                    region.rkey(), 0, REGION));
+            // The acknowledgement goes into the server's ring, which a raw peer does not read: wait for the bytes.
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (memory.get(GUARD + REGION - 1) != (byte) 0x3C) {
+                assertTrue(System.nanoTime() < deadline, "the WRITE on the socket never landed");
+                Thread.sleep(1);
             }
-            awaitServerDisconnected();
-            assertArrayEquals(new int[] {TcpLink.READ_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
-                    link.socketBufferCapacities(), "socket buffers after the peer's frame on the socket");
-            assertGuardsIntact();
-        } finally {
-            restoreProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
+            for (int i = 0; i < REGION; i++) {
+                assertEquals((byte) 0x3C, memory.get(GUARD + i), "byte " + i + " of the WRITE");
+            }
         }
-    }
-
-    /**
-     * Gives {@code key} back the value it had before a test set it: the transport's TCP-path execution starts the JVM
-     * with {@code rdmabridge.soft.sameHost=tcp}, which the class's later tests must still see.
-     */
-    private static void restoreProperty(String key, String previous) {
-        if (previous == null) {
-            System.clearProperty(key);
-        } else {
-            System.setProperty(key, previous);
-        }
+        awaitServerDisconnected();
+        assertArrayEquals(new int[] {TcpLink.READ_BUFFER_SIZE, TcpLink.HANDSHAKE_BUFFER_SIZE},
+                link.socketBufferCapacities(), "socket buffers after the peer's frame on the socket");
+        assertGuardsIntact();
     }
 
     /** Closes the server's end of the last connection, so that the next {@link #connected} can make another. */
@@ -449,10 +433,10 @@ class SoftWireTest {
     }
 
     @Test
+    @SetSystemProperty(key = SharedMemoryFiles.SAME_HOST_PROPERTY, value = "shm")
+    // The raw peer speaks frames over the socket only: no rings, so that the server's ACK comes back on it.
+    @SetSystemProperty(key = ShmRing.PROPERTY, value = "false")
     void shouldCloseOnHostileDirectFramesAndKeepServingOtherLinks() throws Exception {
-        String sameHost = System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "shm");
-        // The raw peer speaks frames over the socket only: no rings, so that the server's ACK comes back on it.
-        String rings = System.setProperty(ShmRing.PROPERTY, "false");
         try (LogCapture log = new LogCapture()) {
             // On a link that is not same-host (the peer offered no token).
             try (Socket s = connected(6)) {
@@ -498,9 +482,6 @@ class SoftWireTest {
             }
             assertGuardsIntact();
             assertAnotherLinkWorks();
-        } finally {
-            restoreProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
-            restoreProperty(ShmRing.PROPERTY, rings);
         }
     }
 
