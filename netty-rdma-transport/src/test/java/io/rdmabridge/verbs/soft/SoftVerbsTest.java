@@ -14,12 +14,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
+import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.ConnectionParameters;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.EventNotifier;
 import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
+import io.rdmabridge.verbs.QpCapabilities;
 import io.rdmabridge.verbs.QpState;
+import io.rdmabridge.verbs.QueuePair;
 import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaEventChannel;
@@ -50,6 +53,28 @@ class SoftVerbsTest {
     void resourcesReturnToZero() {
         provider.faults().reset();
         SoftPair.assertResourcesReleased(provider);
+    }
+
+    /** A client id resolved to {@code target}, with a queue pair (4 sends, 4 receives) ready to connect. */
+    private record Resolved(RdmaCmId id, ProtectionDomain pd, CompletionQueue cq, QueuePair qp)
+            implements AutoCloseable {
+        static Resolved to(RdmaEventChannel client, EventNotifier n, InetSocketAddress target, int timeoutMillis)
+                throws Exception {
+            RdmaCmId id = client.createId();
+            id.resolve(target, timeoutMillis);
+            awaitEvent(client, CmEventType.ADDR_RESOLVED);
+            ProtectionDomain pd = id.device().allocProtectionDomain();
+            CompletionQueue cq = id.device().createCompletionQueue(16, n);
+            return new Resolved(id, pd, cq, id.createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0)));
+        }
+
+        @Override
+        public void close() {
+            qp.close();
+            id.close();
+            cq.close();
+            pd.close();
+        }
     }
 
     private void postRecv(SoftPair.Side side, long wrId, SoftPair.Buffer b, int offset, int length)
@@ -523,25 +548,17 @@ class SoftVerbsTest {
             InetSocketAddress bound = listen.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
             for (boolean tcp : new boolean[] {false, true}) {
                 System.setProperty("rdmabridge.soft.loopback", tcp ? "tcp" : "direct");
-                RdmaCmId id = client.createId();
-                id.resolve(bound, 2000);
-                awaitEvent(client, CmEventType.ADDR_RESOLVED);
-                var pd = id.device().allocProtectionDomain();
-                var cq = id.device().createCompletionQueue(16, n);
-                var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
-                id.connect(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {1, 2, 3}));
-                CmEvent req = awaitEvent(server, CmEventType.CONNECT_REQUEST);
-                assertArrayEquals(new byte[] {1, 2, 3}, req.privateData());
-                assertEquals(listen, req.listenId());
-                assertEquals(6, req.id().peerParameters().rnrRetryCount());
-                req.id().reject(new byte[] {9, 8});
-                CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
-                assertArrayEquals(new byte[] {9, 8}, rej.privateData());
-                req.id().close();
-                qp.close();
-                id.close();
-                cq.close();
-                pd.close();
+                try (Resolved r = Resolved.to(client, n, bound, 2000)) {
+                    r.id().connect(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {1, 2, 3}));
+                    CmEvent req = awaitEvent(server, CmEventType.CONNECT_REQUEST);
+                    assertArrayEquals(new byte[] {1, 2, 3}, req.privateData());
+                    assertEquals(listen, req.listenId());
+                    assertEquals(6, req.id().peerParameters().rnrRetryCount());
+                    req.id().reject(new byte[] {9, 8});
+                    CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
+                    assertArrayEquals(new byte[] {9, 8}, rej.privateData());
+                    req.id().close();
+                }
             }
             System.clearProperty("rdmabridge.soft.loopback"); // the default, direct, from here on
             listen.close();
@@ -549,19 +566,12 @@ class SoftVerbsTest {
             try (ServerSocket s = new ServerSocket(0)) {
                 freePort = s.getLocalPort();
             }
-            RdmaCmId id = client.createId();
-            id.resolve(new InetSocketAddress(InetAddress.getLoopbackAddress(), freePort), 2000);
-            awaitEvent(client, CmEventType.ADDR_RESOLVED);
-            var pd = id.device().allocProtectionDomain();
-            var cq = id.device().createCompletionQueue(16, n);
-            var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
-            id.connect(ConnectionParameters.DEFAULT);
-            CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
-            assertTrue(rej.detail().contains(String.valueOf(freePort)), rej.detail());
-            qp.close();
-            id.close();
-            cq.close();
-            pd.close();
+            try (Resolved r = Resolved.to(client, n, new InetSocketAddress(InetAddress.getLoopbackAddress(), freePort),
+                    2000)) {
+                r.id().connect(ConnectionParameters.DEFAULT);
+                CmEvent rej = awaitEvent(client, CmEventType.REJECTED);
+                assertTrue(rej.detail().contains(String.valueOf(freePort)), rej.detail());
+            }
         }
     }
 
@@ -603,29 +613,22 @@ class SoftVerbsTest {
             // In-JVM listener that never accepts, and a plain TCP socket that never answers the handshake.
             InetSocketAddress[] targets = {bound, (InetSocketAddress) silent.getLocalSocketAddress()};
             for (InetSocketAddress target : targets) {
-                RdmaCmId id = client.createId();
-                id.resolve(target, 300);
-                awaitEvent(client, CmEventType.ADDR_RESOLVED);
-                ProtectionDomain pd = id.device().allocProtectionDomain();
-                var cq = id.device().createCompletionQueue(16, n);
-                var qp = id.createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
-                long start = System.nanoTime();
-                id.connect(ConnectionParameters.DEFAULT);
-                CmEvent e = awaitEvent(client, CmEventType.UNREACHABLE);
-                long millis = (System.nanoTime() - start) / 1_000_000;
-                assertTrue(millis >= 250 && millis < 5000, "UNREACHABLE after " + millis + " ms");
-                assertTrue(e.detail().contains(String.valueOf(target.getPort())), e.detail());
-                assertThrows(IllegalStateException.class, cq::close, "a completion queue in use cannot close");
-                assertThrows(IllegalStateException.class, id::close, "an id with an open queue pair cannot close");
-                qp.close();
-                id.close();
-                cq.close();
-                pd.close();
+                try (Resolved r = Resolved.to(client, n, target, 300)) {
+                    long start = System.nanoTime();
+                    r.id().connect(ConnectionParameters.DEFAULT);
+                    CmEvent e = awaitEvent(client, CmEventType.UNREACHABLE);
+                    long millis = (System.nanoTime() - start) / 1_000_000;
+                    assertTrue(millis >= 250 && millis < 5000, "UNREACHABLE after " + millis + " ms");
+                    assertTrue(e.detail().contains(String.valueOf(target.getPort())), e.detail());
+                    assertThrows(IllegalStateException.class, r.cq()::close, "a completion queue in use cannot close");
+                    assertThrows(IllegalStateException.class, r.id()::close,
+                            "an id with an open queue pair cannot close");
+                }
             }
             CmEvent stale = awaitEvent(server, CmEventType.CONNECT_REQUEST);
             ProtectionDomain pd = stale.id().device().allocProtectionDomain();
             var cq = pd.device().createCompletionQueue(16, n);
-            var qp = stale.id().createQueuePair(pd, cq, cq, new io.rdmabridge.verbs.QpCapabilities(4, 4, 1, 1, 0));
+            var qp = stale.id().createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0));
             RdmaException gaveUp = assertThrows(RdmaException.class,
                     () -> stale.id().accept(ConnectionParameters.DEFAULT));
             assertTrue(gaveUp.getMessage().contains("gave up"), gaveUp.getMessage());
