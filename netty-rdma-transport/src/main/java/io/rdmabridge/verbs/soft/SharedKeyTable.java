@@ -15,9 +15,9 @@ import java.util.concurrent.locks.LockSupport;
 
 /**
  * A process's memory keys and connected queue pairs as a same-host peer sees them: a shared file
- * ({@code rdmabridge-soft-<pid>-keys}) that the owner writes and peers map, so that a peer can check an RDMA WRITE or
- * READ against the owner's keys, bounds, access rights and queue pair itself and then copy straight into or out of
- * the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
+ * ({@code rdmabridge-soft-<pid namespace>-<pid>-keys}) that the owner writes and peers map, so that a peer can check an
+ * RDMA WRITE or READ against the owner's keys, bounds, access rights and queue pair itself and then copy straight into
+ * or out of the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
  *
  * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
  * A header (magic, version, slot counts, committed key slots); then one 48-byte entry per key slot of {@link MemoryKeyTable}:

@@ -22,15 +22,17 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Registered memory that a peer process on the same host can reach: each allocation is a file of its own in the
  * shared-memory directory ({@code /dev/shm}, or {@value #DIRECTORY_PROPERTY}), owner-only (0600), named
- * {@code rdmabridge-soft-<pid>-<n>} and mapped read-write. A file is deleted when its memory is freed, the files still
+ * {@code rdmabridge-soft-<pid namespace>-<pid>-<n>} and mapped read-write (the namespace, the inode number of
+ * {@code /proc/self/ns/pid}, because containers that share a {@code /dev/shm} may each have a pid 1, and each sees the
+ * others' pids as dead). A file is deleted when its memory is freed, the files still
  * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by a surviving peer
  * when its link closes ({@link #removeFilesOfDeadProcess}) or by the next process that allocates here. Peers read
  * and write the files with positional I/O, never through a mapping of their own (see {@link SharedPeer}). Memory the
  * directory cannot hold (no such directory, full, not permitted) falls back to plain direct memory with one WARN, and
  * is counted ({@link #fallbacks()}): it keeps working, through a copy.
  *
- * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot and shared-memory
- * directory, so two processes exchanging it learn whether they could share mappings.
+ * <p>Also the same-host test of the handshake: {@link #hostToken()} names this host's boot, shared-memory directory,
+ * user and pid namespace, so two processes exchanging it learn whether they could share mappings.
  *
  * <p>Thread-safe. Allocating and freeing are rare (slabs, receive rings) and may allocate and take the map's locks;
  * nothing here is on a work request's path.
@@ -45,6 +47,10 @@ final class SharedMemoryFiles {
     /** The directory of the shared files, read when the device starts; default {@code /dev/shm}. */
     static final String DIRECTORY_PROPERTY = "rdmabridge.soft.shmDirectory";
     static final String PREFIX = "rdmabridge-soft-";
+    /** The inode number of this process's pid namespace, or {@code 0} when {@code /proc} cannot tell it. */
+    static final long PID_NAMESPACE = pidNamespace();
+    /** What the names of every file of a process in our pid namespace start with. */
+    private static final String NAMESPACE_PREFIX = PREFIX + PID_NAMESPACE + '-';
     static final int TOKEN_LENGTH = 16;
     private static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
 
@@ -135,7 +141,7 @@ final class SharedMemoryFiles {
         Path dir = directory;
         start(dir);
         long number = nextFile.incrementAndGet();
-        Path file = dir.resolve(PREFIX + pid + '-' + number);
+        Path file = dir.resolve(filePrefix(pid) + number);
         FileChannel ch = null;
         MappedByteBuffer map;
         try {
@@ -243,6 +249,25 @@ final class SharedMemoryFiles {
         return pid;
     }
 
+    /**
+     * What the names of process {@code pid}'s files start with, {@code rdmabridge-soft-<pid namespace>-<pid>-}: its
+     * memory and ring files {@code <n>} follow, and its key table {@code keys}. A same-host peer shares our pid
+     * namespace (its token says so), so this names a peer's files too.
+     */
+    static String filePrefix(long pid) {
+        return NAMESPACE_PREFIX + pid + '-';
+    }
+
+    private static long pidNamespace() {
+        try {
+            // "pid:[4026531836]"
+            String link = Files.readSymbolicLink(Paths.get("/proc/self/ns/pid")).toString();
+            return Long.parseLong(link.substring(link.indexOf('[') + 1, link.lastIndexOf(']')));
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+    }
+
     long liveBytes() {
         return liveBytes.get();
     }
@@ -253,9 +278,11 @@ final class SharedMemoryFiles {
     }
 
     /**
-     * 16 bytes naming this host's current boot and its shared-memory directory (the file system and inode, so a
-     * container with a /dev/shm of its own differs), or zeros when {@link #enabled()} is false or the host cannot be
-     * named: a peer whose token equals ours, non-zero, can map our files.
+     * 16 bytes naming this host's current boot, its shared-memory directory (the file system and inode, so a container
+     * with a /dev/shm of its own differs), our effective user (a peer of another user cannot open our owner-only files)
+     * and our pid namespace (our files' names and the liveness of their owners are read in it), or zeros when
+     * {@link #enabled()} is false or any of them cannot be told: a peer whose token equals ours, non-zero, can map our
+     * files.
      */
     byte[] hostToken() {
         if (!enabled()) {
@@ -279,34 +306,40 @@ final class SharedMemoryFiles {
             String bootId = Files.readString(Paths.get("/proc/sys/kernel/random/boot_id")).trim();
             Object device = Files.getAttribute(dir, "unix:dev");
             Object inode = Files.getAttribute(dir, "unix:ino");
+            // /proc/self belongs to the process's effective user, the one that owns the files it creates.
+            Object user = Files.getAttribute(Paths.get("/proc/self"), "unix:uid");
+            if (PID_NAMESPACE == 0) {
+                throw new IOException("/proc/self/ns/pid is not readable");
+            }
             MessageDigest sha = MessageDigest.getInstance("SHA-256");
-            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode)
-                    .getBytes(StandardCharsets.UTF_8));
+            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode + ' ' + user
+                    + ' ' + PID_NAMESPACE).getBytes(StandardCharsets.UTF_8));
             return Arrays.copyOf(digest, TOKEN_LENGTH);
         } catch (IOException | UnsupportedOperationException | IllegalArgumentException
                  | NoSuchAlgorithmException e) {
-            SoftEngine.logger.warn("soft0: cannot tell this host's boot and shared-memory directory {} apart ({}): "
-                    + "same-host peers will use TCP (run on Linux with {} present, or set -D{}=tcp)", dir,
-                    e.toString(), dir, SAME_HOST_PROPERTY);
+            SoftEngine.logger.warn("soft0: cannot tell this host's boot, shared-memory directory {}, user and pid "
+                    + "namespace apart ({}): same-host peers will use TCP (run on Linux with {} and /proc present, or "
+                    + "set -D{}=tcp)", dir, e.toString(), dir, SAME_HOST_PROPERTY);
             return NO_TOKEN;
         }
     }
 
     /**
-     * Deletes the files of processes that died without their shutdown hook (SIGKILL, a crash), and those of
-     * {@code alsoPid} (an earlier process with our pid, before our first file; -1 for none).
+     * Deletes the files of processes of our pid namespace that died without their shutdown hook (SIGKILL, a crash),
+     * and those of {@code alsoPid} (an earlier process with our pid, before our first file; -1 for none). Files of
+     * other pid namespaces are left to their own processes: their pids mean nothing here.
      */
     static void removeFilesOfDeadProcesses(Path dir, long alsoPid) {
-        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + "*")) {
+        try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, NAMESPACE_PREFIX + "*")) {
             for (Path file : stream) {
                 String name = file.getFileName().toString();
-                int dash = name.indexOf('-', PREFIX.length());
+                int dash = name.indexOf('-', NAMESPACE_PREFIX.length());
                 if (dash < 0) {
                     continue;
                 }
                 long owner;
                 try {
-                    owner = Long.parseLong(name.substring(PREFIX.length(), dash));
+                    owner = Long.parseLong(name.substring(NAMESPACE_PREFIX.length(), dash));
                 } catch (NumberFormatException e) {
                     continue;
                 }
@@ -336,7 +369,7 @@ final class SharedMemoryFiles {
 
     private static void removeFilesOfDeadProcess(Path dir, long pid, long delay, int checksLeft) {
         if (isDead(pid)) {
-            try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, PREFIX + pid + "-*")) {
+            try (DirectoryStream<Path> stream = Files.newDirectoryStream(dir, filePrefix(pid) + "*")) {
                 for (Path file : stream) {
                     deleteQuietly(file);
                 }
@@ -388,7 +421,7 @@ final class SharedMemoryFiles {
                 Path dir = directory;
                 start(dir);
                 try {
-                    keyTable = SharedKeyTable.create(dir.resolve(PREFIX + pid + "-keys"));
+                    keyTable = SharedKeyTable.create(dir.resolve(filePrefix(pid) + "keys"));
                 } catch (IOException | RuntimeException e) {
                     keyTableFailed = true;
                     SoftEngine.logger.warn("soft0: cannot create the shared key table in {} ({}): same-host peers "

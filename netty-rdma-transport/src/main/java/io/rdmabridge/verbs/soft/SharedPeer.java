@@ -93,7 +93,7 @@ final class SharedPeer {
         this.peerPid = peerPid;
         this.usage = usage;
         this.copyHelper = copyHelper;
-        filePrefix = SharedMemoryFiles.PREFIX + peerPid + '-';
+        filePrefix = SharedMemoryFiles.filePrefix(peerPid);
     }
 
     /**

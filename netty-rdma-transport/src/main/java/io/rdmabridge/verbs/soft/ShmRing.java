@@ -20,10 +20,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * One direction of a same-host link's frame stream in shared memory: a single-producer, single-consumer byte ring in a
- * file of the writer's ({@code rdmabridge-soft-<pid>-<n>}, made and deleted by {@link SharedMemoryFiles} like
- * registered memory). The writer owns the file so that it can switch at once: it creates the ring, names it in a
- * {@link SoftFrame#RING} frame (its last frame on the socket) and writes on into the ring, with no round trip; the
- * reader maps the file when it processes that frame, so it reads the ring only after every frame sent before it.
+ * file of the writer's ({@code rdmabridge-soft-<pid namespace>-<pid>-<n>}, made and deleted by
+ * {@link SharedMemoryFiles} like registered memory). The writer owns the file so that it can switch at once: it
+ * creates the ring, names it in a {@link SoftFrame#RING} frame (its last frame on the socket) and writes on into the
+ * ring, with no round trip; the reader maps the file when it processes that frame, so it reads the ring only after
+ * every frame sent before it.
  *
  * <h2>Layout (native byte order)</h2>
  * A {@value #CONTROL}-byte control page, each field on a cache line of its own: {@code tail} (bytes the writer has
@@ -161,16 +162,16 @@ final class ShmRing {
     }
 
     /**
-     * Maps the peer's ring {@code number}: the file {@code rdmabridge-soft-<peerPid>-<number>} in {@code directory}
-     * (the name is made here, so it lies under the peer's prefix with a numeric suffix), a regular file, not a link,
-     * owner-only, of exactly {@link #CONTROL} + {@code capacity} bytes.
+     * Maps the peer's ring {@code number}: the file {@code rdmabridge-soft-<pid namespace>-<peerPid>-<number>} in
+     * {@code directory} (the name is made here, so it lies under the peer's prefix with a numeric suffix), a regular
+     * file, not a link, owner-only, of exactly {@link #CONTROL} + {@code capacity} bytes.
      */
     static ShmRing open(Path directory, long peerPid, long number, int capacity) throws IOException {
         if (number <= 0 || !validCapacity(capacity)) {
             throw new IOException("file number " + number + ", capacity " + capacity + " (expected: a number > 0, a "
                     + "power of two in " + MIN_CAPACITY + ".." + MAX_CAPACITY + ")");
         }
-        Path file = directory.resolve(SharedMemoryFiles.PREFIX + peerPid + '-' + number);
+        Path file = directory.resolve(SharedMemoryFiles.filePrefix(peerPid) + number);
         FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE,
                 LinkOption.NOFOLLOW_LINKS);
         try {

@@ -668,7 +668,7 @@ class SoftRingTest {
     /** Maps {@code side}'s own ring file for {@code spoil}, then cuts it to nothing if {@code truncate}. */
     private static void spoilRing(SoftPair.Side side, Consumer<MappedByteBuffer> spoil, boolean truncate)
             throws Exception {
-        Path file = dir.resolve(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid() + '-'
+        Path file = dir.resolve(SharedMemoryFiles.filePrefix(ProcessHandle.current().pid())
                 + link(side).ourRingNumber());
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
             spoil.accept(ch.map(FileChannel.MapMode.READ_WRITE, 0, ch.size()));

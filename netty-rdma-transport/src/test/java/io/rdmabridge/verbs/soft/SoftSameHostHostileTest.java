@@ -202,7 +202,8 @@ class SoftSameHostHostileTest {
                 local.fill(1);
                 write(p, local.buf(), local.mr(), t, 0, REGION, 1, WcStatus.SUCCESS);
                 long oneSided = provider.oneSidedOperations();
-                Path tableFile = deviceDir.resolve(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid() + "-keys");
+                Path tableFile = deviceDir.resolve(SharedMemoryFiles.filePrefix(ProcessHandle.current().pid())
+                        + "keys");
                 try (FileChannel ch = FileChannel.open(tableFile, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
                     MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
                     table.order(ByteOrder.nativeOrder());
@@ -311,7 +312,7 @@ class SoftSameHostHostileTest {
                 "-D" + SharedMemoryFiles.DIRECTORY_PROPERTY + "=" + deviceDir, "-cp",
                 System.getProperty("java.class.path"), SoftPeerMain.class.getName(), "shared")
                 .redirectErrorStream(true).start();
-        String prefix = SharedMemoryFiles.PREFIX + child.pid() + '-';
+        String prefix = SharedMemoryFiles.filePrefix(child.pid());
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         try {
             BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(),

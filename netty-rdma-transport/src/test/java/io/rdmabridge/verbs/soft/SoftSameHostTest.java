@@ -76,8 +76,8 @@ class SoftSameHostTest {
         List<Path> files = files();
         assertEquals(1, files.size(), files.toString());
         Path file = files.get(0);
-        assertTrue(file.getFileName().toString().startsWith(SharedMemoryFiles.PREFIX + ProcessHandle.current().pid()
-                + '-'), file.toString());
+        String ours = SharedMemoryFiles.filePrefix(ProcessHandle.current().pid());
+        assertTrue(file.getFileName().toString().startsWith(ours), file + " (expected: named " + ours + "<n>)");
         assertEquals("rw-------", PosixFilePermissions.toString(Files.getPosixFilePermissions(file)));
         assertEquals(8192, Files.size(file));
         assertEquals(1, shm.liveFiles());
@@ -101,18 +101,22 @@ class SoftSameHostTest {
     void shouldRemoveFilesOfDeadProcessesButNotOfLiveOnes() throws Exception {
         Process finished = new ProcessBuilder("true").start();
         finished.waitFor();
-        Path dead = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + finished.pid() + "-1"));
+        Path dead = Files.createFile(dir.resolve(SharedMemoryFiles.filePrefix(finished.pid()) + "1"));
         long parent = ProcessHandle.current().parent().orElseThrow().pid();
-        Path live = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + parent + "-1"));
+        Path live = Files.createFile(dir.resolve(SharedMemoryFiles.filePrefix(parent) + "1"));
         Path foreign = Files.createFile(dir.resolve("other-file"));
+        // The same pid in another pid namespace (a container sharing /dev/shm): its liveness cannot be told from here.
+        Path otherNamespace = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX
+                + (SharedMemoryFiles.PID_NAMESPACE + 1) + '-' + finished.pid() + "-1"));
 
         SharedMemoryFiles shm = new SharedMemoryFiles();
         ByteBuffer memory = shm.allocate(4096);
         assertFalse(Files.exists(dead), "file of the dead process " + finished.pid() + " still there");
         assertTrue(Files.exists(live));
         assertTrue(Files.exists(foreign));
+        assertTrue(Files.exists(otherNamespace), "a file of another pid namespace was deleted");
         shm.free(memory);
-        assertEquals(2, files().size());
+        assertEquals(3, files().size());
     }
 
     @Test
@@ -132,8 +136,8 @@ class SoftSameHostTest {
                     "a zombie's pid still answers: why a liveness check alone left files behind");
             assertTrue(SharedMemoryFiles.isDead(zombie));
             assertFalse(SharedMemoryFiles.isDead(ProcessHandle.current().pid()));
-            Path data = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-1"));
-            Path keys = Files.createFile(dir.resolve(SharedMemoryFiles.PREFIX + zombie + "-keys"));
+            Path data = Files.createFile(dir.resolve(SharedMemoryFiles.filePrefix(zombie) + "1"));
+            Path keys = Files.createFile(dir.resolve(SharedMemoryFiles.filePrefix(zombie) + "keys"));
             SharedMemoryFiles.removeFilesOfDeadProcess(dir, zombie);
             assertFalse(Files.exists(data));
             assertFalse(Files.exists(keys));
@@ -307,7 +311,7 @@ class SoftSameHostTest {
 
     @Test
     void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
-        SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.PREFIX + "1-keys"));
+        SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.filePrefix(1) + "keys"));
         FileChannel peerChannel = FileChannel.open(owner.file, StandardOpenOption.READ, StandardOpenOption.WRITE);
         SharedKeyTable peer = SharedKeyTable.open(peerChannel, owner.file);
         try {
