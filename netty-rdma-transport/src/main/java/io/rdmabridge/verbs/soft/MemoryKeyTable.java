@@ -77,6 +77,14 @@ final class MemoryKeyTable {
         freeCount++;
     }
 
+    /**
+     * Empties the slot of {@code key} for good: a same-host peer's hold on it never ended, so its shared entry cannot
+     * guard another registration. Caller holds the engine's key lock.
+     */
+    void retire(int key) {
+        slots[key & SLOT_MASK] = null;
+    }
+
     private void grow() {
         int capacity = slots.length;
         if (capacity == MAX_REGIONS + 1) {

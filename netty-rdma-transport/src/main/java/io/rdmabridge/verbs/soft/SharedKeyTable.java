@@ -31,7 +31,7 @@ import java.util.concurrent.locks.LockSupport;
  * the count to reach 0, so once a deregistration returns no peer touches the memory, as with a NIC after
  * {@code ibv_dereg_mr}. Both sides use sequentially consistent accesses for this pair. A peer that stops between
  * raising and lowering (killed mid-copy) holds a withdrawal up for at most {@link #WITHDRAW_WAIT_NANOS}, then a
- * WARN names it.
+ * WARN names it and the slot is retired: its count can no longer be trusted, so no later registration gets it.
  *
  * <h2>Trust</h2>
  * Peers are local processes of the same user, yet every value read from a peer's table is checked before use (see
@@ -175,22 +175,25 @@ final class SharedKeyTable {
 
     /**
      * Withdraws {@code key} if it is published, then waits until no peer copies under it. Caller holds the key lock.
+     *
+     * @return {@code false} when a peer still held the key after {@link #WITHDRAW_WAIT_NANOS}: the slot's in-use
+     *         count is then spoiled for good (a dead holder never lowers it, a slow one would take it below zero if
+     *         it were reset), and the caller must not give the slot to another registration
      */
-    void withdraw(int key) {
+    boolean withdraw(int key) {
         int e = entry(key & (REGION_SLOTS - 1));
         if ((int) INT.getVolatile(map, e + KEY) != key) {
-            return;
+            return true;
         }
         INT.setVolatile(map, e + KEY, 0);
         long deadline = System.nanoTime() + WITHDRAW_WAIT_NANOS;
         int spins = 0;
         while ((int) INT.getVolatile(map, e + IN_USE) > 0) {
             if (System.nanoTime() - deadline > 0) {
-                // The count stays as it is: a slow peer's release must not drive it below zero.
                 SoftEngine.logger.warn("soft0: a same-host peer still holds memory key 0x{} after {} ms (killed "
-                        + "mid-copy?); deregistering anyway", Integer.toHexString(key),
+                        + "mid-copy?); deregistering anyway, and retiring its key slot", Integer.toHexString(key),
                         WITHDRAW_WAIT_NANOS / 1_000_000);
-                return;
+                return false;
             }
             if (++spins > 100) {
                 LockSupport.parkNanos(10_000);
@@ -198,6 +201,7 @@ final class SharedKeyTable {
                 Thread.onSpinWait();
             }
         }
+        return true;
     }
 
     /** Publishes connected queue pair {@code qpn} of domain {@code domain} (a later one of the same slot wins). */

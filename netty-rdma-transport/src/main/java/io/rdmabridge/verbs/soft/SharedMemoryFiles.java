@@ -455,12 +455,14 @@ final class SharedMemoryFiles {
         }
     }
 
-    /** Withdraws {@code key} if it was published, waiting out peers' copies. Caller holds the engine's key lock. */
-    void withdraw(int key) {
+    /**
+     * Withdraws {@code key} if it was published, waiting out peers' copies. Caller holds the engine's key lock.
+     *
+     * @return {@code false} when a peer held it too long: its slot must be retired ({@link SharedKeyTable#withdraw})
+     */
+    boolean withdraw(int key) {
         SharedKeyTable t = keyTable;
-        if (t != null) {
-            t.withdraw(key);
-        }
+        return t == null || t.withdraw(key);
     }
 
     static void deleteQuietly(Path file) {

@@ -131,8 +131,11 @@ final class SoftEngine {
     void deregister(int key, long length) {
         synchronized (keyLock) {
             // Before the slot is free: once this returns, no same-host peer copies into or out of the region.
-            sharedMemory.withdraw(key);
-            keys.remove(key);
+            if (sharedMemory.withdraw(key)) {
+                keys.remove(key);
+            } else {
+                keys.retire(key);
+            }
             usage.memoryDeregistered(length);
         }
     }

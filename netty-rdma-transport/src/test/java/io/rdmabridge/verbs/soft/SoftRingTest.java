@@ -52,10 +52,10 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junitpioneer.jupiter.RestoreSystemProperties;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 
 /**
  * Same-host links' shared-memory rings ({@link ShmRing}): frames cross in order through wraps and skips, also while

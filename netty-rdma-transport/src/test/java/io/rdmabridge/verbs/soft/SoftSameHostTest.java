@@ -4,9 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RecvWorkRequest;
 import io.rdmabridge.verbs.SendWorkRequest;
@@ -28,8 +30,8 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junitpioneer.jupiter.RestoreSystemProperties;
 import org.junit.jupiter.api.io.TempDir;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
 
 /**
  * The soft provider's same-host path: registered memory in shared files that another process can map, their cleanup,
@@ -346,5 +348,40 @@ class SoftSameHostTest {
             io.rdmabridge.verbs.DirectMemory.free(owner.mapping());
             peerChannel.close();
         }
+    }
+
+    @Test
+    void shouldRetireTheKeySlotOfAPeerThatNeverLetGo() throws Exception {
+        // A peer killed mid-copy leaves the slot's in-use count raised for good. Given to another registration, the
+        // slot made every later deregistration of it wait the full timeout again, under the key lock.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        ProtectionDomain pd = provider.devices().get(0).allocProtectionDomain();
+        ByteBuffer memory = pd.allocateMemory(4096);
+        SharedKeyTable owner = SoftEngine.get().sharedMemory.keyTable();
+        FileChannel peerChannel = FileChannel.open(owner.file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        SharedKeyTable peer = SharedKeyTable.open(peerChannel, owner.file);
+        try {
+            MemoryRegion held = pd.register(memory, Access.ALL);
+            int slot = held.rkey() & (SharedKeyTable.REGION_SLOTS - 1);
+            assertTrue(peer.acquire(held.rkey()) >= 0, "the peer's hold");
+            long start = System.nanoTime();
+            held.close();
+            long millis = (System.nanoTime() - start) / 1_000_000;
+            assertTrue(millis >= SharedKeyTable.WITHDRAW_WAIT_NANOS / 1_000_000 - 50, "deregistration returned after "
+                    + millis + " ms while the peer held the key");
+            // Free slots are handed out oldest first: a freed slot would come back within about 1,024 registrations.
+            for (int i = 0; i < 4096; i++) {
+                MemoryRegion mr = pd.register(memory, Access.ALL);
+                mr.close();
+                assertNotEquals(slot, mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1),
+                        "registration " + i + " got the slot the dead peer still holds");
+            }
+        } finally {
+            io.rdmabridge.verbs.DirectMemory.free(peer.mapping());
+            peerChannel.close();
+            pd.freeMemory(memory);
+            pd.close();
+        }
+        SoftPair.assertResourcesReleased(provider);
     }
 }
