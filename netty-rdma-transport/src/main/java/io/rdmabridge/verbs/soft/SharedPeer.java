@@ -64,6 +64,11 @@ final class SharedPeer {
     static final int FAILED = 2;
     /** How often a missing peer table is looked for again (the peer creates it with its first shared memory). */
     private static final long TABLE_RETRY_NANOS = 100_000_000L;
+    /**
+     * The peer's files open at once on one link; one more closes the least recently used. The peer names the files
+     * (its table's file numbers), so without a bound it could make us hold a descriptor for every file it makes.
+     */
+    static final int MAX_OPEN_FILES = 256;
 
     private final Path directory;
     private final long peerPid;
@@ -82,10 +87,12 @@ final class SharedPeer {
     private ByteBuffer inline;
     /** Why the last {@link #FAILED} failed: names the file, the cause and the fix. */
     private String failure;
-    // The peer's files opened so far: number, channel and size at open; count entries used.
+    // The peer's files open: number, channel, size at open and when last used (a count of lookups); count entries.
     private long[] numbers = new long[4];
     private FileChannel[] channels = new FileChannel[4];
     private long[] sizes = new long[4];
+    private long[] lastUse = new long[4];
+    private long lookups;
     private int count;
 
     SharedPeer(Path directory, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
@@ -256,16 +263,28 @@ final class SharedPeer {
 
     /** The index of peer file {@code number}, opened now if need be, or -1 when it cannot be. */
     private int file(long number) {
+        lookups++;
         for (int k = 0; k < count; k++) {
             if (numbers[k] == number) {
+                lastUse[k] = lookups;
                 return k;
             }
         }
-        // A new file: first let go of those the peer has deleted (their numbers never come back).
+        // A new file: first let go of those the peer has deleted (their numbers never come back), then, at the
+        // bound, of the one unused longest (no copy is under way: the copy helper is done before execute returns).
         for (int k = count - 1; k >= 0; k--) {
             if (!Files.exists(directory.resolve(filePrefix + numbers[k]), LinkOption.NOFOLLOW_LINKS)) {
                 forget(k);
             }
+        }
+        if (count == MAX_OPEN_FILES) {
+            int oldest = 0;
+            for (int k = 1; k < count; k++) {
+                if (lastUse[k] < lastUse[oldest]) {
+                    oldest = k;
+                }
+            }
+            forget(oldest);
         }
         FileChannel ch = open(directory.resolve(filePrefix + number));
         if (ch == null) {
@@ -285,10 +304,12 @@ final class SharedPeer {
             numbers = Arrays.copyOf(numbers, count * 2);
             channels = Arrays.copyOf(channels, count * 2);
             sizes = Arrays.copyOf(sizes, count * 2);
+            lastUse = Arrays.copyOf(lastUse, count * 2);
         }
         numbers[count] = number;
         channels[count] = ch;
         sizes[count] = size;
+        lastUse[count] = lookups;
         usage.peerFiles(1, size);
         return count++;
     }
@@ -301,6 +322,7 @@ final class SharedPeer {
         numbers[k] = numbers[count];
         channels[k] = channels[count];
         sizes[k] = sizes[count];
+        lastUse[k] = lastUse[count];
         channels[count] = null;
     }
 

@@ -306,6 +306,55 @@ class SoftSameHostHostileTest {
     }
 
     @Test
+    void shouldKeepABoundedNumberOfFilesOpenForAPeerThatKeepsNamingNewOnes() throws Exception {
+        // The peer's table names the file behind each key; one that names a new file for every request made us open
+        // and keep one more descriptor each time, until the process ran out of them.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        List<Path> decoys = new ArrayList<>();
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = p.buffer(p.client, 4096);
+            try (Target t = new Target(p.server)) {
+                local.fill(1);
+                write(p, local.buf(), local.mr(), t, 0, 4096, 1, WcStatus.SUCCESS);
+                long oneSided = provider.oneSidedOperations();
+                String prefix = SharedMemoryFiles.filePrefix(ProcessHandle.current().pid());
+                try (FileChannel ch = FileChannel.open(deviceDir.resolve(prefix + "keys"), StandardOpenOption.READ,
+                        StandardOpenOption.WRITE)) {
+                    MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
+                    table.order(ByteOrder.nativeOrder());
+                    int e = SharedKeyTable.HEADER + (t.mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1))
+                            * SharedKeyTable.REGION_ENTRY;
+                    long real = table.getLong(e + SharedKeyTable.FILE_NUMBER);
+                    int files = SharedPeer.MAX_OPEN_FILES + 64;
+                    for (int k = 0; k < files; k++) {
+                        Path decoy = deviceDir.resolve(prefix + (1_000_000 + k));
+                        decoys.add(decoy);
+                        try (FileChannel d = FileChannel.open(decoy, StandardOpenOption.CREATE_NEW,
+                                StandardOpenOption.WRITE)) {
+                            d.write(ByteBuffer.allocate(1), GUARD + REGION + GUARD - 1);
+                        }
+                        table.putLong(e + SharedKeyTable.FILE_NUMBER, 1_000_000 + k);
+                        write(p, local.buf(), local.mr(), t, 0, 4096, 10 + k, WcStatus.SUCCESS);
+                        assertTrue(usage.peerFiles() <= SharedPeer.MAX_OPEN_FILES, "peer files open after " + (k + 1)
+                                + " new ones: " + usage.peerFiles());
+                    }
+                    assertEquals(oneSided + files, provider.oneSidedOperations(),
+                            "each WRITE ran one-sided, into the file the table named");
+                    table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
+                    DirectMemory.free(table);
+                }
+                t.assertGuardsIntact();
+            }
+        } finally {
+            for (Path decoy : decoys) {
+                Files.deleteIfExists(decoy);
+            }
+        }
+        SoftPair.assertResourcesReleased(provider);
+        awaitPeerMappingsReleased();
+    }
+
+    @Test
     void shouldDeleteTheFilesOfAKilledPeerProcessWithinBoundedTime() throws Exception {
         String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
         Process child = new ProcessBuilder(java, "-Xmx64m", "-D" + SharedMemoryFiles.SAME_HOST_PROPERTY + "=shm",
