@@ -80,9 +80,9 @@ final class SharedMemoryFiles {
     final AtomicLong doorbells = new AtomicLong();
     final AtomicLong directWakes = new AtomicLong();
     /**
-     * The numbers of our live ring files, and whether a link of ours reads that ring: a peer that claims our own pid
-     * (a queue pair of this process, or a liar) may name only a ring of ours that nobody reads yet, never registered
-     * memory or another link's ring.
+     * The numbers of our live ring files made for a peer in this process, and whether a link of ours reads that ring:
+     * a peer that claims our own pid (a queue pair of this process, or a liar) may name only such a ring that nobody
+     * reads yet, never registered memory, another link's ring, or our ring that another process reads.
      */
     private final java.util.concurrent.ConcurrentHashMap<Long, Boolean> ownRings =
             new java.util.concurrent.ConcurrentHashMap<>();

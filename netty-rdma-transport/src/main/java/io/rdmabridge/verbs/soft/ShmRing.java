@@ -121,13 +121,16 @@ final class ShmRing {
     }
 
     /**
-     * A new ring in a file of ours.
+     * A new ring in a file of ours, for a peer in this process when {@code readHere} (a link between two queue pairs
+     * of this JVM over TCP): only such a ring may be claimed by a RING frame that names our pid.
      *
      * @throws IOException naming the file and the cause when the shared-memory directory cannot hold it
      */
-    static ShmRing create(SharedMemoryFiles files, int capacity) throws IOException {
+    static ShmRing create(SharedMemoryFiles files, int capacity, boolean readHere) throws IOException {
         SharedMemoryFiles.SharedFile f = files.create(CONTROL + capacity);
-        files.ringCreated(f.number());
+        if (readHere) {
+            files.ringCreated(f.number());
+        }
         return new ShmRing(f.map(), f.channel(), f.number(), capacity);
     }
 

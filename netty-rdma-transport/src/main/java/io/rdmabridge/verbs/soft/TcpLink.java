@@ -428,7 +428,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
         if (sameHost && ShmRing.enabled()) {
             try {
-                ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity());
+                ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity(),
+                        peerPid == engine.sharedMemory.pid());
             } catch (IOException e) {
                 if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
                     SoftEngine.logger.warn("soft0: {}: frames to {} stay on the socket (later links' too, when the"

@@ -25,6 +25,7 @@ import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WorkCompletions;
 import io.rdmabridge.verbs.WrOpcode;
+import java.io.DataInputStream;
 import java.io.IOException;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
@@ -184,7 +185,7 @@ class SoftRingTest {
         // the rest before the end is too small for a frame: the writer pads from `at`. (A Spark job met this: the
         // padding threw IndexOutOfBoundsException and the connection closed while both processes ran.)
         SharedMemoryFiles files = SoftEngine.get().sharedMemory;
-        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY);
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, false);
         try {
             int at = r.capacity - ShmRing.MIN_ROOM + 1;
             r.map.put(ShmRing.CONTROL + at, (byte) 0x7F);
@@ -437,7 +438,7 @@ class SoftRingTest {
     void shouldRefuseToMapAPeerRingOfACapacityNoPeerMayAnnounceOrThatItsFileDoesNotHave() throws Exception {
         // What a RING frame names is the peer's word: a capacity outside the range, or one its file does not have.
         SharedMemoryFiles files = SoftEngine.get().sharedMemory;
-        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY);
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, false);
         long pid = ProcessHandle.current().pid();
         try {
             for (int capacity : new int[] {0, 300_000, ShmRing.MIN_CAPACITY / 2, ShmRing.MAX_CAPACITY * 2}) {
@@ -818,41 +819,102 @@ class SoftRingTest {
     @Test
     void shouldRefuseARingFrameThatNamesAFileOfThisProcessOtherThanAFreeRing() throws Exception {
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
-        RdmaDevice device = provider.devices().get(0);
-        EventNotifier notifier = new EventNotifier();
-        RdmaEventChannel channel = provider.createEventChannel(notifier);
-        RdmaCmId listenId = channel.createId();
-        InetSocketAddress bound = listenId.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
-        ProtectionDomain pd = device.allocProtectionDomain();
-        CompletionQueue cq = device.createCompletionQueue(16, notifier);
         SharedMemoryFiles shm = SoftEngine.get().sharedMemory;
-        // Registered memory in a file of exactly a ring's size: a peer claiming our pid must not make us read it.
-        ByteBuffer memory = pd.allocateMemory(ShmRing.CONTROL + ShmRing.MIN_CAPACITY);
-        long number = shm.fileNumber(memory);
-        assertTrue(number > 0);
-        try (Socket s = new Socket(bound.getAddress(), bound.getPort())) {
+        try (Listener l = Listener.open(provider); Socket s = l.connect()) {
+            // Registered memory in a file of exactly a ring's size: a peer claiming our pid must not make us read it.
+            ByteBuffer memory = l.pd.allocateMemory(ShmRing.CONTROL + ShmRing.MIN_CAPACITY);
+            l.toClose.add(() -> l.pd.freeMemory(memory));
+            long number = shm.fileNumber(memory);
+            assertTrue(number > 0);
+            l.acceptSameHost(s, shm.pid());
+            s.getOutputStream().write(ringFrame(ShmRing.MIN_CAPACITY, number));
+            CmEvent e = SoftPair.awaitEvent(l.channel, CmEventType.DISCONNECTED);
+            assertTrue(String.valueOf(e.detail()).contains("of this process"), "reason: " + e.detail());
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    @Test
+    void shouldRefuseARingFrameThatNamesOurRingOfALinkToAnotherProcess() throws Exception {
+        // Our ring towards process Q is read by Q, never claimed here: a peer claiming our pid must not get it (it
+        // would read Q's frames and move the ring's head under Q).
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        long pid = SoftEngine.get().sharedMemory.pid();
+        try (Listener l = Listener.open(provider); Socket q = l.connect(); Socket h = l.connect()) {
+            l.acceptSameHost(q, pid + 1_000_000);
+            DataInputStream in = new DataInputStream(q.getInputStream());
+            in.readFully(new byte[SoftHandshake.HEADER_LENGTH]); // the ACCEPT
+            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+            in.readFully(header);
+            SoftFrame ring = new SoftFrame().wrap(ByteBuffer.wrap(header), 0);
+            assertEquals(SoftFrame.RING, ring.opcode(), "the server's first frame to Q");
+
+            l.acceptSameHost(h, pid);
+            h.getOutputStream().write(ringFrame(ring.messageLength(), ring.address()));
+            CmEvent e = SoftPair.awaitEvent(l.channel, CmEventType.DISCONNECTED);
+            assertTrue(String.valueOf(e.detail()).contains("of this process"), "reason: " + e.detail());
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    private static byte[] ringFrame(int capacity, long number) {
+        ByteBuffer frame = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH);
+        new SoftFrame().wrap(frame, 0).header(SoftFrame.RING, 0, 0, 0, capacity, number, 0, 0);
+        return frame.array();
+    }
+
+    /** A soft listener on loopback, with what the queue pairs it accepts from raw peers need; closes it all. */
+    private static final class Listener implements AutoCloseable {
+        final RdmaEventChannel channel;
+        final RdmaCmId id;
+        final InetSocketAddress bound;
+        final ProtectionDomain pd;
+        final CompletionQueue cq;
+        final List<AutoCloseable> toClose = new ArrayList<>();
+
+        private Listener(SoftProvider provider) throws Exception {
+            EventNotifier notifier = new EventNotifier();
+            RdmaDevice device = provider.devices().get(0);
+            channel = provider.createEventChannel(notifier);
+            toClose.add(channel);
+            id = channel.createId();
+            toClose.add(id);
+            bound = id.listen(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), 4);
+            pd = device.allocProtectionDomain();
+            toClose.add(pd);
+            cq = device.createCompletionQueue(16, notifier);
+            toClose.add(cq);
+        }
+
+        static Listener open(SoftProvider provider) throws Exception {
+            return new Listener(provider);
+        }
+
+        Socket connect() throws Exception {
+            Socket s = new Socket(bound.getAddress(), bound.getPort());
             s.setSoTimeout(5000);
+            return s;
+        }
+
+        /** Sends a same-host CONNECT with {@code pid} from raw socket {@code s} and accepts it. */
+        void acceptSameHost(Socket s, long pid) throws Exception {
             s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, ConnectionParameters.DEFAULT,
-                    new byte[0], 0, shm.hostToken(), shm.pid()));
+                    new byte[0], 0, SoftEngine.get().sharedMemory.hostToken(), pid));
             CmEvent request = SoftPair.awaitEvent(channel, CmEventType.CONNECT_REQUEST);
-            RdmaCmId id = request.id();
-            QueuePair qp = id.createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0));
-            id.accept(ConnectionParameters.DEFAULT);
+            RdmaCmId accepted = request.id();
+            toClose.add(accepted);
+            QueuePair qp = accepted.createQueuePair(pd, cq, cq, new QpCapabilities(4, 4, 1, 1, 0));
+            toClose.add(qp);
+            accepted.accept(ConnectionParameters.DEFAULT);
             SoftPair.awaitEvent(channel, CmEventType.ESTABLISHED);
             assertTrue(assertInstanceOf(TcpLink.class, ((SoftQueuePair) qp).link).sameHost());
-            ByteBuffer ring = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH);
-            new SoftFrame().wrap(ring, 0).header(SoftFrame.RING, 0, 0, 0, ShmRing.MIN_CAPACITY, number, 0, 0);
-            s.getOutputStream().write(ring.array());
-            CmEvent e = SoftPair.awaitEvent(channel, CmEventType.DISCONNECTED);
-            assertTrue(String.valueOf(e.detail()).contains("of this process"), "reason: " + e.detail());
-            qp.close();
-            id.close();
         }
-        pd.freeMemory(memory);
-        cq.close();
-        pd.close();
-        listenId.close();
-        channel.close();
-        SoftPair.assertResourcesReleased(provider);
+
+        @Override
+        public void close() throws Exception {
+            for (int i = toClose.size() - 1; i >= 0; i--) {
+                toClose.get(i).close();
+            }
+        }
     }
 }
