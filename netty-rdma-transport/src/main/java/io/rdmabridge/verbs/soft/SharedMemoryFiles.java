@@ -22,11 +22,11 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Registered memory that a peer process on the same host can reach: each allocation is a file of its own in the
  * shared-memory directory ({@code /dev/shm}, or {@value #DIRECTORY_PROPERTY}), owner-only (0600), named
- * {@code rdmabridge-soft-<pid namespace>-<pid>-<n>} and mapped read-write (the namespace, the inode number of
- * {@code /proc/self/ns/pid}, because containers that share a {@code /dev/shm} may each have a pid 1, and each sees the
- * others' pids as dead). A file is deleted when its memory is freed, the files still
- * live at JVM exit by a shutdown hook, and files of processes that died without one (SIGKILL) by a surviving peer
- * when its link closes ({@link #removeFilesOfDeadProcess}) or by the next process that allocates here. Peers read
+ * {@code rdmabridge-soft-<pid namespace>-<pid>-<n>} and mapped read-write (the namespace is the inode number of
+ * {@code /proc/self/ns/pid}: containers that share a {@code /dev/shm} may each have a pid 1, and each sees the others'
+ * pids as dead). A file is deleted when its memory is freed, the files still live at JVM exit by a shutdown hook, and
+ * files of processes that died without one (SIGKILL) by a surviving peer when its link closes
+ * ({@link #removeFilesOfDeadProcess}) or by the next process of the same pid namespace that allocates here. Peers read
  * and write the files with positional I/O, never through a mapping of their own (see {@link SharedPeer}). Memory the
  * directory cannot hold (no such directory, full, not permitted) falls back to plain direct memory with one WARN, and
  * is counted ({@link #fallbacks()}): it keeps working, through a copy.

@@ -49,8 +49,8 @@
  * <ul>
  *   <li>Memory allocated through {@link io.rdmabridge.verbs.ProtectionDomain#allocateMemory} (the channel's slabs,
  *       receive rings and header rings) lives in owner-only files {@code rdmabridge-soft-<pid namespace>-<pid>-<n>},
- *       deleted at free, at exit, and, when their owner was killed, by a surviving peer (below) or the next process.
- *       The DiSNI provider keeps the default, plain direct memory.</li>
+ *       deleted at free, at exit, and, when their owner was killed, by a surviving peer (below) or the next process
+ *       of the same pid namespace. The DiSNI provider keeps the default, plain direct memory.</li>
  *   <li>The handshake (version 2) carries a same-host token (boot id, shared-memory directory, effective user and
  *       pid namespace) and the pid; equal non-zero tokens make the TCP link same-host.</li>
  *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
@@ -58,8 +58,9 @@
  *       one-sided when every earlier request of the queue pair is done (RC order; one of 64 KiB or more waits for the
  *       acknowledgement of earlier ones, a smaller one goes over the wire) and the table vouches for key, domain,
  *       bounds, access and queue pair; a DIRECT frame tells the responder which PSNs it will not see. Deregistration
- *       waits out peers' copies (an in-use count per key slot). Everything else takes the TCP path unchanged, which
- *       stays the authority: a doubtful case is never failed one-sided, it is sent.</li>
+ *       waits out peers' copies (an in-use count per key slot; a slot whose holder never let go is retired).
+ *       Everything else takes the TCP path unchanged, which stays the authority: a doubtful case is never failed
+ *       one-sided, it is sent.</li>
  *   <li>Frames through shared memory ({@link io.rdmabridge.verbs.soft.ShmRing}, issue 13's second stage): after
  *       CONNECTED each side creates a ring in a file of its own and announces it with a RING frame, its last data
  *       frame on the socket; it then encodes every frame straight into the ring, and the peer, once it has processed
