@@ -115,12 +115,18 @@ final class RdmaChannelInbound {
 
     private void scheduledRead() {
         readScheduled = false;
-        if (readPending && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
-            readNow();
-            RdmaConnection c = channel.connection;
-            if (channel.closing.isPeerGone() && c != null && !hasInbound(c)) {
-                channel.closing.closeAfterPeerGone();
+        try {
+            if (readPending && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
+                readNow();
+                RdmaConnection c = channel.connection;
+                if (channel.closing.isPeerGone() && c != null && !hasInbound(c)) {
+                    channel.closing.closeAfterPeerGone();
+                }
             }
+        } catch (Throwable t) {
+            // As when the loop's poll reads: the channel fails with the cause. Netty would only log a task's
+            // exception, and the channel would read on past the message it lost.
+            ioHandle().failed(t);
         }
     }
 
@@ -134,6 +140,11 @@ final class RdmaChannelInbound {
         RdmaConnection c = channel.connection;
         if (inputShutdown) {
             dropInbound(c);
+            return;
+        }
+        if (channel.closing.isCloseRequested()) {
+            // Closing, by the application or after a failure (a close may wait for posted work): a closed socket
+            // hands up nothing more, and a failed channel must not read on past what it lost.
             return;
         }
         RecvByteBufAllocator.Handle allocHandle = channel.unsafe().recvBufAllocHandle();

@@ -15,7 +15,8 @@ import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -24,6 +25,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -41,6 +43,7 @@ class RdmaEventLoopSurvivalTest {
     /** Hands out heap buffers until told to fail, then throws what the JDK throws when direct memory runs out. */
     private static final class ExhaustibleAllocator extends io.netty.buffer.AbstractByteBufAllocator {
         volatile boolean exhausted;
+        final AtomicInteger refused = new AtomicInteger();
 
         @Override
         protected ByteBuf newHeapBuffer(int initialCapacity, int maxCapacity) {
@@ -54,6 +57,7 @@ class RdmaEventLoopSurvivalTest {
 
         private ByteBuf allocate(int initialCapacity, int maxCapacity) {
             if (exhausted) {
+                refused.incrementAndGet();
                 throw new OutOfMemoryError("Cannot reserve " + initialCapacity + " bytes of direct buffer memory"
                         + " (simulated by the test)");
             }
@@ -71,9 +75,16 @@ class RdmaEventLoopSurvivalTest {
         }
     }
 
-    @Test
-    void shouldFailOnlyTheChannelWhoseLoopWorkThrewAnError() throws Exception {
+    /**
+     * With {@code autoRead} off the victim reads one message per {@code read()}, each from a task the channel queues
+     * on its loop, not from the loop's poll: that task failed the same way, but Netty only logged its exception, so
+     * the channel went on without the lost message and nobody heard of it.
+     */
+    @ParameterizedTest(name = "autoRead={0}")
+    @ValueSource(booleans = {true, false})
+    void shouldFailOnlyTheChannelWhoseLoopWorkThrewAnError(boolean autoRead) throws Exception {
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        CompletableFuture<Channel> victim = new CompletableFuture<>();
         ExhaustibleAllocator exhaustible = new ExhaustibleAllocator();
         List<ByteBuf> held = new CopyOnWriteArrayList<>();
         LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
@@ -83,10 +94,19 @@ class RdmaEventLoopSurvivalTest {
             Channel victimServer = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                     .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4)
                     .childOption(ChannelOption.ALLOCATOR, exhaustible)
+                    .childOption(ChannelOption.AUTO_READ, autoRead)
                     .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelActive(ChannelHandlerContext ctx) {
+                            victim.complete(ctx.channel());
+                        }
+
                         @Override
                         public void channelRead(ChannelHandlerContext ctx, Object msg) {
                             held.add((ByteBuf) msg);
+                            if (!autoRead) {
+                                ctx.read();
+                            }
                         }
 
                         @Override
@@ -127,6 +147,11 @@ class RdmaEventLoopSurvivalTest {
             for (int i = 0; i < 8; i++) {
                 attacker.writeAndFlush(Unpooled.copiedBuffer("message " + i, StandardCharsets.UTF_8));
             }
+            if (!autoRead) {
+                // Once the first messages wait in the receive buffers, each read is a task of its own.
+                Thread.sleep(200);
+                victim.get(10, TimeUnit.SECONDS).read();
+            }
 
             Throwable cause = failures.poll(10, TimeUnit.SECONDS);
             assertNotNull(cause, "the victim channel reported no failure");
@@ -136,6 +161,8 @@ class RdmaEventLoopSurvivalTest {
             Throwable reset = clientFailures.poll(10, TimeUnit.SECONDS);
             assertNotNull(reset, "the attacker saw a clean close instead of a reset");
             assertTrue(reset.getMessage().startsWith("connection reset by peer"), reset.getMessage());
+            // The first failed copy failed the channel: it did not read on past a message it had lost.
+            assertEquals(1, exhaustible.refused.get(), "allocations refused before the channel failed");
 
             // The one loop still serves the other listener.
             CompletableFuture<String> echo = new CompletableFuture<>();
