@@ -20,7 +20,8 @@ import org.slf4j.LoggerFactory;
  * without write access; where the kernel refuses that (Linux before 6.2), each chunk is read into registered memory
  * instead (one copy per byte, {@link Chunk#isCopy()}); at most
  * {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
- * {@link #acquire} answers {@code null} and the caller waits for completions.
+ * {@link #acquire} answers {@code null} and the caller waits for completions. A file that grew since its last chunk
+ * was mapped (a log being appended to) gets that chunk mapped again for the bytes past its old end.
  *
  * <p>Owned by one thread (a channel's event loop). Acquiring an already-mapped chunk allocates nothing.
  */
@@ -54,8 +55,15 @@ public final class FileChunkCache implements AutoCloseable {
         for (int i = 0; i < chunks.size(); i++) {
             Chunk c = chunks.get(i);
             if (c.file == file && c.index == index) {
-                c.users++;
-                return c;
+                if (offset < c.fileOffset + c.length) {
+                    c.users++;
+                    return c;
+                }
+                // The file grew past the chunk since it was mapped (a log appended to): it is mapped again below.
+                if (c.users == 0) {
+                    chunks.remove(i--);
+                    c.unmap();
+                }
             }
         }
         if (chunks.size() >= maxChunks && !evictOne()) {

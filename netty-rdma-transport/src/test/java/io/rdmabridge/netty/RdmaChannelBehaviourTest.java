@@ -26,8 +26,11 @@ import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.net.BindException;
 import java.net.InetSocketAddress;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
@@ -671,5 +674,46 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             assertArrayEquals(expected, received.toByteArray());
         }
         assertEquals(200_100, client.metrics().fileBytes(), client.metrics().toString());
+    }
+
+    @Test
+    @Timeout(30)
+    void shouldSendWhatWasAppendedToAFileSinceAnEarlierRegionOfTheSameChannel(@TempDir File dir) throws Exception {
+        // A log that grows while it is served: the chunk mapped for the first region ends where the file ended then.
+        // Reused for the second region, it held none of its bytes: an empty frame went out, and the peer closed.
+        byte[] content = new byte[2000];
+        new Random(11).nextBytes(content);
+        File file = new File(dir, "log");
+        Files.write(file.toPath(), Arrays.copyOf(content, 1000));
+        ByteArrayOutputStream received = new ByteArrayOutputStream();
+        AtomicLong receivedBytes = new AtomicLong();
+        ChannelInboundHandlerAdapter collector = new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) throws Exception {
+                ByteBuf buf = (ByteBuf) msg;
+                synchronized (received) {
+                    buf.getBytes(buf.readerIndex(), received, buf.readableBytes());
+                }
+                receivedBytes.addAndGet(buf.readableBytes());
+                buf.release();
+            }
+        };
+        Channel server = server(collector, true);
+        RdmaSocketChannel client = client(server, new Sink());
+        try (FileChannel log = FileChannel.open(file.toPath(), StandardOpenOption.READ)) {
+            // Regions close their FileChannel when released: the first stays retained until the second is sent.
+            DefaultFileRegion first = new DefaultFileRegion(log, 0, 1000);
+            first.retain();
+            client.writeAndFlush(first).sync();
+            awaitBytes(receivedBytes, 1000);
+            Files.write(file.toPath(), Arrays.copyOfRange(content, 1000, 2000), StandardOpenOption.APPEND);
+            client.writeAndFlush(new DefaultFileRegion(log, 1000, 1000).retain()).sync();
+            awaitBytes(receivedBytes, 2000);
+            assertTrue(client.isActive(), "the connection closed");
+            synchronized (received) {
+                assertArrayEquals(content, received.toByteArray());
+            }
+            first.release();
+        }
     }
 }
