@@ -400,6 +400,11 @@ final class RdmaChannelInbound {
         }
     }
 
+    /** Whether this channel's rendezvous waits for the loop's budget ({@link RdmaIoHandler#awaitRendezvousBudget}). */
+    boolean isAwaitingBudget() {
+        return awaitingBudget;
+    }
+
     /** The loop's rendezvous budget grew: read the waiting rendezvous if a read is pending. Loop thread. */
     void budgetMayBeAvailable() {
         awaitingBudget = false;

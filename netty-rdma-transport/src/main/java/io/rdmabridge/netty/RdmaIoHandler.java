@@ -80,10 +80,15 @@ public final class RdmaIoHandler implements IoHandler {
     private final long rendezvousBudget = rendezvousBudgetProperty();
     private volatile long rendezvousCommitted;
     private final ArrayDeque<RdmaChannelInbound> budgetWaiters = new ArrayDeque<>();
+    // The waiter being retried: the only reservation that may go ahead of the queue.
+    private RdmaChannelInbound retrying;
     private boolean budgetReleased;
     // Channels holding budget for a READ, oldest first; swept for READs that outlived the timeout.
     private final ArrayDeque<RdmaChannelInbound> budgetHolders = new ArrayDeque<>();
     private final long readTimeoutNanos = Long.getLong(RENDEZVOUS_READ_TIMEOUT_PROPERTY, 30_000L) * 1_000_000L;
+    // When stalled READs were last looked for: a loop too busy to sleep looks at most every SWEEP_INTERVAL_NANOS.
+    private long lastSweep = System.nanoTime();
+    private static final long SWEEP_INTERVAL_NANOS = 100_000_000L;
 
     private RdmaIoHandler(Factory factory, ThreadAwareExecutor executor) throws RdmaException {
         this.executor = Objects.requireNonNull(executor, "executor");
@@ -138,6 +143,13 @@ public final class RdmaIoHandler implements IoHandler {
 
     @Override
     public int run(IoHandlerContext context) {
+        if (!budgetHolders.isEmpty()) {
+            // Also while the loop never gets to sleep (below): other channels' traffic must not postpone the timeout.
+            long now = System.nanoTime();
+            if (now - lastSweep >= SWEEP_INTERVAL_NANOS) {
+                sweepStalledReads(now);
+            }
+        }
         int handled = pollOnce();
         if (handled > 0 || !context.canBlock()) {
             return handled;
@@ -183,11 +195,13 @@ public final class RdmaIoHandler implements IoHandler {
 
     /**
      * Commits {@code length} bytes of this loop's rendezvous budget to a READ target, if the budget allows (one READ
-     * may always run, whatever its size). Loop thread.
+     * may always run, whatever its size) and no earlier advertisement waits for it: first come, first served, so that
+     * a large message is never overtaken for good by smaller ones that keep coming. Loop thread.
      */
     boolean reserveRendezvous(RdmaChannelInbound holder, int length) {
         long committed = rendezvousCommitted;
-        if (committed > 0 && committed + length > rendezvousBudget) {
+        if (committed > 0 && committed + length > rendezvousBudget
+                || holder != retrying && !budgetWaiters.isEmpty()) {
             return false;
         }
         rendezvousCommitted = committed + length;
@@ -216,17 +230,24 @@ public final class RdmaIoHandler implements IoHandler {
 
     private int retryBudgetWaiters() {
         budgetReleased = false;
-        // Each waiter once, in arrival order; one that still does not fit queues itself again at the end.
-        int n = budgetWaiters.size();
-        for (int i = 0; i < n; i++) {
-            RdmaChannelInbound waiter = budgetWaiters.poll();
-            if (waiter == null) {
-                break;
-            }
+        // In arrival order, until one still does not fit: it stays first, and nobody behind it goes ahead.
+        int n = 0;
+        RdmaChannelInbound waiter;
+        while ((waiter = budgetWaiters.poll()) != null) {
+            n++;
+            retrying = waiter;
             try {
                 waiter.budgetMayBeAvailable();
             } catch (Throwable t) {
                 failed(waiter.ioHandle(), t);
+            } finally {
+                retrying = null;
+            }
+            if (waiter.isAwaitingBudget()) {
+                // It queued itself again, at the end.
+                budgetWaiters.removeLastOccurrence(waiter);
+                budgetWaiters.addFirst(waiter);
+                break;
             }
         }
         return n;
@@ -234,6 +255,7 @@ public final class RdmaIoHandler implements IoHandler {
 
     /** Fails the channels whose READ has held budget longer than the timeout. */
     private void sweepStalledReads(long now) {
+        lastSweep = now;
         RdmaChannelInbound oldest;
         while ((oldest = budgetHolders.peek()) != null && now - oldest.budgetSince() > readTimeoutNanos) {
             budgetHolders.poll();

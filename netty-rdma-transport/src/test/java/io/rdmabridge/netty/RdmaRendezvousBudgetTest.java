@@ -5,6 +5,7 @@ import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.EventLoop;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.rdmabridge.connection.FrameHeader;
@@ -16,16 +17,21 @@ import io.rdmabridge.verbs.soft.SoftProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.junitpioneer.jupiter.SetSystemProperty;
 
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -130,8 +136,24 @@ class RdmaRendezvousBudgetTest {
         }
     }
 
-    @Test
-    void shouldFailAConnectionWhoseReadIsNeverAnswered() throws Exception {
+    /**
+     * Also while other work keeps the loop from ever sleeping (a task that queues itself again, as busy channels
+     * do): the timeout was looked at only before the loop slept, so under load a stalled READ held its budget for
+     * as long as the load lasted.
+     */
+    @ParameterizedTest(name = "busy loop={0}")
+    @ValueSource(booleans = {false, true})
+    void shouldFailAConnectionWhoseReadIsNeverAnswered(boolean busy) throws Exception {
+        AtomicBoolean spinning = new AtomicBoolean(busy);
+        EventLoop loop = group.next();
+        Runnable spin = new Runnable() {
+            @Override
+            public void run() {
+                if (spinning.get()) {
+                    loop.execute(this);
+                }
+            }
+        };
         ChildRecorder recorder = new ChildRecorder();
         LinkedBlockingQueue<Channel> children = recorder.children;
         LinkedBlockingQueue<Throwable> failures = recorder.failures;
@@ -148,6 +170,7 @@ class RdmaRendezvousBudgetTest {
             // outlives the 1 s READ timeout. To the server, a peer that stalls its answer.
             provider.faults().delaySends(3_000_000_000L);
             assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            loop.execute(spin);
             Throwable cause = failures.poll(15, TimeUnit.SECONDS);
             assertNotNull(cause, "the stalled READ did not fail its connection");
             assertTrue(cause.getMessage().contains("did not answer an RDMA READ of " + MESSAGE + " bytes"),
@@ -156,7 +179,66 @@ class RdmaRendezvousBudgetTest {
             assertTrue(child.closeFuture().await(15, TimeUnit.SECONDS), "the connection was not closed");
             assertEquals(0, handlerOf(child).rendezvousCommitted(), "the stalled READ kept its budget");
         } finally {
+            spinning.set(false);
             provider.faults().reset();
+            server.close().sync();
+        }
+    }
+
+    @Test
+    void shouldNotLetAStreamOfSmallerAdvertisementsStarveALargerOne() throws Exception {
+        // With 20 MiB of budget, a peer with a queue of 8 MiB advertisements had its next READ granted the moment the
+        // previous message was handed up, before a waiting 16 MiB advertisement of another peer (which fits only
+        // when at most 4 MiB are in use) was looked at again: that one waited until the queue ran dry. Now it waits
+        // its turn only.
+        int streamed = 12;
+        int small = 8 * 1024 * 1024;
+        Map<Channel, Long> bytes = new ConcurrentHashMap<>();
+        Map<Channel, Byte> sender = new ConcurrentHashMap<>();
+        List<String> finished = new CopyOnWriteArrayList<>();
+        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ByteBuf buf = (ByteBuf) msg;
+                        byte kind = sender.computeIfAbsent(ctx.channel(), ch -> buf.getByte(buf.readerIndex()));
+                        long total = bytes.merge(ctx.channel(), (long) buf.readableBytes(), Long::sum);
+                        buf.release();
+                        if (kind == 1 && total == MESSAGE) {
+                            finished.add("large");
+                        } else if (kind == 0 && total == (long) streamed * small) {
+                            finished.add("stream");
+                        }
+                    }
+
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                })
+                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        try (RawVerbsPeer stream = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress());
+             RawVerbsPeer large = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            for (RawVerbsPeer raw : List.of(stream, large)) {
+                assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
+                        new Handshake(4096, 4, 4, MESSAGE).encode()));
+            }
+            MemoryRegion smallRegion = stream.exposeForRead(new byte[small]);
+            byte[] ones = new byte[MESSAGE];
+            Arrays.fill(ones, (byte) 1);
+            MemoryRegion largeRegion = large.exposeForRead(ones);
+            for (int i = 0; i < streamed; i++) {
+                assertEquals(WcStatus.SUCCESS, stream.sendRendezvous(smallRegion.address(), small,
+                        smallRegion.rkey()));
+            }
+            assertEquals(WcStatus.SUCCESS, large.sendRendezvous(largeRegion.address(), MESSAGE, largeRegion.rkey()));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (finished.size() < 2) {
+                assertTrue(System.nanoTime() < deadline, "finished: " + finished);
+                Thread.sleep(1);
+            }
+            assertEquals(List.of("large", "stream"), finished, "which peer's messages were all read first");
+        } finally {
             server.close().sync();
         }
     }
