@@ -933,6 +933,11 @@ public final class RdmaConnection {
                 repost(slot);
                 return;
             case FrameHeader.SHUTDOWN:
+                if (endOfStreamReceived) {
+                    // Each would be one more end of stream for the application, and one more inbound entry.
+                    protocolError("SHUTDOWN frame after SHUTDOWN");
+                    return;
+                }
                 endOfStreamReceived = true;
                 push(FrameHeader.SHUTDOWN, slot, 0, 0, 0);
                 repost(slot);

@@ -42,8 +42,13 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     private final LinkedBlockingQueue<Channel> childrenClosed = new LinkedBlockingQueue<>();
 
     private Channel echoServer(int handshakeTimeoutMillis) throws InterruptedException {
+        return echoServer(handshakeTimeoutMillis, false);
+    }
+
+    private Channel echoServer(int handshakeTimeoutMillis, boolean halfClosure) throws InterruptedException {
         return listen(new ServerBootstrap()
                 .childOption(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMillis)
+                .childOption(ChannelOption.ALLOW_HALF_CLOSURE, halfClosure)
                 .childHandler(new ChannelInboundHandlerAdapter() {
                     @Override
                     public void channelRead(ChannelHandlerContext ctx, Object msg) {
@@ -150,6 +155,21 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
             raw.sendFrame(FrameHeader.HELLO, hello);
             Throwable cause = awaitChildFailure();
             assertTrue(cause.getMessage().contains("a second HELLO frame"), cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    @Test
+    void shouldFailTheConnectionOnASecondShutdown() throws Exception {
+        // With half-closure the channel stays open after the peer's end of stream; each further SHUTDOWN was taken
+        // as one more end of stream, told to the application each time.
+        Channel server = echoServer(10_000, true);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            raw.sendFrame(FrameHeader.HELLO, hello(new Handshake(4096, 4, 4, 1 << 20)));
+            raw.sendFrame(FrameHeader.SHUTDOWN, new byte[0]);
+            raw.sendFrame(FrameHeader.SHUTDOWN, new byte[0]);
+            Throwable cause = awaitChildFailure();
+            assertTrue(cause.getMessage().contains("SHUTDOWN frame after SHUTDOWN"), cause.getMessage());
         }
         assertEchoes(server);
     }
