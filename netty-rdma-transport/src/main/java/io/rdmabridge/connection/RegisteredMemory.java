@@ -425,14 +425,16 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     private final class Slab {
+        // What inUse holds once retire() has claimed the idle slab: negative however many take() calls count on it.
+        private static final int RETIRED = Integer.MIN_VALUE / 2;
         final ByteBuffer memory;
         final MemoryRegion mr;
         final Block[] blocks;
         final IndexQueue free;
-        // Blocks out plus allocations under way: counted before the free list is polled, so retire() sees them.
+        // Blocks out plus allocations under way: counted before the free list is polled, so retire() sees them;
+        // RETIRED from the moment retire() claims the slab.
         final AtomicInteger inUse = new AtomicInteger();
         final AtomicInteger released = new AtomicInteger();
-        volatile boolean retired;
         // Set on every take, cleared by each trim; a racy hint is enough for "idle for a while".
         boolean touched = true;
 
@@ -456,8 +458,12 @@ public final class RegisteredMemory implements AutoCloseable {
         }
 
         Block take() {
-            inUse.incrementAndGet();
-            int i = retired ? -1 : free.poll();
+            if (inUse.getAndIncrement() < 0) {
+                // Retired: its memory is freed or being freed.
+                inUse.decrementAndGet();
+                return null;
+            }
+            int i = free.poll();
             if (i < 0) {
                 backOff();
                 return null;
@@ -468,13 +474,13 @@ public final class RegisteredMemory implements AutoCloseable {
 
         /** Under the class lock: frees this slab if nothing uses it, for good; {@code false} if something does. */
         boolean retire() {
-            retired = true;
-            // take() counts itself before it reads retired, so either it backs off or this sees it.
-            if (inUse.get() != 0) {
-                retired = false;
+            // In one step, and only while idle: a take() counted first (and this fails) or sees the claim and backs
+            // off. (A flag set, then the count read, then read again before freeing let a take() slip in between:
+            // the slab left the class unfreed, registered for good.)
+            if (!inUse.compareAndSet(0, RETIRED)) {
                 return false;
             }
-            releaseIfIdle();
+            release();
             return true;
         }
 
@@ -490,7 +496,13 @@ public final class RegisteredMemory implements AutoCloseable {
         }
 
         void releaseIfIdle() {
-            if (inUse.get() == 0 && released.compareAndSet(0, 1)) {
+            if (inUse.get() == 0) {
+                release();
+            }
+        }
+
+        private void release() {
+            if (released.compareAndSet(0, 1)) {
                 regions.remove(mr);
                 mr.close();
                 pooledBytes.addAndGet(-memory.capacity());

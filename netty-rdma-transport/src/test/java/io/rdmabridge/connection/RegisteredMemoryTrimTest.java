@@ -121,4 +121,33 @@ class RegisteredMemoryTrimTest {
         assertEquals(0, racy.pooledBytes(), "idle slabs of the racy pool were not returned");
         racy.close();
     }
+
+    @Test
+    void shouldFreeEverySlabItRetiresWhileAnotherThreadAllocates() throws Exception {
+        // A trim retires an idle slab while another thread's allocation may be reaching for it: either the
+        // allocation backs off and the slab is freed, or the slab stays. (It could also leave the class unfreed,
+        // registered for good, when the allocation came between two reads of the count: the teardown's check.)
+        long[] now = {System.nanoTime()};
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        Thread allocating = new Thread(() -> {
+            try {
+                for (int i = 0; i < 200_000; i++) {
+                    RegisteredMemory.Block b = memory.allocate(BLOCK);
+                    b.buffer().putInt(0, i);
+                    b.free();
+                }
+            } catch (Throwable t) {
+                failure.set(t);
+            }
+        }, "allocating");
+        allocating.start();
+        long trimmed = 0;
+        while (allocating.isAlive()) {
+            now[0] += PERIOD + 1;
+            trimmed += memory.trimIdle(now[0]);
+        }
+        allocating.join();
+        assertNull(failure.get(), () -> "allocation failed: " + failure.get());
+        assertTrue(trimmed > 0, "no slab was ever trimmed: the race was not run");
+    }
 }
