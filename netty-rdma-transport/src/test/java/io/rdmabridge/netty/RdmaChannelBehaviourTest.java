@@ -93,6 +93,26 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         }
     }
 
+    /** Copies every byte the children receive into {@code received} and counts them in {@code receivedBytes}. */
+    private static ChannelInboundHandlerAdapter collector(ByteArrayOutputStream received, AtomicLong receivedBytes) {
+        return new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) throws Exception {
+                ByteBuf buf = (ByteBuf) msg;
+                synchronized (received) {
+                    buf.getBytes(buf.readerIndex(), received, buf.readableBytes());
+                }
+                receivedBytes.addAndGet(buf.readableBytes());
+                buf.release();
+            }
+
+            @Override
+            public boolean isSharable() {
+                return true;
+            }
+        };
+    }
+
     private static void awaitBytes(AtomicLong counter, long expected) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (counter.get() < expected && System.nanoTime() < deadline) {
@@ -649,18 +669,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Files.write(file.toPath(), content);
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
-        ChannelInboundHandlerAdapter collector = new ChannelInboundHandlerAdapter() {
-            @Override
-            public void channelRead(ChannelHandlerContext ctx, Object msg) throws Exception {
-                ByteBuf buf = (ByteBuf) msg;
-                synchronized (received) {
-                    buf.getBytes(buf.readerIndex(), received, buf.readableBytes());
-                }
-                receivedBytes.addAndGet(buf.readableBytes());
-                buf.release();
-            }
-        };
-        Channel server = server(collector, true);
+        Channel server = server(collector(received, receivedBytes), true);
         RdmaSocketChannel client = client(server, new Sink());
 
         // DefaultFileRegion(File, ...) opens its FileChannel only when first transferred (Spark's shuffle files).
@@ -687,18 +696,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Files.write(file.toPath(), Arrays.copyOf(content, 1000));
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
-        ChannelInboundHandlerAdapter collector = new ChannelInboundHandlerAdapter() {
-            @Override
-            public void channelRead(ChannelHandlerContext ctx, Object msg) throws Exception {
-                ByteBuf buf = (ByteBuf) msg;
-                synchronized (received) {
-                    buf.getBytes(buf.readerIndex(), received, buf.readableBytes());
-                }
-                receivedBytes.addAndGet(buf.readableBytes());
-                buf.release();
-            }
-        };
-        Channel server = server(collector, true);
+        Channel server = server(collector(received, receivedBytes), true);
         RdmaSocketChannel client = client(server, new Sink());
         try (FileChannel log = FileChannel.open(file.toPath(), StandardOpenOption.READ)) {
             // Regions close their FileChannel when released: the first stays retained until the second is sent.

@@ -109,9 +109,10 @@ class SoftCrossProcessTest {
     }
 
     /**
-     * A peer in another pid namespace sharing our shared-memory directory (containers of one pod share /dev/shm) sees our pid as dead and may have
-     * our pid itself: its files are named in its namespace, so its start-up sweep leaves ours alone, and the link
-     * stays on the TCP path. (Its sweep used to delete our live files, key table included.)
+     * A peer in another pid namespace sharing our shared-memory directory (containers of one pod share /dev/shm)
+     * sees our pid as dead and may have our pid itself: its files are named in its namespace, so its start-up sweep
+     * leaves ours alone, and the link stays on the TCP path. (Its sweep used to delete our live files, key table
+     * included.)
      */
     @Test
     @SetSystemProperty(key = SharedMemoryFiles.SAME_HOST_PROPERTY, value = "shm") // also in the TCP-path run
@@ -138,7 +139,7 @@ class SoftCrossProcessTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
-    /** {@link #connectWriteReadAndKill(SoftProvider, int, Process)} with {@code child}, killed and reaped either way. */
+    /** {@link #connectWriteReadAndKill(SoftProvider, int, Process)} with {@code child}, killed and reaped after. */
     private void connectWriteReadAndKill(Process child) throws Exception {
         try {
             connectWriteReadAndKill(provider, portOf(child), child);
