@@ -1306,6 +1306,25 @@ public abstract class AbstractProviderConformanceTest {
     // connection management
 
     @Test
+    public void shouldSurviveQueuePairsClosedWhileTheirConnectIsAnswered() throws Exception {
+        // A connecting queue pair closed (then its id) at varying points while the answer comes in: the process and
+        // the provider carry on, and a later connection works. On DiSNI, librdmacm modifies the queue pair inside
+        // rdma_get_cm_event on the event thread (RTR and RTS on the connect response); destroying it in between
+        // crashed the JVM (SIGSEGV in libibverbs, seen on rxe).
+        InetSocketAddress addr = listen(Config.accept(4, 0, 64));
+        for (int i = 0; i < 20; i++) {
+            Connection c = local.startConnect(addr, ConnectionParameters.DEFAULT, 4, 4);
+            if (i % 4 != 0) {
+                Thread.sleep(i % 4);
+            }
+            c.qp.close();
+            c.id.close();
+        }
+        Connection c = connect(addr);
+        assertEquals(QpState.RTS, c.qp.state(), "a connection after the closed ones");
+    }
+
+    @Test
     public void shouldRejectConnectWithoutListener() throws Exception {
         int port;
         try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getByName(address()))) {

@@ -40,6 +40,12 @@ final class DisniCmId implements RdmaCmId {
     private InetSocketAddress bound;
     private Object attachment;
     private boolean disconnected;
+    /**
+     * From {@code rdma_connect} until the event thread has taken this id's answer to it: while set, librdmacm may
+     * modify the queue pair inside {@code rdma_get_cm_event} on the event thread (to RTR and RTS on a connect
+     * response, to ERROR on a reject), so the queue pair is destroyed only while that thread is outside the call.
+     */
+    volatile boolean connectPending;
     private boolean nativeDestroyed;
     private boolean closed;
 
@@ -223,6 +229,16 @@ final class DisniCmId implements RdmaCmId {
         if (nativeDestroyed || id.getQp() == null || !id.getQp().isOpen()) {
             return;
         }
+        if (connectPending) {
+            // Closed while connecting: librdmacm may be modifying this queue pair on the event thread right now
+            // (it crashed the JVM in ibv_query_ece on rxe when the queue pair went in between).
+            channel.outsideEventWait(this::destroyQp);
+        } else {
+            destroyQp();
+        }
+    }
+
+    private void destroyQp() {
         try {
             id.destroyQP();
         } catch (IOException e) {
@@ -262,9 +278,11 @@ final class DisniCmId implements RdmaCmId {
             }
             param.setPrivate_data_len((byte) data.length);
         }
+        connectPending = true;
         try {
             id.connect(param);
         } catch (IOException e) {
+            connectPending = false;
             throw new RdmaException("rdma_connect(" + remote + ") failed: " + DisniErrors.clean(e), e);
         }
     }

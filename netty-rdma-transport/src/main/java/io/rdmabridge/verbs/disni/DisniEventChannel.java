@@ -20,6 +20,7 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.locks.ReentrantLock;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -39,7 +40,9 @@ import org.slf4j.LoggerFactory;
  * private data, so events carry status 0 and no private data; failure events name the rdma_cm event in
  * {@link CmEvent#detail()}.
  *
- * <p>Threading: owned by one thread; the event thread only reads the native channel and appends to the queue.
+ * <p>Threading: owned by one thread; the event thread only reads the native channel, appends to the queue and marks
+ * an id's connect answered. A queue pair closed while its connect is pending is destroyed between two of the event
+ * thread's waits ({@link #outsideEventWait}): librdmacm modifies it inside {@code rdma_get_cm_event}.
  */
 final class DisniEventChannel implements RdmaEventChannel {
     private static final Logger logger = LoggerFactory.getLogger(DisniEventChannel.class);
@@ -75,6 +78,12 @@ final class DisniEventChannel implements RdmaEventChannel {
     /** Ids not yet closed (a rejected id has no native object but still counts until closed). */
     private final Set<DisniCmId> open = ConcurrentHashMap.newKeySet();
     private final Thread eventThread;
+    /**
+     * Held by the event thread while it is inside {@code rdma_get_cm_event} (and the poll before it), so that an id's
+     * queue pair can be destroyed while librdmacm cannot be modifying it there ({@link #outsideEventWait}). Fair: a
+     * waiting owner gets it when the current wait ends, not after the next one.
+     */
+    private final ReentrantLock eventWait = new ReentrantLock(true);
     private volatile boolean running = true;
     private boolean closed;
 
@@ -130,12 +139,21 @@ final class DisniEventChannel implements RdmaEventChannel {
         long address = DirectMemory.address(out);
         while (running) {
             int type;
+            eventWait.lock();
             try {
                 // Writes the listening id at address and the event's id at address + 8; -1 when none came in time.
                 type = dispatcher._getCmEvent(channelHandle, address, address + 8, EVENT_WAIT_MILLIS);
+                if (type >= 0 && type != CONNECT_REQUEST && answersConnect(type)) {
+                    DisniCmId id = ids.get(out.getLong(8));
+                    if (id != null) {
+                        id.connectPending = false;
+                    }
+                }
             } catch (RuntimeException e) {
                 logger.warn("Connection-manager events stopped: {}", DisniErrors.clean(e));
                 return;
+            } finally {
+                eventWait.unlock();
             }
             if (type < 0) {
                 continue;
@@ -144,6 +162,25 @@ final class DisniEventChannel implements RdmaEventChannel {
             if (notifier != null) {
                 notifier.signal();
             }
+        }
+    }
+
+    /** Whether an event of {@code type} ends an active connect: librdmacm touches the queue pair no more after it. */
+    private static boolean answersConnect(int type) {
+        return type == ESTABLISHED || type == CONNECT_RESPONSE || type == CONNECT_ERROR || type == UNREACHABLE
+                || type == REJECTED || type == DISCONNECTED || type == DEVICE_REMOVAL;
+    }
+
+    /**
+     * Runs {@code action} while the event thread is outside {@code rdma_get_cm_event}; waits at most one event wait
+     * ({@value #EVENT_WAIT_MILLIS} ms). Any thread but the event thread.
+     */
+    void outsideEventWait(Runnable action) {
+        eventWait.lock();
+        try {
+            action.run();
+        } finally {
+            eventWait.unlock();
         }
     }
 
