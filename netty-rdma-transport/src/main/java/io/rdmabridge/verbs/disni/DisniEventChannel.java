@@ -143,7 +143,7 @@ final class DisniEventChannel implements RdmaEventChannel {
             try {
                 // Writes the listening id at address and the event's id at address + 8; -1 when none came in time.
                 type = dispatcher._getCmEvent(channelHandle, address, address + 8, EVENT_WAIT_MILLIS);
-                if (type >= 0 && type != CONNECT_REQUEST && answersConnect(type)) {
+                if (answersConnect(type)) {
                     DisniCmId id = ids.get(out.getLong(8));
                     if (id != null) {
                         id.connectPending = false;
