@@ -724,20 +724,32 @@ public final class RdmaConnection {
     }
 
     /**
+     * Whether the pending rendezvous's READ can be posted now: not when the send queue is full (try again once
+     * {@link #EVENT_SENT} made room) nor when the connection failed.
+     */
+    public boolean canReadRendezvous() {
+        return failure == null && !lost && wrNext - wrTail < sqDepth;
+    }
+
+    /**
      * Reads the pending rendezvous into {@code [address, address + inboundLength())}, registered with local write.
      *
-     * @return {@code false} when the send queue is full right now (try again after the next poll)
+     * @throws IllegalStateException unless {@link #canReadRendezvous()}
      */
-    public boolean readRendezvous(long address, int lkey) {
-        if (failure != null || lost || wrNext - wrTail >= sqDepth) {
-            return false;
+    public void readRendezvous(long address, int lkey) {
+        if (!canReadRendezvous()) {
+            throw new IllegalStateException("no room for the rendezvous READ (check canReadRendezvous() first)");
         }
         int i = (int) (inHead & inMask);
         SendWorkRequest wr = nextWr();
         wr.reset().opcode(WrOpcode.RDMA_READ).remote(inAddress[i], inRkey[i]).addSge(address, inLength[i], lkey);
         readState = READ_POSTED;
         submit(wr, WR_READ, 0, true);
-        return true;
+    }
+
+    /** Whether a rendezvous READ is posted and has not completed yet. */
+    public boolean isRendezvousReadPosted() {
+        return readState == READ_POSTED;
     }
 
     /**

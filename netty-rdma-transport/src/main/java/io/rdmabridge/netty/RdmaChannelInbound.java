@@ -54,6 +54,8 @@ final class RdmaChannelInbound {
     private int budgetHeld;
     private long budgetSince;
     private boolean awaitingBudget;
+    // A rendezvous waits for room in the send queue for its READ (nothing is reserved for it meanwhile).
+    private boolean readAwaitsSendQueue;
     // A received message handed up in part (the read's guess() was smaller): its rest goes up with the next reads.
     private ByteBuf partial;
     private volatile boolean inputShutdown;
@@ -84,9 +86,19 @@ final class RdmaChannelInbound {
         return readPending;
     }
 
-    /** Whether a rendezvous READ is under way (its completion is inbound work, whatever the poll's events). */
-    boolean isReadingRendezvous() {
-        return rendezvousTarget != null;
+    /** Whether a rendezvous waits for send-queue room for its READ: the next poll should read again. */
+    boolean isReadAwaitingSendQueue() {
+        return readAwaitsSendQueue;
+    }
+
+    /**
+     * Whether this channel's rendezvous READ is posted and not yet complete: only then does its budget's hold
+     * count against the READ timeout. A READ that has landed waits for the application's next read, which is the
+     * application's to pace ({@code autoRead} off), not the peer's.
+     */
+    boolean isReadOutstanding() {
+        RdmaConnection c = channel.connection;
+        return rendezvousTarget != null && c != null && c.isRendezvousReadPosted();
     }
 
     /** {@code doBeginRead}: reads once the loop is free, if anything waits. */
@@ -242,6 +254,7 @@ final class RdmaChannelInbound {
                 return;
             }
             if (kind == RdmaConnection.RENDEZVOUS) {
+                readAwaitsSendQueue = false;
                 c.discardRendezvous();
             } else if (kind == RdmaConnection.DATA) {
                 c.releaseReceive(c.inboundSlot());
@@ -269,41 +282,49 @@ final class RdmaChannelInbound {
         channel.pipeline().fireChannelRead(piece);
     }
 
-    /** Allocates a registered buffer for the pending rendezvous and posts the READ. */
+    /**
+     * Allocates a registered buffer for the pending rendezvous and posts the READ. Budget and buffer are taken only
+     * when the READ can be posted at once, so they are held exactly while a READ is posted or has landed: a READ
+     * that waited for send-queue room used to hold them with nothing to answer, and its channel failed as if the
+     * peer had stalled the READ.
+     */
     private boolean startRendezvousRead(RdmaConnection c) {
-        int length = c.inboundLength();
-        RdmaDomain domain = channel.domain;
-        if (rendezvousTarget == null) {
-            // Memory is granted, never taken: the advertisement waits until the loop's budget allows.
-            if (!channel.handler.reserveRendezvous(this, length)) {
-                if (!awaitingBudget) {
-                    awaitingBudget = true;
-                    channel.handler.awaitRendezvousBudget(this);
-                }
-                return false;
-            }
-            budgetHeld = length;
-            budgetSince = System.nanoTime();
-            ByteBuf target;
-            try {
-                target = domain.allocator.directBuffer(length, length);
-            } catch (Throwable t) {
-                releaseBudget();
-                throw t;
-            }
-            MemoryRegion mr = domain.memory.regions().find(ByteBufAddress.of(target, 0, length), length);
-            if (mr == null) {
-                target.release();
-                releaseBudget();
-                channel.closing.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
-                        + " bytes (the device refused the registration); closing"));
-                return false;
-            }
-            rendezvousTarget = target;
+        if (!c.canReadRendezvous()) {
+            readAwaitsSendQueue = true;
+            return false;
         }
-        long address = ByteBufAddress.of(rendezvousTarget, 0, length);
+        readAwaitsSendQueue = false;
+        int length = c.inboundLength();
+        // Memory is granted, never taken: the advertisement waits until the loop's budget allows.
+        if (!channel.handler.reserveRendezvous(this, length)) {
+            if (!awaitingBudget) {
+                awaitingBudget = true;
+                channel.handler.awaitRendezvousBudget(this);
+            }
+            return false;
+        }
+        budgetHeld = length;
+        budgetSince = System.nanoTime();
+        RdmaDomain domain = channel.domain;
+        ByteBuf target;
+        try {
+            target = domain.allocator.directBuffer(length, length);
+        } catch (Throwable t) {
+            releaseBudget();
+            throw t;
+        }
+        long address = ByteBufAddress.of(target, 0, length);
         MemoryRegion mr = domain.memory.regions().find(address, length);
-        return c.readRendezvous(address, mr.lkey());
+        if (mr == null) {
+            target.release();
+            releaseBudget();
+            channel.closing.connectionFailed(new RdmaException("no registered memory for a rendezvous of " + length
+                    + " bytes (the device refused the registration); closing"));
+            return false;
+        }
+        rendezvousTarget = target;
+        c.readRendezvous(address, mr.lkey());
+        return true;
     }
 
     /**

@@ -46,13 +46,14 @@ public final class RdmaIoHandler implements IoHandler {
      * (default 64 MiB). Memory is granted, never taken: a peer's advertisement waits, unread, until the budget
      * allows (one message larger than the budget is read alone); its credits are not returned meanwhile, so the
      * peer is slowed, not served faster. Each channel reads one rendezvous at a time, of at most its
-     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}.
+     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. A landed message holds its share until the application reads it,
+     * so a channel with {@code autoRead} off holds at most one message's worth.
      */
     public static final String RENDEZVOUS_BUDGET_PROPERTY = "rdmabridge.rendezvousBudgetBytes";
     static final long DEFAULT_RENDEZVOUS_BUDGET = 64L * 1024 * 1024;
     /**
-     * System property: milliseconds a rendezvous READ may hold its share of the budget before its channel fails
-     * (default 30000). A device gives up on an unanswered READ after its transport retries; this bounds a peer that
+     * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
+     * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport retries; this bounds a peer that
      * stalls its answers (a user-space peer can) so that it cannot hold the loop's budget for ever.
      */
     public static final String RENDEZVOUS_READ_TIMEOUT_PROPERTY = "rdmabridge.rendezvousReadTimeoutMillis";
@@ -253,12 +254,18 @@ public final class RdmaIoHandler implements IoHandler {
         return n;
     }
 
-    /** Fails the channels whose READ has held budget longer than the timeout. */
+    /**
+     * Fails the channels whose READ has held budget longer than the timeout without completing. One whose READ has
+     * landed only leaves the sweep: its budget stays committed until the application reads the message.
+     */
     private void sweepStalledReads(long now) {
         lastSweep = now;
         RdmaChannelInbound oldest;
         while ((oldest = budgetHolders.peek()) != null && now - oldest.budgetSince() > readTimeoutNanos) {
             budgetHolders.poll();
+            if (!oldest.isReadOutstanding()) {
+                continue;
+            }
             failed(oldest.ioHandle(), new IOException("the peer did not answer an RDMA READ of "
                     + oldest.budgetBytes() + " bytes within " + readTimeoutNanos / 1_000_000 + " ms ("
                     + RENDEZVOUS_READ_TIMEOUT_PROPERTY + "): closing the connection so that it releases its share of"

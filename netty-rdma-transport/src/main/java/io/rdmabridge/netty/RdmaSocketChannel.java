@@ -340,7 +340,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         if (state == STATE_CLOSED) {
             return events != 0 ? 1 : 0;
         }
-        if ((events & RdmaConnection.EVENT_INBOUND) != 0 || inbound.isReadingRendezvous()) {
+        if ((events & RdmaConnection.EVENT_INBOUND) != 0 || inbound.isReadAwaitingSendQueue()) {
             if (inbound.isReadPending()) {
                 inbound.readNow();
             } else {

@@ -149,10 +149,7 @@ final class RawVerbsPeer implements AutoCloseable {
         // Slot 0 sends, slots 1..RECEIVES receive, the last one is the target of READs.
         memory = ByteBuffer.allocateDirect(SLOT * (RECEIVES + 2)).order(ByteOrder.LITTLE_ENDIAN);
         mr = pd.register(memory, Access.LOCAL_WRITE);
-        RecvWorkRequest recv = new RecvWorkRequest(1);
-        for (int i = 1; i <= RECEIVES; i++) {
-            qp.postRecv(recv.reset().wrId(i).addSge(mr.address() + (long) i * SLOT, SLOT, mr.lkey()));
-        }
+        postReceives();
     }
 
     /**
@@ -251,6 +248,17 @@ final class RawVerbsPeer implements AutoCloseable {
     /** Bytes of private data the accepted connect request carried. */
     int lastEventPrivateDataLength() {
         return connectRequestPrivateData;
+    }
+
+    /**
+     * Posts a receive on every receive slot. After set-up, call it only once a frame has landed in each of them
+     * (read with {@link #receivedFrame()}); the peer's SENDs that find no receive meanwhile wait for their RNR timer.
+     */
+    void postReceives() throws Exception {
+        RecvWorkRequest recv = new RecvWorkRequest(1);
+        for (int i = 1; i <= RECEIVES; i++) {
+            qp.postRecv(recv.reset().wrId(i).addSge(mr.address() + (long) i * SLOT, SLOT, mr.lkey()));
+        }
     }
 
     /** Waits for the next received frame and returns its type. */

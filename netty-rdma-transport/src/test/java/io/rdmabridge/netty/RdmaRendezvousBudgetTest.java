@@ -2,8 +2,10 @@ package io.rdmabridge.netty;
 
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoop;
 import io.netty.channel.EventLoopGroup;
@@ -26,16 +28,19 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.Random;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.UnaryOperator;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -241,5 +246,141 @@ class RdmaRendezvousBudgetTest {
         } finally {
             server.close().sync();
         }
+    }
+
+    /**
+     * A READ that has landed holds its budget until the application reads the message, which with {@code autoRead}
+     * off is the application's to pace: the channel used to fail once the READ timeout passed, blaming the peer for
+     * a READ it had answered.
+     */
+    @Test
+    void shouldNotFailALandedRendezvousLeftUnreadPastTheReadTimeout() throws Exception {
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
+        Channel server = bindRecordingServer(recorder, received, null);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
+                    .encode()));
+            Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
+            assertNotNull(child);
+            byte[] contents = new byte[MESSAGE];
+            new Random(7).nextBytes(contents);
+            MemoryRegion region = raw.exposeForRead(contents);
+            // The server's READ reaches the peer 600 ms late: time to turn autoRead off while it is posted.
+            provider.faults().delaySends(600_000_000L);
+            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            RdmaIoHandler handler = handlerOf(child);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (handler.rendezvousCommitted() == 0) {
+                assertTrue(System.nanoTime() < deadline, "the READ was never posted");
+                Thread.sleep(1);
+            }
+            child.config().setAutoRead(false);
+            provider.faults().reset();
+            RdmaChannelInbound inbound = ((RdmaSocketChannel) child).inbound;
+            assertTrue(child.eventLoop().submit(inbound::isReadOutstanding).get(), "the READ landed too early");
+            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (child.eventLoop().submit(inbound::isReadOutstanding).get()) {
+                assertTrue(System.nanoTime() < deadline, "the READ never landed");
+                Thread.sleep(5);
+            }
+            // Two and a half READ timeouts with the landed message unread.
+            Throwable failure = recorder.failures.poll(2500, TimeUnit.MILLISECONDS);
+            assertNull(failure, () -> "failed: " + failure);
+            assertTrue(child.isActive(), "the channel was closed");
+            assertTrue(received.isEmpty(), "handed up with autoRead off");
+            assertEquals(MESSAGE, handler.rendezvousCommitted(), "the unread message's share of the budget");
+            child.config().setAutoRead(true);
+            assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the message once read");
+            assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+            assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
+        } finally {
+            provider.faults().reset();
+            server.close().sync();
+        }
+    }
+
+    /**
+     * A rendezvous that arrives while the send queue is full waits for room without taking budget or memory. Here
+     * the peer posts no more receives, so the server's SENDs wait for the peer's RNR timer and fill its queue of 8.
+     * Budget and buffer used to be taken at once, and the channel failed after the READ timeout, blaming the peer
+     * for a READ that was not even posted.
+     */
+    @Test
+    void shouldHoldNoBudgetWhileARendezvousWaitsForSendQueueRoom() throws Exception {
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
+        Channel server = bindRecordingServer(recorder, received, b -> b
+                .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 8)
+                // A credit return is due after each message read, so a CREDIT frame takes the queue's last place.
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4));
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            // 16 data credits, but 8 receives posted: the server's HELLO and 7 DATA frames land, later SENDs wait.
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 16, 4, MESSAGE)
+                    .encode()));
+            RdmaSocketChannel child = (RdmaSocketChannel) recorder.children.poll(10, TimeUnit.SECONDS);
+            assertNotNull(child);
+            // One message at a time, each posted before the next is written, so each is a frame of its own (messages
+            // that wait for room together go in one frame): 7 land, 7 wait.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            for (int i = 0; i < 14; i++) {
+                child.writeAndFlush(Unpooled.wrappedBuffer(new byte[] {(byte) i}));
+                while (child.metrics().inlineBytes() + child.metrics().eagerBytes() <= i) {
+                    assertTrue(System.nanoTime() < deadline, "message " + i + " was not posted");
+                    Thread.sleep(1);
+                }
+            }
+            for (int i = 0; i < 8; i++) {
+                raw.receivedFrame();
+            }
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.DATA, new byte[] {42}));
+            assertArrayEquals(new byte[] {42}, received.poll(10, TimeUnit.SECONDS));
+            byte[] contents = new byte[MESSAGE];
+            new Random(8).nextBytes(contents);
+            MemoryRegion region = raw.exposeForRead(contents);
+            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            RdmaChannelInbound inbound = child.inbound;
+            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+            while (!child.eventLoop().submit(inbound::isReadAwaitingSendQueue).get()) {
+                assertTrue(System.nanoTime() < deadline, "the READ did not wait for send-queue room");
+                Thread.sleep(1);
+            }
+            assertEquals(0, handlerOf(child).rendezvousCommitted(), "budget taken for a READ not posted");
+            // Past the READ timeout, within the RNR timer's retries (about 4 s).
+            Throwable failure = recorder.failures.poll(1500, TimeUnit.MILLISECONDS);
+            assertNull(failure, () -> "failed: " + failure);
+            raw.postReceives();
+            assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the message once the queue drained");
+            assertEquals(0, handlerOf(child).rendezvousCommitted(), "budget not returned");
+            assertTrue(child.isActive(), "the channel was closed");
+            assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
+        } finally {
+            server.close().sync();
+        }
+    }
+
+    /** A server whose children are recorded and hand each message up, copied, to {@code received}. */
+    private Channel bindRecordingServer(ChildRecorder recorder, LinkedBlockingQueue<byte[]> received,
+                                        UnaryOperator<ServerBootstrap> options) throws InterruptedException {
+        ServerBootstrap b = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childHandler(new ChannelInitializer<Channel>() {
+                    @Override
+                    protected void initChannel(Channel ch) {
+                        ch.pipeline().addLast(recorder, new ChannelInboundHandlerAdapter() {
+                            @Override
+                            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                                ByteBuf buf = (ByteBuf) msg;
+                                byte[] bytes = new byte[buf.readableBytes()];
+                                buf.readBytes(bytes);
+                                buf.release();
+                                received.add(bytes);
+                            }
+                        });
+                    }
+                });
+        if (options != null) {
+            b = options.apply(b);
+        }
+        return b.bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
     }
 }
