@@ -31,7 +31,6 @@ import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -77,32 +76,9 @@ class RdmaRendezvousBudgetTest {
     @Test
     void shouldReadAdvertisedMessagesWithinTheLoopsBudget() throws Exception {
         int peers = 4;
-        ConcurrentHashMap<Integer, byte[]> received = new ConcurrentHashMap<>();
-        CountDownLatch all = new CountDownLatch(peers);
-        LinkedBlockingQueue<Channel> children = new LinkedBlockingQueue<>();
-        Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                .childHandler(new ChannelInboundHandlerAdapter() {
-                    @Override
-                    public void channelActive(ChannelHandlerContext ctx) {
-                        children.add(ctx.channel());
-                    }
-
-                    @Override
-                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                        ByteBuf buf = (ByteBuf) msg;
-                        byte[] bytes = new byte[buf.readableBytes()];
-                        buf.readBytes(bytes);
-                        buf.release();
-                        received.put((int) bytes[0], bytes);
-                        all.countDown();
-                    }
-
-                    @Override
-                    public boolean isSharable() {
-                        return true;
-                    }
-                })
-                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
+        Channel server = bindRecordingServer(recorder, received, null);
         List<RawVerbsPeer> raws = new ArrayList<>();
         try {
             // READ requests reach their target 300 ms late, so several would be in flight at once without a budget.
@@ -120,18 +96,18 @@ class RdmaRendezvousBudgetTest {
                 MemoryRegion region = raw.exposeForRead(contents);
                 assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
             }
-            RdmaIoHandler handler = handlerOf(children.poll(10, TimeUnit.SECONDS));
+            RdmaIoHandler handler = handlerOf(recorder.children.poll(10, TimeUnit.SECONDS));
             long most = 0;
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
-            while (all.getCount() > 0 && System.nanoTime() < deadline) {
+            while (received.size() < peers && System.nanoTime() < deadline) {
                 most = Math.max(most, handler.rendezvousCommitted());
                 Thread.sleep(5);
             }
-            assertEquals(0, all.getCount(), "messages not delivered: " + all.getCount());
+            assertEquals(peers, received.size(), "messages delivered");
             assertTrue(most <= BUDGET, "committed at once: " + most + " bytes (budget " + BUDGET + ")");
             assertTrue(most > 0, "the budget was never used");
-            for (int p = 0; p < peers; p++) {
-                assertArrayEquals(sent.get(p), received.get(p), "message of peer " + p);
+            for (byte[] message : received) {
+                assertArrayEquals(sent.get(message[0]), message, "message of peer " + message[0]);
             }
             assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
         } finally {
