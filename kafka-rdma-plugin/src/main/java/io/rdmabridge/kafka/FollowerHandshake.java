@@ -7,6 +7,7 @@ import java.net.InetSocketAddress;
 import java.net.SocketTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -86,14 +87,14 @@ final class FollowerHandshake {
             stream = future.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             cause = null;
         } catch (TimeoutException e) {
-            future.cancel(false);
+            abandon(future);
             cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within " + timeoutMs
                     + " ms (rdma.handshake.timeout.ms)";
         } catch (ExecutionException e) {
             cause = "RDMA connect to " + leader.getAddress() + ":" + port + " failed: " + e.getCause();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            future.cancel(false);
+            abandon(future);
             cause = "interrupted while connecting RDMA to " + leader.getAddress() + ":" + port;
         }
         try {
@@ -117,5 +118,16 @@ final class FollowerHandshake {
             return new Outcome(Kind.TCP, null, leaderId, cause);
         }
         return new Outcome(Kind.RDMA, stream, leaderId, null);
+    }
+
+    /** Cancels a connect given up on; a stream that completed it meanwhile is closed, not leaked. */
+    private static void abandon(CompletableFuture<RdmaStream> future) {
+        if (!future.cancel(false) && !future.isCompletedExceptionally()) {
+            try {
+                future.join().close();
+            } catch (IOException | RuntimeException ignored) {
+                // Staying on TCP anyway.
+            }
+        }
     }
 }

@@ -20,7 +20,8 @@ import java.util.concurrent.Semaphore;
  *
  * <p>Hostile input costs bounded resources: fixed-size buffers, exact reads, a cap on handshakes in progress
  * (a semaphore shared by the listener), and a deadline enforced by the owner through {@link #expire(String)}.
- * Not thread-safe except {@link #expire(String)} and {@link #failure()}, which may be called from a timer thread.
+ * Not thread-safe except {@link #expire(String)} and {@link #failure()}, which may be called from a timer thread;
+ * every state change takes the monitor {@code expire} takes, so that an expiry is final.
  */
 final class LeaderHandshake {
     enum State { SNIFF, REQUEST_HEADER, HELLO, REPLY, DECISION, AWAIT_STREAM, TCP, RDMA, FAILED }
@@ -124,16 +125,18 @@ final class LeaderHandshake {
                     if (n < 0 || in.get(0) == TLS_HANDSHAKE_RECORD) {
                         // An end of stream Kafka should see, or a TLS handshake: hand back what was read.
                         replay = in.flip();
-                        state = State.TCP;
+                        enter(State.TCP);
                         return state;
                     }
                     if (in.get(0) != Preamble.MAGIC_FIRST_BYTE) {
                         head = ByteBuffer.allocate(REQUEST_HEADER_FIXED + MAX_CLIENT_ID).put(in.get(0));
-                        state = State.REQUEST_HEADER;
+                        enter(State.REQUEST_HEADER);
                         break;
                     }
                     admitted = admission.tryAcquire();
-                    state = State.HELLO;
+                    if (!enter(State.HELLO)) {
+                        release();
+                    }
                     break;
                 }
                 case REQUEST_HEADER: {
@@ -141,7 +144,7 @@ final class LeaderHandshake {
                         return state;
                     }
                     replay = head.flip();
-                    state = State.TCP;
+                    enter(State.TCP);
                     return state;
                 }
                 case HELLO: {
@@ -170,7 +173,7 @@ final class LeaderHandshake {
                         return state;
                     }
                     if (pending != null) {
-                        state = State.DECISION;
+                        enter(State.DECISION);
                     } else {
                         toTcp();
                     }
@@ -187,7 +190,8 @@ final class LeaderHandshake {
                     }
                     byte decision = in.get(0);
                     if (decision == Preamble.DECISION_TCP) {
-                        pending.cancel(false);
+                        // The follower gave up, but its stream may have arrived all the same: close it, not leak it.
+                        cleanUp();
                         fallbackReason = "follower " + peerBrokerId + " could not open its RDMA stream (its log "
                                 + "names the cause)";
                         toTcp();
@@ -197,7 +201,7 @@ final class LeaderHandshake {
                         return fail("invalid RDMA decision byte 0x" + Integer.toHexString(decision & 0xff)
                                 + " (expected: 'D' or 'T')");
                     }
-                    state = State.AWAIT_STREAM;
+                    enter(State.AWAIT_STREAM);
                     break;
                 }
                 case AWAIT_STREAM: {
@@ -211,11 +215,9 @@ final class LeaderHandshake {
                         return fail("follower " + peerBrokerId + " switched to RDMA but its stream failed: " + cause);
                     }
                     release();
-                    if (state == State.FAILED) {
+                    if (!enter(State.RDMA)) {
                         closeQuietly(stream);
-                        return state;
                     }
-                    state = State.RDMA;
                     return state;
                 }
                 default:
@@ -324,13 +326,31 @@ final class LeaderHandshake {
             pending.whenComplete((s, e) -> wakeup.run());
         }
         out = Preamble.reply(status, port, localBrokerId, token);
-        state = State.REPLY;
+        if (!enter(State.REPLY)) {
+            // Expired while the HELLO was read: forget the token just handed out.
+            cleanUp();
+        }
     }
 
     private void toTcp() {
         release();
         replay = ByteBuffer.allocate(0);
-        state = State.TCP;
+        enter(State.TCP);
+    }
+
+    /**
+     * Moves to {@code next} unless {@link #expire} ended the handshake first; under expire's monitor, so that an
+     * expiry (whose clean-up may already have closed the stream) is never overwritten and the connection never goes
+     * on as TCP or RDMA after it.
+     *
+     * @return false when the handshake has FAILED, which it stays
+     */
+    private synchronized boolean enter(State next) {
+        if (state == State.FAILED) {
+            return false;
+        }
+        state = next;
+        return true;
     }
 
     /** Ends the handshake from outside (deadline, shutdown); a no-op once it has finished. */

@@ -14,8 +14,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * selector, whose key caches the descriptor number for life.
  *
  * <p>Built on the JDK's own Linux classes {@code sun.nio.ch.EPoll} and {@code sun.nio.ch.EventFD} (the agent opens
- * {@code sun.nio.ch} to this module). {@link #signal()} may be called from any thread; the rest by the thread owning
- * the channel.
+ * {@code sun.nio.ch} to this module). {@link #signal()} may be called from any thread, also after {@link #close()}
+ * (then it does nothing); the rest by the thread owning the channel.
  */
 final class PollSet implements AutoCloseable {
     static final int POLLIN = 0x001;
@@ -101,8 +101,11 @@ final class PollSet implements AutoCloseable {
     private final int efd;
     private final long pollArray;
     private final AtomicBoolean signalled = new AtomicBoolean();
+    /** Makes {@link #signal()}'s eventfd write and {@link #close()} mutually exclusive. */
+    private final Object eventFdLock = new Object();
     private int socketFd = -1;
     private int socketEvents = -1;
+    /** Written under {@code eventFdLock}; read without it only by the owning thread, which is the one closing. */
     private boolean closed;
 
     /** Why the JDK classes cannot be used here, or {@code null}. */
@@ -172,11 +175,18 @@ final class PollSet implements AutoCloseable {
     /** Wakes the selector: the channel has something to report that TCP does not show. Any thread. */
     void signal() {
         if (signalled.compareAndSet(false, true)) {
-            try {
-                EVENTFD_SET.invokeExact(eventFd);
-            } catch (Throwable t) {
-                // Only fails once closed: nobody polls any more.
-                signalled.set(false);
+            // EventFD.set() writes to the descriptor number, which close() hands back to the process: once closed,
+            // the number may be another file's or socket's, so never write after (or while) it is closed.
+            synchronized (eventFdLock) {
+                if (closed) {
+                    return;
+                }
+                try {
+                    EVENTFD_SET.invokeExact(eventFd);
+                } catch (Throwable t) {
+                    // An open eventfd takes the write; should it not, a later signal tries again.
+                    signalled.set(false);
+                }
             }
         }
     }
@@ -237,14 +247,16 @@ final class PollSet implements AutoCloseable {
 
     @Override
     public void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        try {
-            EVENTFD_CLOSE.invokeExact(eventFd);
-        } catch (Throwable ignored) {
-            // Closing twice or after an I/O error: nothing left to release.
+        synchronized (eventFdLock) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            try {
+                EVENTFD_CLOSE.invokeExact(eventFd);
+            } catch (Throwable ignored) {
+                // Closing after an I/O error: nothing left to release.
+            }
         }
         try {
             CLOSE_INT_FD.invokeExact(epfd);

@@ -130,6 +130,10 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
         src.limit(src.position() + n);
         try {
             buf.writeBytes(src);
+        } catch (RuntimeException | Error e) {
+            // The copy failed: the buffer is still ours to give back.
+            buf.release();
+            throw e;
         } finally {
             src.limit(limit);
         }

@@ -38,7 +38,8 @@ import org.slf4j.LoggerFactory;
  * its preamble reply over TCP, or {@link Preamble#PROBE_TOKEN}, which the leader answers with its broker id
  * ({@link Preamble#probeAnswer}) before closing the connection. Until a connection has presented a token the leader expects, it carries no Kafka byte:
  * an unknown token closes it at once, a missing one after the handshake timeout, and at most
- * {@code maxUnidentified} such connections exist at a time (more are closed on arrival).
+ * {@code maxUnidentified} such connections exist at a time (more are closed on arrival). A probe's connection counts
+ * as one until it is closed: once its answer is delivered, or at the handshake timeout.
  *
  * <p>Thread-safe.
  */
@@ -322,7 +323,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 return;
             }
             counted = true;
-            deadline = ctx.executor().schedule(() -> reject(ctx, "no token within " + handshakeTimeoutMs + " ms "
+            deadline = ctx.executor().schedule(() -> reject(ctx, (tokenBytes < TOKEN_LENGTH ? "no token"
+                    : "its probe answer was not delivered") + " within " + handshakeTimeoutMs + " ms "
                     + "(rdma.handshake.timeout.ms)"), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
             ctx.read();
             ctx.fireChannelActive();
@@ -340,14 +342,16 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 ctx.read();
                 return;
             }
-            uncount();
             if (token == Preamble.PROBE_TOKEN) {
+                // Still counted, and still under the deadline, until the channel is inactive: a peer that never
+                // takes the answer must not keep the connection open outside rdma.handshake.max.in.progress.
                 buf.release();
                 ByteBuf answer = ctx.alloc().directBuffer(Preamble.PROBE_ANSWER_LENGTH)
                         .writeBytes(Preamble.probeAnswer(brokerId));
                 ctx.writeAndFlush(answer).addListener(ChannelFutureListener.CLOSE);
                 return;
             }
+            uncount();
             CompletableFuture<RdmaStream> f = expected.remove(token);
             if (f == null) {
                 buf.release();

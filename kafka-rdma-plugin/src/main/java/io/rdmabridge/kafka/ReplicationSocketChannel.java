@@ -670,6 +670,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
         try {
             if (stream != null) {
+                // The stream's event loop still reports its own close: nobody polls this channel any more.
+                stream.readinessListener(() -> { });
                 stream.close();
             }
         } finally {

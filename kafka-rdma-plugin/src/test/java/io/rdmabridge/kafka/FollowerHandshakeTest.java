@@ -12,6 +12,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -130,6 +131,32 @@ class FollowerHandshakeTest {
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().contains("test: no route to RDMA port"), o.reason());
         assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+    }
+
+    @Test
+    void shouldCloseAStreamThatConnectsRightAtTheDeadline() throws Exception {
+        InMemoryStreamTransport.Pipe toLeader = new InMemoryStreamTransport.Pipe();
+        InMemoryStreamTransport.Pipe toFollower = new InMemoryStreamTransport.Pipe();
+        RdmaStream late = new InMemoryStreamTransport.Stream(toLeader, toFollower);
+        RdmaStream leaderSide = new InMemoryStreamTransport.Stream(toFollower, toLeader);
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        // The wait for the connect times out, and the connect completes before it can be cancelled.
+        transport.connectResult = new CompletableFuture<>() {
+            @Override
+            public RdmaStream get(long timeout, TimeUnit unit) throws TimeoutException {
+                complete(late);
+                throw new TimeoutException();
+            }
+        };
+        CompletableFuture<SocketChannel> leader = leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertTrue(o.reason().endsWith("did not complete within 5000 ms (rdma.handshake.timeout.ms)"), o.reason());
+        assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+        assertEquals(-1, leaderSide.read(ByteBuffer.allocate(1)), "the follower closed the stream it gave up on");
     }
 
     @Test

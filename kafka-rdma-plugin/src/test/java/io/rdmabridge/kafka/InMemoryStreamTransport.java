@@ -16,6 +16,8 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
 
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
     volatile IOException connectFailure;
+    /** When set, what {@link #connect} returns: a test's scripted connect. */
+    volatile CompletableFuture<RdmaStream> connectResult;
     /** The broker id a probe is answered with: the leader id of a fetcher thread named "ReplicaFetcherThread-0-2". */
     volatile int probeAnswer = 2;
     /** When set, probes fail with it, as against a leader without the plugin. */
@@ -56,6 +58,9 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
         if (connectFailure != null) {
             return CompletableFuture.failedFuture(connectFailure);
+        }
+        if (connectResult != null) {
+            return connectResult;
         }
         CompletableFuture<RdmaStream> leaderSide = expected.get(token);
         if (leaderSide == null) {

@@ -7,6 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.netty.buffer.AbstractByteBufAllocator;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.buffer.UnpooledDirectByteBuf;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
@@ -112,6 +116,42 @@ class RdmaChannelTransportTest {
         }
         assertEquals(content.length, s[0].copiedBytesSent(), "sender: one copy into registered memory per byte");
         assertEquals(content.length, s[1].copiedBytesReceived(), "receiver: one copy out of registered memory");
+        s[0].close();
+        s[1].close();
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldReleaseItsBufferWhenTheCopyIntoItFails() throws Exception {
+        RdmaStream[] s = pair(13);
+        ByteBuf[] allocated = new ByteBuf[1];
+        // What a mapped file segment truncated under the leader does to the copy when it faults synchronously.
+        ((RdmaChannelStream) s[0]).channel().config().setAllocator(new AbstractByteBufAllocator(true) {
+            @Override
+            protected ByteBuf newHeapBuffer(int initialCapacity, int maxCapacity) {
+                return Unpooled.buffer(initialCapacity, maxCapacity);
+            }
+
+            @Override
+            protected ByteBuf newDirectBuffer(int initialCapacity, int maxCapacity) {
+                allocated[0] = new UnpooledDirectByteBuf(this, initialCapacity, maxCapacity) {
+                    @Override
+                    public ByteBuf writeBytes(ByteBuffer src) {
+                        throw new InternalError("test: a fault occurred in an unsafe memory access operation");
+                    }
+                };
+                return allocated[0];
+            }
+
+            @Override
+            public boolean isDirectBufferPooled() {
+                return false;
+            }
+        });
+        ByteBuffer src = ByteBuffer.wrap("fetch".getBytes());
+        assertThrows(InternalError.class, () -> s[0].write(src));
+        assertEquals(0, allocated[0].refCnt(), "the buffer the bytes were to be copied into was released");
+        assertEquals(src.capacity(), src.limit(), "the caller's limit restored");
         s[0].close();
         s[1].close();
     }
@@ -229,6 +269,83 @@ class RdmaChannelTransportTest {
         assertEquals("fetch", new String(in.array()));
         s[0].close();
         s[1].close();
+    }
+
+    /**
+     * Whether the leader closed the connection behind {@code connect} within 15 s, or refused it; closes the
+     * follower's side either way.
+     */
+    private static boolean closedByLeader(CompletableFuture<RdmaStream> connect) throws Exception {
+        RdmaStream s;
+        try {
+            s = connect.get(15, TimeUnit.SECONDS);
+        } catch (ExecutionException e) {
+            return true;
+        }
+        try {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+            ByteBuffer b = ByteBuffer.allocate(16);
+            while (System.nanoTime() < deadline) {
+                try {
+                    if (s.read(b.clear()) < 0) {
+                        return true;
+                    }
+                } catch (IOException e) {
+                    return true;
+                }
+                Thread.sleep(1);
+            }
+            return false;
+        } finally {
+            s.close();
+        }
+    }
+
+    /** Opens a probe's connection that reads the answer but, sending nothing more, never acknowledges it. */
+    private RdmaStream silentProbe() throws Exception {
+        RdmaStream probe = transport.connect(listener(), Preamble.PROBE_TOKEN).get(10, TimeUnit.SECONDS);
+        ByteBuffer answer = ByteBuffer.allocate(Preamble.PROBE_ANSWER_LENGTH);
+        readFully(probe, answer);
+        assertEquals(1, answer.getInt(4), "the leader's broker id");
+        return probe;
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCloseAProbeWhoseAnswerIsNotDeliveredAtTheHandshakeTimeout() throws Exception {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 500, 64, 64, 4);
+        // The answer reaches the follower, but the leader learns it only from the send completion, held back here.
+        soft.faults().delaySendCompletions(TimeUnit.SECONDS.toNanos(60));
+        try {
+            RdmaStream probe = silentProbe();
+            assertTrue(closedByLeader(CompletableFuture.completedFuture(probe)),
+                    "a probe whose answer was never delivered stayed open past the handshake timeout");
+        } finally {
+            soft.faults().reset();
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCountAProbeAgainstTheHandshakeCapUntilItIsClosed() throws Exception {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 5000, 64, 64, 1);
+        soft.faults().delaySendCompletions(TimeUnit.SECONDS.toNanos(60));
+        RdmaStream probe;
+        try {
+            probe = silentProbe();
+        } finally {
+            soft.faults().reset();
+        }
+        try {
+            CompletableFuture<RdmaStream> expected = transport.expect(12);
+            assertTrue(closedByLeader(transport.connect(listener(), 12)), "a connection beyond "
+                    + "rdma.handshake.max.in.progress=1 was accepted while a probe's answer was not delivered");
+            assertFalse(expected.isDone(), "it presented no token");
+        } finally {
+            probe.close();
+        }
     }
 
     @Test
