@@ -195,7 +195,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 LOG.info("RDMA shuffle: executor {} serves shuffle blocks at {} over {}", env.executorId(), address,
                         transport.description());
                 return new ExecutorTransport(transport, server, client, directory,
-                        new RoutingBlockStoreClient(client, directory, env.blockManager().blockStoreClient(),
+                        new RoutingBlockStoreClient(client, directory::lookup, env.blockManager().blockStoreClient(),
                                 metrics));
             } catch (Exception | LinkageError e) {
                 if (transport != null) {

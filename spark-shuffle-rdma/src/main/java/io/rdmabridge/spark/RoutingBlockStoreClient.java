@@ -1,6 +1,7 @@
 package io.rdmabridge.spark;
 
 import java.net.InetSocketAddress;
+import java.util.function.Function;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.apache.spark.network.shuffle.BlockStoreClient;
 import org.apache.spark.network.shuffle.DownloadFileManager;
@@ -9,18 +10,21 @@ import org.apache.spark.network.shuffle.checksum.Cause;
 /**
  * The {@link BlockStoreClient} handed to Spark's fetch iterator: blocks of executors that run a block server are
  * fetched over the block transport, all others (and everything that is not a block fetch) through Spark's own client.
- * Thread-safe.
+ * So are requests Spark wants streamed to disk (it passes a {@link DownloadFileManager} for requests larger than
+ * {@code spark.network.maxRemoteBlockSizeFetchToMem}): the block transport receives into memory, and a large
+ * skewed block held there would escape the memory bound Spark keeps with that setting. Thread-safe.
  */
 final class RoutingBlockStoreClient extends BlockStoreClient {
     private final ShuffleBlockClient blockClient;
-    private final BlockServerDirectory.Executor directory;
+    private final Function<String, InetSocketAddress> blockServerOf;
     private final BlockStoreClient sparkClient;
     private final RdmaShuffleMetrics metrics;
 
-    RoutingBlockStoreClient(ShuffleBlockClient blockClient, BlockServerDirectory.Executor directory,
+    /** {@code blockServerOf} maps an executor id to its block server's address, or {@code null} when it runs none. */
+    RoutingBlockStoreClient(ShuffleBlockClient blockClient, Function<String, InetSocketAddress> blockServerOf,
                             BlockStoreClient sparkClient, RdmaShuffleMetrics metrics) {
         this.blockClient = blockClient;
-        this.directory = directory;
+        this.blockServerOf = blockServerOf;
         this.sparkClient = sparkClient;
         this.metrics = metrics;
     }
@@ -28,7 +32,7 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
     @Override
     public void fetchBlocks(String host, int port, String execId, String[] blockIds, BlockFetchingListener listener,
                             DownloadFileManager downloadFileManager) {
-        InetSocketAddress server = directory.lookup(execId);
+        InetSocketAddress server = downloadFileManager == null ? blockServerOf.apply(execId) : null;
         if (server != null) {
             // Blocks arrive in the transport's receive buffers, never streamed to temporary files.
             blockClient.fetch(server, blockIds, listener);

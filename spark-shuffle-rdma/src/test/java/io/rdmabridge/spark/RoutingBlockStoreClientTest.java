@@ -1,0 +1,121 @@
+package io.rdmabridge.spark;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.network.buffer.ManagedBuffer;
+import org.apache.spark.network.shuffle.BlockFetchingListener;
+import org.apache.spark.network.shuffle.BlockStoreClient;
+import org.apache.spark.network.shuffle.DownloadFile;
+import org.apache.spark.network.shuffle.DownloadFileManager;
+import org.apache.spark.network.util.TransportConf;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** Which client a fetch of Spark's iterator goes to: the block transport, or Spark's own. */
+class RoutingBlockStoreClientTest {
+    private static final String[] BLOCKS = {"shuffle_0_1_2", "shuffle_0_3_2"};
+    // Nothing listens there: a fetch routed to the block transport fails to connect.
+    private static final InetSocketAddress NO_SERVER = new InetSocketAddress("127.0.0.1", 1);
+
+    private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
+    private final List<Object[]> sparkFetches = new ArrayList<>();
+    private final LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+    private BlockTransport transport;
+    private ShuffleBlockClient blockClient;
+    private RoutingBlockStoreClient routing;
+
+    @BeforeEach
+    void setUp() throws Exception {
+        transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
+                RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-routing");
+        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, 10_000, metrics);
+        BlockStoreClient sparkClient = new BlockStoreClient() {
+            @Override
+            public void fetchBlocks(String host, int port, String execId, String[] blockIds,
+                                    BlockFetchingListener listener, DownloadFileManager downloadFileManager) {
+                sparkFetches.add(new Object[] {execId, blockIds, downloadFileManager});
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        routing = new RoutingBlockStoreClient(blockClient, id -> id.equals("1") ? NO_SERVER : null, sparkClient,
+                metrics);
+    }
+
+    @AfterEach
+    void tearDown() throws Exception {
+        blockClient.close();
+        transport.close();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!transport.provider().resourceUsage().isZero() && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertTrue(transport.provider().resourceUsage().isZero(), "leaked: " + transport.provider().resourceUsage());
+    }
+
+    private final BlockFetchingListener listener = new BlockFetchingListener() {
+        @Override
+        public void onBlockFetchSuccess(String blockId, ManagedBuffer data) {
+            throw new AssertionError("nothing serves " + blockId);
+        }
+
+        @Override
+        public void onBlockFetchFailure(String blockId, Throwable exception) {
+            failures.add(exception);
+        }
+    };
+
+    @Test
+    void shouldFetchFromABlockServerOverTheBlockTransport() throws Exception {
+        routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+        Throwable failure = failures.poll(10, TimeUnit.SECONDS);
+        assertNotNull(failure, "the block transport did not report the fetch");
+        assertTrue(failure.getMessage().contains("cannot reach shuffle block server"), failure.getMessage());
+        assertTrue(sparkFetches.isEmpty(), "went to Spark's client");
+    }
+
+    @Test
+    void shouldLeaveExecutorsWithoutABlockServerToSpark() {
+        routing.fetchBlocks("127.0.0.1", 7337, "2", BLOCKS, listener, null);
+        assertEquals(1, sparkFetches.size());
+        assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
+    }
+
+    /**
+     * Spark passes a download file manager for a request larger than spark.network.maxRemoteBlockSizeFetchToMem so
+     * that its blocks are streamed to disk; the block transport would hold them in memory, so Spark's client takes it.
+     */
+    @Test
+    void shouldLeaveRequestsToBeStreamedToDiskToSpark() {
+        DownloadFileManager toDisk = new DownloadFileManager() {
+            @Override
+            public DownloadFile createTempFile(TransportConf conf) {
+                throw new UnsupportedOperationException("not called by the routing");
+            }
+
+            @Override
+            public boolean registerTempFileToClean(DownloadFile file) {
+                return false;
+            }
+        };
+        routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, toDisk);
+        assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
+        assertEquals("1", sparkFetches.get(0)[0]);
+        assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+        assertSame(toDisk, sparkFetches.get(0)[2]);
+        assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
+        assertTrue(failures.isEmpty(), "the block transport was asked too: " + failures);
+    }
+}
