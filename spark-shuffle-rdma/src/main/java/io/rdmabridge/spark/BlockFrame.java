@@ -24,7 +24,7 @@ import java.util.function.BooleanSupplier;
  * RESPONSE   client to server, answer:       HMAC-SHA256(secret, nonce) (32 bytes; zeros without a secret)
  * FETCH      client to server:               request id (8), block id length (2), block id (UTF-8)
  * BLOCK      server to client:               request id (8), block bytes (the rest of the frame)
- * FAILURE    either way:                     request id (8; -1: the connection), message (UTF-8, the rest)
+ * FAILURE    either way:                     request id (8; -1: the connection), message (UTF-8, the rest, max. 64 KiB)
  * </pre>
  *
  * A BLOCK frame's payload is written as its own buffer or file region after the header, so block bytes are never
@@ -44,6 +44,11 @@ final class BlockFrame {
     /** Largest block a frame can carry (the frame length is a signed 32-bit field). */
     static final long MAX_BLOCK_LENGTH = Integer.MAX_VALUE - TYPE_LENGTH - REQUEST_ID_LENGTH;
     static final int BLOCK_HEADER_LENGTH = LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH;
+    /** The length field of every CHALLENGE frame: flags and nonce. */
+    static final int CHALLENGE_FRAME_LENGTH = TYPE_LENGTH + 1 + NONCE_LENGTH;
+    /** Longest FAILURE message, in UTF-8 bytes: {@link #failure} truncates to it, a client refuses longer ones. */
+    static final int MAX_FAILURE_MESSAGE_LENGTH = 64 * 1024;
+    static final int MAX_FAILURE_FRAME_LENGTH = TYPE_LENGTH + REQUEST_ID_LENGTH + MAX_FAILURE_MESSAGE_LENGTH;
 
     static final byte CHALLENGE = 1;
     static final byte RESPONSE = 2;
@@ -80,9 +85,58 @@ final class BlockFrame {
         return decoder;
     }
 
+    /**
+     * A frame decoder that hands each frame's header to {@code check} as soon as it has arrived (the length field, the
+     * type and, for BLOCK and FAILURE, the request id) and buffers the body only once the check has passed: a peer
+     * cannot make the receiver hold bytes it would refuse. A refused header fails the connection; nothing after it is
+     * decoded.
+     */
+    static LengthFieldBasedFrameDecoder newFrameDecoder(HeaderCheck check) {
+        LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(Integer.MAX_VALUE, 0,
+                LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true) {
+            @Override
+            protected Object decode(ChannelHandlerContext ctx, ByteBuf in) throws Exception {
+                if (in.readableBytes() < LENGTH_FIELD_LENGTH + TYPE_LENGTH) {
+                    return null;
+                }
+                int start = in.readerIndex();
+                int length = in.getInt(start);
+                byte type = in.getByte(start + LENGTH_FIELD_LENGTH);
+                boolean hasRequestId = type == BLOCK || type == FAILURE;
+                try {
+                    int minLength = TYPE_LENGTH + (hasRequestId ? REQUEST_ID_LENGTH : 0);
+                    if (length < minLength) {
+                        throw new CorruptedFrameException("frame length=" + length + " of type=" + type
+                                + " (expected: at least " + minLength + ")");
+                    }
+                    if (hasRequestId && in.readableBytes() < BLOCK_HEADER_LENGTH) {
+                        return null;
+                    }
+                    check.check(length, type, hasRequestId ? in.getLong(start + LENGTH_FIELD_LENGTH + TYPE_LENGTH) : 0);
+                } catch (CorruptedFrameException e) {
+                    in.skipBytes(in.readableBytes());
+                    throw e;
+                }
+                return super.decode(ctx, in);
+            }
+        };
+        decoder.setCumulator(LengthFieldBasedFrameDecoder.COMPOSITE_CUMULATOR);
+        return decoder;
+    }
+
+    /** Checks a frame's header before its body is buffered. */
+    @FunctionalInterface
+    interface HeaderCheck {
+        /**
+         * Throws {@link CorruptedFrameException}, naming the field, to refuse the frame. {@code requestId} is that of a
+         * BLOCK or FAILURE frame, 0 for the types that carry none.
+         */
+        void check(int frameLength, byte type, long requestId);
+    }
+
     static ByteBuf challenge(ByteBufAllocator alloc, boolean authRequired, byte[] nonce) {
         ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + 1 + NONCE_LENGTH);
-        buf.writeInt(TYPE_LENGTH + 1 + NONCE_LENGTH).writeByte(CHALLENGE)
+        buf.writeInt(CHALLENGE_FRAME_LENGTH).writeByte(CHALLENGE)
                 .writeByte(authRequired ? FLAG_AUTH_REQUIRED : 0).writeBytes(nonce, 0, NONCE_LENGTH);
         return buf;
     }
@@ -116,11 +170,20 @@ final class BlockFrame {
         return buf;
     }
 
+    /** A FAILURE frame, its message cut to {@link #MAX_FAILURE_MESSAGE_LENGTH} bytes: clients refuse longer ones. */
     static ByteBuf failure(ByteBufAllocator alloc, long requestId, String message) {
         byte[] text = message.getBytes(StandardCharsets.UTF_8);
-        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH + text.length);
-        buf.writeInt(TYPE_LENGTH + REQUEST_ID_LENGTH + text.length).writeByte(FAILURE).writeLong(requestId)
-                .writeBytes(text);
+        int length = text.length;
+        if (length > MAX_FAILURE_MESSAGE_LENGTH) {
+            length = MAX_FAILURE_MESSAGE_LENGTH;
+            // Cut before a character, not inside one: back over UTF-8 continuation bytes.
+            while ((text[length] & 0xC0) == 0x80) {
+                length--;
+            }
+        }
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH + length);
+        buf.writeInt(TYPE_LENGTH + REQUEST_ID_LENGTH + length).writeByte(FAILURE).writeLong(requestId)
+                .writeBytes(text, 0, length);
         return buf;
     }
 

@@ -2,7 +2,9 @@ package io.rdmabridge.spark;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.PrintStream;
 import java.net.InetSocketAddress;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.network.buffer.ManagedBuffer;
@@ -13,23 +15,42 @@ import org.apache.spark.network.shuffle.BlockFetchingListener;
  * reachable and refuses peers without the application secret, and for tests.
  *
  * <pre>
- * java -cp spark-shuffle-rdma.jar:$SPARK_HOME/jars/* io.rdmabridge.spark.BlockServerProbe \
- *     HOST PORT BLOCK_ID [PROVIDER [SECRET]]
+ * RDMABRIDGE_SHUFFLE_SECRET=... java -cp spark-shuffle-rdma.jar:$SPARK_HOME/jars/* \
+ *     io.rdmabridge.spark.BlockServerProbe HOST PORT BLOCK_ID [PROVIDER]
  * </pre>
+ *
+ * The application secret, if the server requires one, comes from the environment variable
+ * {@code RDMABRIDGE_SHUFFLE_SECRET}: on the command line any user of the host could read it (/proc/PID/cmdline, ps).
  */
 public final class BlockServerProbe {
+    static final String SECRET_ENV = "RDMABRIDGE_SHUFFLE_SECRET";
+
     private BlockServerProbe() {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 3) {
-            System.err.println("usage: BlockServerProbe HOST PORT BLOCK_ID [PROVIDER (default auto) [SECRET]]");
-            System.exit(2);
+        System.exit(run(args, System.getenv(), System.out, System.err));
+    }
+
+    /** {@link #main} without the exit: returns its status (0 fetched, 1 failed, 2 usage). */
+    static int run(String[] args, Map<String, String> env, PrintStream out, PrintStream err)
+            throws BlockTransport.UnavailableException, InterruptedException {
+        if (args.length > 4) {
+            // The old SECRET argument: refused rather than ignored, so that no script goes on exposing it.
+            err.println("BlockServerProbe: the secret is not taken as an argument, where any user of this host can "
+                    + "read it (/proc/PID/cmdline): set the environment variable " + SECRET_ENV + " instead");
+            return 2;
         }
+        if (args.length < 3) {
+            err.println("usage: [" + SECRET_ENV + "=SECRET] BlockServerProbe HOST PORT BLOCK_ID [PROVIDER (default "
+                    + "auto)]");
+            return 2;
+        }
+        String secret = env.get(SECRET_ENV);
         String outcome = fetch(args[0], Integer.parseInt(args[1]), args[2], args.length > 3 ? args[3] : "auto",
-                args.length > 4 ? args[4] : null);
-        System.out.println(outcome);
-        System.exit(outcome.startsWith("fetched ") ? 0 : 1);
+                secret == null || secret.isEmpty() ? null : secret);
+        out.println(outcome);
+        return outcome.startsWith("fetched ") ? 0 : 1;
     }
 
     /**

@@ -28,8 +28,9 @@ import org.slf4j.LoggerFactory;
 /**
  * Fetches shuffle blocks from other executors' {@link ShuffleBlockServer}s: one connection per server, shared by all
  * tasks of this executor, requests pipelined on it. Every block asked for gets exactly one callback, success or
- * failure; a connection that closes, errs or stays silent past the fetch timeout with fetches outstanding fails them
- * all, which Spark turns into a {@code FetchFailedException} and a stage retry.
+ * failure; a connection that closes, errs, sends no challenge within the fetch timeout or stays silent past it with
+ * fetches outstanding fails them all, which Spark turns into a {@code FetchFailedException} and a stage retry. Each
+ * frame's header is checked as soon as it arrives, so a peer cannot make this side buffer a frame it would refuse.
  *
  * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop.
  */
@@ -100,8 +101,8 @@ final class ShuffleBlockClient implements AutoCloseable {
             @Override
             protected void initChannel(Channel ch) {
                 transport.track(ch);
-                ch.pipeline().addLast(BlockFrame.newFrameDecoder(Integer.MAX_VALUE),
-                        new ConnectionHandler(server, ready));
+                ConnectionHandler handler = new ConnectionHandler(server, ready);
+                ch.pipeline().addLast(BlockFrame.newFrameDecoder(handler::checkHeader), handler);
             }
         }).connect(server);
         connected.addListener(f -> {
@@ -141,6 +142,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         private final Map<Long, Pending> pending = new HashMap<>();
         private long nextRequestId;
         private long lastReadNanos = System.nanoTime();
+        private long activeNanos;
         private Throwable failure;
         private ScheduledFuture<?> timeoutCheck;
 
@@ -169,9 +171,18 @@ final class ShuffleBlockClient implements AutoCloseable {
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
+            activeNanos = System.nanoTime();
             long period = Math.max(TimeUnit.MILLISECONDS.toNanos(100), fetchTimeoutNanos / 4);
             timeoutCheck = ctx.executor().scheduleAtFixedRate(() -> {
-                if (!pending.isEmpty() && System.nanoTime() - lastReadNanos > fetchTimeoutNanos) {
+                long now = System.nanoTime();
+                // Fetches wait for the challenge outside pending: without this, a peer that never sends one holds
+                // them (and Spark's reader) for ever.
+                if (!ready.isDone() && now - activeNanos > fetchTimeoutNanos) {
+                    exceptionCaught(ctx, new IOException("no CHALLENGE from shuffle block server " + server
+                            + " within " + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms ("
+                            + RdmaShuffleConf.FETCH_TIMEOUT + "): it is not an rdma-bridge block server, or it is "
+                            + "stalled"));
+                } else if (!pending.isEmpty() && now - lastReadNanos > fetchTimeoutNanos) {
                     exceptionCaught(ctx, new IOException("no data from shuffle block server " + server + " for "
                             + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms with " + pending.size()
                             + " fetches outstanding (" + RdmaShuffleConf.FETCH_TIMEOUT + ")"));
@@ -180,14 +191,42 @@ final class ShuffleBlockClient implements AutoCloseable {
             ctx.fireChannelActive();
         }
 
+        /**
+         * Refuses a frame at its header, before its body is buffered: a peer could otherwise make this executor hold up
+         * to 2 GiB before it has even sent its challenge, for a request never made, or as a failure message.
+         */
+        void checkHeader(int length, byte type, long requestId) {
+            if (!ready.isDone()) {
+                if (type == BlockFrame.CHALLENGE ? length != BlockFrame.CHALLENGE_FRAME_LENGTH
+                        : type != BlockFrame.FAILURE) {
+                    throw new CorruptedFrameException("type=" + type + " length=" + length + " from " + server
+                            + " before its CHALLENGE (expected: a CHALLENGE of length "
+                            + BlockFrame.CHALLENGE_FRAME_LENGTH + ", or a FAILURE): it is not an rdma-bridge block "
+                            + "server");
+                }
+            } else if (type != BlockFrame.BLOCK && type != BlockFrame.FAILURE) {
+                throw new CorruptedFrameException("type=" + type + " from " + server + " (expected: CHALLENGE first, "
+                        + "then BLOCK or FAILURE)");
+            }
+            if (type == BlockFrame.FAILURE && length > BlockFrame.MAX_FAILURE_FRAME_LENGTH) {
+                throw new CorruptedFrameException("FAILURE length=" + length + " from " + server + " (expected: at "
+                        + "most " + BlockFrame.MAX_FAILURE_FRAME_LENGTH + ": a message of at most "
+                        + BlockFrame.MAX_FAILURE_MESSAGE_LENGTH + " bytes)");
+            }
+            boolean fetchResponse = type == BlockFrame.BLOCK
+                    || type == BlockFrame.FAILURE && requestId != BlockFrame.CONNECTION_REQUEST_ID;
+            if (fetchResponse && !pending.containsKey(requestId)) {
+                throw new CorruptedFrameException("requestId=" + requestId + " from " + server
+                        + " (expected: one of the " + pending.size() + " outstanding fetches)");
+            }
+        }
+
+        /** Type, length and request id were checked on arrival, by {@link #checkHeader}. */
         @Override
         protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
             lastReadNanos = System.nanoTime();
             byte type = BlockFrame.readType(frame);
-            if (type == BlockFrame.CHALLENGE && !ready.isDone()) {
-                if (frame.readableBytes() < 1) {
-                    throw new CorruptedFrameException("CHALLENGE without flags");
-                }
+            if (type == BlockFrame.CHALLENGE) {
                 boolean authRequired = (frame.readByte() & BlockFrame.FLAG_AUTH_REQUIRED) != 0;
                 byte[] nonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
                 if (authRequired && !authenticator.isRequired()) {
@@ -196,9 +235,8 @@ final class ShuffleBlockClient implements AutoCloseable {
                 }
                 ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.answer(nonce)));
                 ready.trySuccess(ctx.channel());
-            } else if (type == BlockFrame.BLOCK && ready.isDone()) {
-                long requestId = BlockFrame.readRequestId(frame);
-                Pending p = take(requestId);
+            } else if (type == BlockFrame.BLOCK) {
+                Pending p = pending.remove(BlockFrame.readRequestId(frame));
                 FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice());
                 metrics.blocksFetched.inc();
                 metrics.bytesFetched.inc(block.size());
@@ -209,29 +247,17 @@ final class ShuffleBlockClient implements AutoCloseable {
                     // Spark retained what it keeps; this releases the transport's own reference.
                     block.release();
                 }
-            } else if (type == BlockFrame.FAILURE) {
+            } else {
                 long requestId = BlockFrame.readRequestId(frame);
                 String message = BlockFrame.readMessage(frame);
                 if (requestId == BlockFrame.CONNECTION_REQUEST_ID) {
                     throw new PeerFailure("shuffle block server " + server + " closed the connection: " + message);
                 }
-                Pending p = take(requestId);
+                Pending p = pending.remove(requestId);
                 metrics.fetchFailures.inc();
                 p.listener.onBlockFetchFailure(p.blockId, new IOException("shuffle block server " + server + ": "
                         + message));
-            } else {
-                throw new CorruptedFrameException("type=" + type + " from " + server + " (expected: CHALLENGE first, "
-                        + "then BLOCK or FAILURE)");
             }
-        }
-
-        private Pending take(long requestId) {
-            Pending p = pending.remove(requestId);
-            if (p == null) {
-                throw new CorruptedFrameException("requestId=" + requestId + " from " + server
-                        + " (expected: one of the " + pending.size() + " outstanding fetches)");
-            }
-            return p;
         }
 
         @Override

@@ -96,14 +96,19 @@ final class ShuffleBlockServer implements AutoCloseable {
                     @Override
                     protected void initChannel(Channel ch) {
                         transport.track(ch);
-                        boolean admitted = openConnections.incrementAndGet() <= conf.maxConnections;
-                        ch.closeFuture().addListener(f -> openConnections.decrementAndGet());
-                        ConnectionHandler handler = new ConnectionHandler(ch, admitted);
-                        ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH,
-                                handler::isPaused), handler);
+                        initConnection(ch);
                     }
                 });
         serverChannel = bootstrap.bind(host, port).syncUninterruptibly().channel();
+    }
+
+    /** Sets up an accepted connection's pipeline; any channel will do (tests use one whose writes complete at once). */
+    void initConnection(Channel ch) {
+        boolean admitted = openConnections.incrementAndGet() <= conf.maxConnections;
+        ch.closeFuture().addListener(f -> openConnections.decrementAndGet());
+        ConnectionHandler handler = new ConnectionHandler(ch, admitted);
+        ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH, handler::isPaused),
+                handler);
     }
 
     InetSocketAddress localAddress() {
@@ -403,11 +408,21 @@ final class ShuffleBlockServer implements AutoCloseable {
             outstanding--;
             if (paused && outstanding <= conf.maxRequestsPerConnection / 2 && channel.isActive()) {
                 paused = false;
-                // Decode what was held back first; that may pause again.
-                channel.pipeline().fireChannelRead(Unpooled.EMPTY_BUFFER);
-                if (!paused) {
-                    channel.config().setAutoRead(true);
-                }
+                // Not inline: a write can complete within channelRead0 (a failure, small: at once on a socket, or on
+                // the RDMA channel once copied), while the decoder still delivers the current frame; a nested decode
+                // there consumes and releases the buffer the outer one goes on reading.
+                channel.eventLoop().execute(this::resume);
+            }
+        }
+
+        /** Decodes what was held back first (that may pause again), then reads again if it did not. */
+        private void resume() {
+            if (!channel.isActive()) {
+                return;
+            }
+            channel.pipeline().fireChannelRead(Unpooled.EMPTY_BUFFER);
+            if (!paused) {
+                channel.config().setAutoRead(true);
             }
         }
 

@@ -2,18 +2,26 @@ package io.rdmabridge.spark;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
+import io.netty.channel.FileRegion;
 import io.netty.channel.SimpleChannelInboundHandler;
+import io.netty.channel.embedded.EmbeddedChannel;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import io.rdmabridge.verbs.ResourceUsage;
+import java.io.ByteArrayOutputStream;
 import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
+import java.nio.channels.Channels;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -52,6 +60,12 @@ import org.junit.jupiter.api.io.TempDir;
 class ShuffleBlockServerLimitsTest {
     private static final TransportConf TRANSPORT_CONF = new TransportConf("shuffle", MapConfigProvider.EMPTY);
     private static final String NO_TIMEOUT = "1h";
+    /**
+     * Blocks and missing ones ("missing_N" fails to open), pipelined: ending with two failures in a row, whose
+     * answers complete one inside the other when writes complete at once.
+     */
+    private static final String[] PIPELINED = {"missing_0", "b_0_1000", "b_5000_3000", "missing_3", "b_9000_10",
+        "missing_5", "missing_6"};
 
     @TempDir
     File dir;
@@ -213,6 +227,118 @@ class ShuffleBlockServerLimitsTest {
     }
 
     @Test
+    void shouldAnswerEachPipelinedRequestOnceThroughPausesAndFailures() throws Exception {
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_REQUESTS_PER_CONNECTION, "1")) {
+            Baseline baseline = new Baseline();
+            RawPeer peer = authenticatedPeer(server);
+            // All requests in one message, so that they arrive in one read.
+            peer.ch.writeAndFlush(pipelinedFetches(peer.ch, false));
+            List<Frame> responses = new ArrayList<>();
+            for (int i = 0; i < PIPELINED.length; i++) {
+                responses.add(peer.next());
+            }
+            assertAnsweredOnceInOrder(responses);
+            assertNull(peer.frames.poll(300, TimeUnit.MILLISECONDS), "nothing after the last response");
+            assertTrue(peer.ch.isActive(), "the connection stays open");
+            peer.close();
+            baseline.awaitReturn(server);
+        }
+    }
+
+    @Test
+    void shouldAnswerEachPipelinedRequestOnceWhereSmallWritesCompleteAtOnce() throws Exception {
+        // A socket completes a small write within its flush, and so does the RDMA channel a write it copied (memory
+        // registration refused): a failure then completes within the read that decoded its request and, one request
+        // allowed, un-pauses the connection while the decoder still delivers that request. The RDMA channel above
+        // completes failures from registered memory on delivery, later; an embedded channel completes every write
+        // at once.
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_REQUESTS_PER_CONNECTION, "1")) {
+            EmbeddedChannel ch = new EmbeddedChannel(new ChannelInitializer<>() {
+                @Override
+                protected void initChannel(Channel c) {
+                    server.initConnection(c);
+                }
+            });
+            ByteBuf challenge = ch.readOutbound();
+            assertEquals(BlockFrame.CHALLENGE, challenge.getByte(BlockFrame.LENGTH_FIELD_LENGTH));
+            challenge.release();
+            ch.writeInbound(pipelinedFetches(ch, true));
+            List<Frame> responses = new ArrayList<>();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            do {
+                ch.runPendingTasks();
+                for (Object o; (o = ch.readOutbound()) != null; ) {
+                    responses.add(embeddedResponse((ByteBuf) o, ch));
+                }
+            } while (responses.size() < PIPELINED.length && ch.isActive() && System.nanoTime() < deadline);
+            assertAnsweredOnceInOrder(responses);
+            assertTrue(ch.isActive(), "the connection stays open");
+            assertTrue(ch.config().isAutoRead(), "reading again once every request is answered");
+            assertEquals(List.of(), warnings.lines);
+            assertFalse(ch.finishAndReleaseAll(), "nothing left over");
+        }
+    }
+
+    /** The FETCH frames for {@link #PIPELINED}, request id = index, after the RESPONSE if asked, in one buffer. */
+    private static ByteBuf pipelinedFetches(Channel ch, boolean withResponse) {
+        List<ByteBuf> frames = new ArrayList<>();
+        if (withResponse) {
+            frames.add(BlockFrame.response(ch.alloc(), new byte[BlockFrame.MAC_LENGTH]));
+        }
+        for (int i = 0; i < PIPELINED.length; i++) {
+            frames.add(BlockFrame.fetch(ch.alloc(), i, PIPELINED[i]));
+        }
+        ByteBuf batch = ch.alloc().buffer();
+        for (ByteBuf f : frames) {
+            batch.writeBytes(f);
+            f.release();
+        }
+        return batch;
+    }
+
+    private void assertAnsweredOnceInOrder(List<Frame> responses) {
+        assertEquals(PIPELINED.length, responses.size(), responses.toString());
+        for (int i = 0; i < PIPELINED.length; i++) {
+            Frame response = responses.get(i);
+            assertEquals(i, response.requestId, "responses in request order, each once: " + responses);
+            if (PIPELINED[i].startsWith("missing")) {
+                assertEquals(BlockFrame.FAILURE, response.type, response.toString());
+                assertTrue(response.text().startsWith("cannot serve " + PIPELINED[i] + ": "), response.text());
+            } else {
+                assertEquals(BlockFrame.BLOCK, response.type, response.toString());
+                String[] f = PIPELINED[i].split("_");
+                assertArrayEquals(slice(Integer.parseInt(f[1]), Integer.parseInt(f[2])), response.body, PIPELINED[i]);
+            }
+        }
+    }
+
+    /** One response the server wrote to an embedded channel: a FAILURE frame, or a BLOCK header and its payload. */
+    private static Frame embeddedResponse(ByteBuf frame, EmbeddedChannel ch) {
+        try {
+            frame.skipBytes(BlockFrame.LENGTH_FIELD_LENGTH);
+            byte type = frame.readByte();
+            long requestId = frame.readLong();
+            if (type != BlockFrame.BLOCK) {
+                byte[] text = new byte[frame.readableBytes()];
+                frame.readBytes(text);
+                return new Frame(type, requestId, text);
+            }
+            FileRegion payload = ch.readOutbound();
+            try {
+                ByteArrayOutputStream body = new ByteArrayOutputStream();
+                payload.transferTo(Channels.newChannel(body), 0);
+                return new Frame(type, requestId, body.toByteArray());
+            } finally {
+                payload.release();
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } finally {
+            frame.release();
+        }
+    }
+
+    @Test
     void shouldHoldAPeerThatStopsReadingToItsShareOfThePinnedMemoryCap() throws Exception {
         int size = 32 * 1024;
         try (ShuffleBlockServer server = server(null, RdmaShuffleConf.PINNED_MEMORY_CAP, "256k",
@@ -343,6 +469,12 @@ class ShuffleBlockServerLimitsTest {
     private record Frame(byte type, long requestId, byte[] body) {
         String text() {
             return new String(body, java.nio.charset.StandardCharsets.UTF_8);
+        }
+
+        @Override
+        public String toString() {
+            return (type == BlockFrame.FAILURE ? "FAILURE " + requestId + " \"" + text() + "\""
+                    : "type=" + type + " " + requestId + " (" + body.length + " bytes)");
         }
     }
 

@@ -1,0 +1,188 @@
+package io.rdmabridge.spark;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.SimpleChannelInboundHandler;
+import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
+import java.net.InetSocketAddress;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BiConsumer;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Hostile block servers against the fetch client, on the real wire: a server on {@link BlockTransport} that speaks
+ * the block protocol only as far as the test says. Every fetch must end in a callback, promptly, naming the cause;
+ * the client must not wait for bytes it would refuse. Waits are liveness bounds, well under the fetch timeout where
+ * the point is that the client did not wait for it.
+ */
+class ShuffleBlockClientLimitsTest {
+    private static final long LONG_FETCH_TIMEOUT_MILLIS = 60_000;
+
+    private BlockTransport transport;
+    private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
+
+    @BeforeEach
+    void setUp() throws Exception {
+        transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
+                RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-rdma-shuffle-client-limits");
+    }
+
+    @AfterEach
+    void tearDown() throws InterruptedException {
+        transport.close();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!transport.provider().resourceUsage().isZero() && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertTrue(transport.provider().resourceUsage().isZero());
+    }
+
+    @Test
+    void shouldFailAFetchWhenTheServerNeverSendsItsChallenge() throws Exception {
+        try (FakeServer server = new FakeServer(ch -> { }, (ch, frame) -> { });
+             ShuffleBlockClient client = client(300)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("no CHALLENGE from shuffle block server") && cause.getMessage()
+                    .contains("within 300 ms (spark.shuffle.rdma.fetchTimeout)"), cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseAHugeFrameBeforeTheChallengeAtItsHeader() throws Exception {
+        // Announces a 1 GiB "challenge" and sends a little of it: the client must not wait for the rest.
+        try (FakeServer server = new FakeServer(ch -> ch.writeAndFlush(ch.alloc().buffer().writeInt(1 << 30)
+                .writeByte(BlockFrame.CHALLENGE).writeZero(100)), (ch, frame) -> { });
+             ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("type=1 length=1073741824")
+                    && cause.getMessage().contains("before its CHALLENGE"), cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseABlockForARequestNeverMadeAtItsHeader() throws Exception {
+        // Answers the fetch with the header of a 1 MiB block for another request id, and never sends its bytes.
+        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.writeAndFlush(BlockFrame.blockHeader(ch.alloc(), frame.requestId + 1000, 1 << 20));
+            }
+        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("requestId=1000 from") && cause.getMessage()
+                    .contains("(expected: one of the 1 outstanding fetches)"), cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseAFailureMessageBeyondTheCap() throws Exception {
+        int length = BlockFrame.TYPE_LENGTH + BlockFrame.REQUEST_ID_LENGTH + BlockFrame.MAX_FAILURE_MESSAGE_LENGTH + 1;
+        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.writeAndFlush(ch.alloc().buffer().writeInt(length).writeByte(BlockFrame.FAILURE)
+                        .writeLong(frame.requestId).writeZero(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH + 1));
+            }
+        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            String message = cause.getMessage();
+            assertTrue(message.contains("FAILURE length=" + length),
+                    message.substring(0, Math.min(300, message.length())) + "... (" + message.length() + " chars)");
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldTakeAFailureMessageTheServerCutToTheCap() throws Exception {
+        // Two-byte characters after an odd one: the cut falls inside a character and must back off before it.
+        String message = "x" + "\u00e9".repeat(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH);
+        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.writeAndFlush(BlockFrame.failure(ch.alloc(), frame.requestId, message));
+            }
+        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            String expected = "x" + "\u00e9".repeat(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH / 2 - 1);
+            assertEquals("shuffle block server " + server.address() + ": " + expected, cause.getMessage());
+            assertEquals(1, server.closed.getCount(), "a failed block leaves the connection open");
+        }
+    }
+
+    private ShuffleBlockClient client(long fetchTimeoutMillis) {
+        return new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, fetchTimeoutMillis, metrics);
+    }
+
+    /** Fetches one block, which must fail within a few seconds; returns why. */
+    private static Throwable fetchFailure(ShuffleBlockClient client, FakeServer server) throws InterruptedException {
+        Collector c = new Collector(1);
+        client.fetch(server.address(), new String[] {"b_0_10"}, c);
+        assertTrue(c.done.await(5, TimeUnit.SECONDS), "the fetch got its callback within 5 s");
+        assertEquals(Map.of(), c.received);
+        return c.failures.get("b_0_10");
+    }
+
+    private record Frame(byte type, long requestId) {
+    }
+
+    /** A block server that does what the test says on connect and on each frame from the client. */
+    private final class FakeServer implements AutoCloseable {
+        private final Channel channel;
+        final CountDownLatch closed = new CountDownLatch(1);
+
+        FakeServer(Consumer<Channel> onConnect, BiConsumer<Channel, Frame> onFrame) {
+            channel = transport.newServerBootstrap().childHandler(new ChannelInitializer<>() {
+                @Override
+                protected void initChannel(Channel ch) {
+                    ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH),
+                            new SimpleChannelInboundHandler<ByteBuf>() {
+                                @Override
+                                public void channelActive(ChannelHandlerContext ctx) {
+                                    onConnect.accept(ctx.channel());
+                                }
+
+                                @Override
+                                protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
+                                    byte type = frame.readByte();
+                                    onFrame.accept(ctx.channel(), new Frame(type,
+                                            type == BlockFrame.FETCH ? frame.readLong() : 0));
+                                }
+
+                                @Override
+                                public void channelInactive(ChannelHandlerContext ctx) {
+                                    closed.countDown();
+                                }
+                            });
+                }
+            }).bind("127.0.0.1", 0).syncUninterruptibly().channel();
+        }
+
+        /** Sends a challenge that asks for no authentication. */
+        static void challenge(Channel ch) {
+            ch.writeAndFlush(BlockFrame.challenge(ch.alloc(), false, new byte[BlockFrame.NONCE_LENGTH]));
+        }
+
+        InetSocketAddress address() {
+            return new InetSocketAddress("127.0.0.1", ((InetSocketAddress) channel.localAddress()).getPort());
+        }
+
+        void awaitClosedByClient() throws InterruptedException {
+            assertTrue(closed.await(5, TimeUnit.SECONDS), "the client closed the connection");
+        }
+
+        @Override
+        public void close() {
+            channel.close().syncUninterruptibly();
+        }
+    }
+}
