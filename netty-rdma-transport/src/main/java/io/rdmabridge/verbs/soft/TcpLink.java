@@ -1354,6 +1354,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     violation("ACK psn=" + psn + " outside the window of sent requests");
                     return;
                 }
+                long refused = rewindSeq;
+                if (refused >= 0 && seq >= refused) {
+                    violation("ACK psn=" + psn + " for a request it refused with RNR_NAK (psn=" + (int) refused
+                            + ") and has not received again");
+                    return;
+                }
                 markAcked(q, head, seq + 1);
                 if (sharedWaiting) {
                     sharedWaiting = false;
@@ -1844,24 +1850,46 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
-    private void fillRequests() {
-        SoftQueuePair q = qp;
-        if (q == null || q.state != QpState.RTS || gatherFailed) {
-            return;
-        }
-        long rewind = rewindSeq;
-        if (rewind >= 0) {
+    /**
+     * Sends again from the request the peer refused with RNR_NAK. Under {@code sqLock}, as acknowledgements are
+     * handled, and never from below the send queue's head: a request completed meanwhile (the peer acknowledged what
+     * it had refused) has handed its memory back to the application, and sending it again would send whatever the
+     * application, or another connection, keeps there now.
+     */
+    private void rewindAfterReceiverNotReady(SoftQueuePair q) {
+        q.sqLock.lock();
+        try {
+            long rewind = rewindSeq;
+            if (rewind < 0) {
+                return;
+            }
             rewindSeq = -1;
+            long from = Math.max(rewind, q.sqHead);
             long sent = q.sqSent;
+            if (from >= sent) {
+                return;
+            }
             int voided = 0;
-            for (long s = rewind; s < sent; s++) {
+            for (long s = from; s < sent; s++) {
                 if (q.sOpcode[q.sIndex(s)] == WrOpcode.RDMA_READ) {
                     voided++;
                 }
             }
             readsInFlight.addAndGet(-voided);
             cursorOffset = 0;
-            q.sqSent = rewind;
+            q.sqSent = from;
+        } finally {
+            q.sqLock.unlock();
+        }
+    }
+
+    private void fillRequests() {
+        SoftQueuePair q = qp;
+        if (q == null || q.state != QpState.RTS || gatherFailed) {
+            return;
+        }
+        if (rewindSeq >= 0) {
+            rewindAfterReceiverNotReady(q);
         }
         long wait = resumeAt - System.nanoTime();
         if (resumeAt != 0 && wait > 0) {

@@ -22,8 +22,10 @@ import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaDevice;
 import io.rdmabridge.verbs.RdmaEventChannel;
 import io.rdmabridge.verbs.RecvWorkRequest;
+import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WorkCompletions;
+import io.rdmabridge.verbs.WrOpcode;
 import java.io.DataInputStream;
 import java.io.EOFException;
 import java.io.IOException;
@@ -358,6 +360,51 @@ class SoftWireTest {
             assertEquals(5, wc.wrId(0));
             assertEquals((byte) 0xA5, memory.get(GUARD), "the dropped WRITE was not executed");
             assertEquals((byte) 0x3C, memory.get(GUARD + 512));
+        }
+        awaitServerDisconnected();
+    }
+
+    /**
+     * An ACK for a SEND the peer has just refused with RNR_NAK is a lie, and it used to be taken: the SEND completed,
+     * its memory went back to the application, and the RNR timer then sent that memory again, with whatever had been
+     * written there since (in the channel's pooled memory, another connection's bytes).
+     */
+    @Test
+    void shouldCloseOnAnAckForASendItRefusedWithReceiverNotReady() throws Exception {
+        try (Socket s = connected(6)) {
+            for (int i = 0; i < 64; i++) {
+                memory.put(GUARD + i, (byte) 0x11);
+            }
+            serverQp.postSend(new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                    .wrId(9).addSge(region.address(), 64, region.lkey()));
+            assertEquals(SoftFrame.SEND, readFrame(s).get(SoftFrame.OPCODE_OFFSET));
+            ByteBuffer both = ByteBuffer.allocate(2 * SoftFrame.HEADER_LENGTH)
+                    .put(frame(SoftFrame.RNR_NAK, 0, 0, 0, 0, 0, 0, 0, 0))
+                    .put(frame(SoftFrame.ACK, 0, 0, 0, 0, 0, 0, 0, 0));
+            s.getOutputStream().write(both.array());
+            WorkCompletions wc = SoftPair.pollOne(cq, null);
+            int status = wc.status(0);
+            // What the application does once a send completes: it uses the memory for something else.
+            for (int i = 0; i < 64; i++) {
+                memory.put(GUARD + i, (byte) 0x99);
+            }
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            try {
+                while (true) {
+                    byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+                    in.readFully(header);
+                    ByteBuffer h = ByteBuffer.wrap(header);
+                    byte[] payload = new byte[h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET)];
+                    in.readFully(payload);
+                    for (byte b : payload) {
+                        assertTrue(b != (byte) 0x99, "sent again, after its completion: "
+                                + SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)));
+                    }
+                }
+            } catch (EOFException | SocketException closed) {
+                // The server closed the connection.
+            }
+            assertTrue(status != WcStatus.SUCCESS, "the refused SEND completed as delivered");
         }
         awaitServerDisconnected();
     }
