@@ -12,6 +12,7 @@ public final class SoftFaults {
     private final AtomicInteger failRegistrations = new AtomicInteger();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
+    private volatile Runnable beforeReadResponseCopy;
 
     SoftFaults(SoftEngine engine) {
         this.engine = engine;
@@ -72,11 +73,26 @@ public final class SoftFaults {
         }
     }
 
-    /** Clears pending registration failures and the send and completion delays. */
+    /**
+     * Runs {@code action} each time a chunk of an RDMA READ's response is about to be copied out of registered memory
+     * for a peer across the TCP link, after the chunk's key check; {@code null} turns it off. On the thread that
+     * writes the link (the engine or a poster), so {@code action} must be short. For tests of what a deregistration
+     * racing the copy may do.
+     */
+    public void beforeReadResponseCopy(Runnable action) {
+        beforeReadResponseCopy = action;
+    }
+
+    /** Clears pending registration failures, the send and completion delays and the copy hook. */
     public void reset() {
         failRegistrations.set(0);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
+        beforeReadResponseCopy = null;
+    }
+
+    Runnable beforeReadResponseCopy() {
+        return beforeReadResponseCopy;
     }
 
     /** Whether this registration must fail; consumes one injected failure. */

@@ -11,6 +11,7 @@ import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
 import java.io.IOException;
+import java.lang.invoke.VarHandle;
 import java.net.ConnectException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -1838,7 +1839,21 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     rrHead = rrTail;
                     return;
                 }
+                Runnable hook = engine.faults.beforeReadResponseCopy();
+                if (hook != null) {
+                    hook.run();
+                }
                 DirectMemory.copy(src, outAddress + out.position() + SoftFrame.HEADER_LENGTH, c);
+                // Checked again once copied: a region withdrawn while the copy ran has handed its memory back to
+                // the application (in a pool, to another connection), so the chunk is dropped unsent, as if the
+                // READ had come after the withdrawal. The copy's loads come before the second check's.
+                VarHandle.loadLoadFence();
+                if (!q.remotePermits(rrRkey[k], src, c, Access.REMOTE_READ)) {
+                    readResponseFailed = true;
+                    readResponseFailedPsn = rrPsn[k];
+                    rrHead = rrTail;
+                    return;
+                }
             }
             int flags = (rrOffset == 0 ? SoftFrame.FIRST : 0) | (rrOffset + c == length ? SoftFrame.LAST : 0);
             putHeader(SoftFrame.READ_RESPONSE, flags, rrPsn[k], c, length, rrOffset, 0, 0);

@@ -409,6 +409,35 @@ class SoftWireTest {
         awaitServerDisconnected();
     }
 
+    /**
+     * A region withdrawn while a chunk of a READ's response is being copied out of it has handed its memory back to
+     * the application: the chunk is not sent. It used to be, with whatever the memory held by then.
+     */
+    @Test
+    void shouldNotSendAReadResponseChunkWhoseRegionWasWithdrawnDuringTheCopy() throws Exception {
+        try (Socket s = connected(6)) {
+            provider.faults().beforeReadResponseCopy(() -> {
+                region.close();
+                // The owner reuses the memory at once, as a pool does.
+                for (int i = 0; i < 64; i++) {
+                    memory.put(GUARD + i, (byte) 0x99);
+                }
+            });
+            s.getOutputStream().write(frame(SoftFrame.READ_REQUEST, 3, 0, 0, 64, region.address(), region.rkey(), 0,
+                    0));
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+            in.readFully(header);
+            ByteBuffer h = ByteBuffer.wrap(header);
+            assertEquals(SoftFrame.name(SoftFrame.NAK), SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)),
+                    "the answer to a READ whose region was withdrawn while it was copied");
+            assertEquals(WcStatus.REM_ACCESS_ERR, h.getInt(SoftFrame.IMM_OFFSET));
+        } finally {
+            provider.faults().reset();
+        }
+        awaitServerDisconnected();
+    }
+
     @Test
     void shouldSurviveAPeerThatVanishesMidHandshake() throws Exception {
         Socket s = open();
