@@ -53,8 +53,9 @@ public final class RdmaIoHandler implements IoHandler {
     static final long DEFAULT_RENDEZVOUS_BUDGET = 64L * 1024 * 1024;
     /**
      * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
-     * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport retries; this bounds a peer that
-     * stalls its answers (a user-space peer can) so that it cannot hold the loop's budget for ever.
+     * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport
+     * retries; this bounds a peer that stalls its answers (a user-space peer can) so that it cannot hold the loop's
+     * budget for ever.
      */
     public static final String RENDEZVOUS_READ_TIMEOUT_PROPERTY = "rdmabridge.rendezvousReadTimeoutMillis";
 
