@@ -4,8 +4,11 @@ import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;
 import java.nio.channels.ByteChannel;
 
-/** A scripted TCP side for handshake tests: bytes become readable as the test releases them. */
-final class FakeTcp implements ByteChannel {
+/**
+ * A scripted TCP side for handshake tests: bytes become readable as the test releases them. A test may override
+ * {@link #write} to act when the handshake writes.
+ */
+class FakeTcp implements ByteChannel {
     private final ByteArrayOutputStream written = new ByteArrayOutputStream();
     private byte[] input = new byte[0];
     private int released;

@@ -9,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.kafka.LeaderHandshake.State;
 import java.nio.ByteBuffer;
-import java.nio.channels.ByteChannel;
 import java.util.Arrays;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -194,36 +193,21 @@ class LeaderHandshakeTest {
     @Test
     void shouldStayExpiredWhenTheDeadlineFiresWhileTheReplyIsWritten() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
-        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3)).arrive(Preamble.DECISION_RDMA);
         LeaderHandshake[] hs = new LeaderHandshake[1];
         RdmaStream[] follower = new RdmaStream[1];
         // The reply reaches the follower, whose stream arrives at once; then, before the network thread moves on,
         // the deadline fires on the timer thread.
-        ByteChannel expiring = new ByteChannel() {
-            @Override
-            public int read(ByteBuffer dst) {
-                return tcp.read(dst);
-            }
-
+        FakeTcp tcp = new FakeTcp() {
             @Override
             public int write(ByteBuffer src) {
-                int n = tcp.write(src);
+                int n = super.write(src);
                 follower[0] = transport.connect(null,
-                        ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+                        ByteBuffer.wrap(written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
                 hs[0].expire("RDMA handshake did not complete within 50 ms");
                 return n;
             }
-
-            @Override
-            public boolean isOpen() {
-                return true;
-            }
-
-            @Override
-            public void close() {
-            }
-        };
-        hs[0] = new LeaderHandshake(expiring, transport, 7, admission, wakeups::incrementAndGet);
+        }.arrive(Preamble.hello(3)).arrive(Preamble.DECISION_RDMA);
+        hs[0] = new LeaderHandshake(tcp, transport, 7, admission, wakeups::incrementAndGet);
         assertEquals(State.FAILED, hs[0].advance(), "an expiry is final");
         assertEquals("RDMA handshake did not complete within 50 ms", hs[0].failure());
         assertEquals(-1, follower[0].read(ByteBuffer.allocate(1)), "the expiry closed the stream");

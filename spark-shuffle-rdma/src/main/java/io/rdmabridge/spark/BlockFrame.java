@@ -135,7 +135,7 @@ final class BlockFrame {
     }
 
     static ByteBuf challenge(ByteBufAllocator alloc, boolean authRequired, byte[] nonce) {
-        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + 1 + NONCE_LENGTH);
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + CHALLENGE_FRAME_LENGTH);
         buf.writeInt(CHALLENGE_FRAME_LENGTH).writeByte(CHALLENGE)
                 .writeByte(authRequired ? FLAG_AUTH_REQUIRED : 0).writeBytes(nonce, 0, NONCE_LENGTH);
         return buf;
