@@ -21,13 +21,19 @@ import java.util.function.BooleanSupplier;
  * +---------------+-----------------------------------------------+
  *
  * CHALLENGE  server to client, first frame:  flags (1: auth required), nonce (32 bytes)
- * RESPONSE   client to server, answer:       HMAC-SHA256(secret, nonce) (32 bytes; zeros without a secret)
+ * RESPONSE   client to server, answer:       HMAC-SHA256(secret, "client", both nonces) (32 bytes; zeros without a
+ *                                            secret), the client's nonce (32 bytes)
+ * PROOF      server to client, right after:  HMAC-SHA256(secret, "server", both nonces) (32 bytes; zeros without a
+ *            accepting the RESPONSE          secret)
  * FETCH      client to server:               request id (8), block id length (2), block id (UTF-8)
  * BLOCK      server to client:               request id (8), block bytes (the rest of the frame)
  * FAILURE    either way:                     request id (8; -1: the connection), message (UTF-8, the rest, max. 64 KiB)
  * </pre>
  *
- * A BLOCK frame's payload is written as its own buffer or file region after the header, so block bytes are never
+ * The client may pipeline FETCH frames behind its RESPONSE, but takes no BLOCK before a PROOF that verifies
+ * ({@link PeerAuthenticator}).
+ *
+ * <p>A BLOCK frame's payload is written as its own buffer or file region after the header, so block bytes are never
  * copied into the frame. Decoding validates every length before reading; a violation is a
  * {@link CorruptedFrameException} naming the field, and the connection is closed.
  */
@@ -46,6 +52,10 @@ final class BlockFrame {
     static final int BLOCK_HEADER_LENGTH = LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH;
     /** The length field of every CHALLENGE frame: flags and nonce. */
     static final int CHALLENGE_FRAME_LENGTH = TYPE_LENGTH + 1 + NONCE_LENGTH;
+    /** The length field of every RESPONSE frame: MAC and the client's nonce. */
+    static final int RESPONSE_FRAME_LENGTH = TYPE_LENGTH + MAC_LENGTH + NONCE_LENGTH;
+    /** The length field of every PROOF frame. */
+    static final int PROOF_FRAME_LENGTH = TYPE_LENGTH + MAC_LENGTH;
     /** Longest FAILURE message, in UTF-8 bytes: {@link #failure} truncates to it, a client refuses longer ones. */
     static final int MAX_FAILURE_MESSAGE_LENGTH = 64 * 1024;
     static final int MAX_FAILURE_FRAME_LENGTH = TYPE_LENGTH + REQUEST_ID_LENGTH + MAX_FAILURE_MESSAGE_LENGTH;
@@ -55,6 +65,7 @@ final class BlockFrame {
     static final byte FETCH = 3;
     static final byte BLOCK = 4;
     static final byte FAILURE = 5;
+    static final byte PROOF = 6;
 
     static final byte FLAG_AUTH_REQUIRED = 1;
     static final long CONNECTION_REQUEST_ID = -1;
@@ -141,9 +152,16 @@ final class BlockFrame {
         return buf;
     }
 
-    static ByteBuf response(ByteBufAllocator alloc, byte[] mac) {
-        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + TYPE_LENGTH + MAC_LENGTH);
-        buf.writeInt(TYPE_LENGTH + MAC_LENGTH).writeByte(RESPONSE).writeBytes(mac, 0, MAC_LENGTH);
+    static ByteBuf response(ByteBufAllocator alloc, byte[] mac, byte[] clientNonce) {
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + RESPONSE_FRAME_LENGTH);
+        buf.writeInt(RESPONSE_FRAME_LENGTH).writeByte(RESPONSE).writeBytes(mac, 0, MAC_LENGTH)
+                .writeBytes(clientNonce, 0, NONCE_LENGTH);
+        return buf;
+    }
+
+    static ByteBuf proof(ByteBufAllocator alloc, byte[] mac) {
+        ByteBuf buf = alloc.buffer(LENGTH_FIELD_LENGTH + PROOF_FRAME_LENGTH);
+        buf.writeInt(PROOF_FRAME_LENGTH).writeByte(PROOF).writeBytes(mac, 0, MAC_LENGTH);
         return buf;
     }
 
@@ -191,8 +209,8 @@ final class BlockFrame {
     static byte readType(ByteBuf frame) {
         require(frame, TYPE_LENGTH, "type");
         byte type = frame.readByte();
-        if (type < CHALLENGE || type > FAILURE) {
-            throw new CorruptedFrameException("type=" + type + " (expected: " + CHALLENGE + "-" + FAILURE + ")");
+        if (type < CHALLENGE || type > PROOF) {
+            throw new CorruptedFrameException("type=" + type + " (expected: " + CHALLENGE + "-" + PROOF + ")");
         }
         return type;
     }
@@ -213,11 +231,16 @@ final class BlockFrame {
         return frame.readCharSequence(length, StandardCharsets.UTF_8).toString();
     }
 
-    /** Copies a fixed-length field (nonce or MAC); the frame must end with it. */
+    /** Copies a fixed-length field (nonce or MAC) that the frame ends with. */
     static byte[] readExact(ByteBuf frame, int length, String field) {
-        if (frame.readableBytes() != length) {
-            throw new CorruptedFrameException(field + " length=" + frame.readableBytes() + " (expected: " + length
-                    + ")");
+        return readField(frame, length, 0, field);
+    }
+
+    /** Copies a fixed-length field (nonce or MAC) after which exactly {@code after} bytes are left in the frame. */
+    static byte[] readField(ByteBuf frame, int length, int after, String field) {
+        if (frame.readableBytes() != length + after) {
+            throw new CorruptedFrameException(field + ": " + frame.readableBytes() + " bytes to the end of the frame "
+                    + "(expected: " + (length + after) + ")");
         }
         byte[] bytes = new byte[length];
         frame.readBytes(bytes);

@@ -8,14 +8,20 @@ import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
 /**
- * HMAC-SHA256 challenge-response over the application's shared secret ({@code spark.authenticate}): the block server
- * sends a fresh random nonce on every connection and serves nothing until the peer answers with
- * HMAC(secret, domain || nonce). The secret itself never crosses the wire; a recorded answer is useless for another
- * connection. Thread-safe.
+ * Mutual HMAC-SHA256 challenge-response over the application's shared secret ({@code spark.authenticate}). The block
+ * server sends a fresh random nonce on every connection and serves nothing until the client answers with
+ * HMAC(secret, domain || "client" || server nonce || client nonce) and its own fresh nonce; the server then proves
+ * itself with HMAC(secret, domain || "server" || both nonces), and the client accepts no block before that proof. So
+ * neither side takes the other's word: a process that took a dead executor's port, or another application's block
+ * server, cannot feed this one blocks. The secret never crosses the wire; a recorded answer or proof is useless for
+ * another connection, and neither side ever computes the other's role, so one cannot be reflected as the other.
+ * Thread-safe.
  */
 final class PeerAuthenticator {
     /** Binds answers to this protocol, so an HMAC made for something else over the same secret never verifies. */
-    private static final byte[] DOMAIN = "rdma-bridge spark shuffle block server v1".getBytes(StandardCharsets.UTF_8);
+    private static final byte[] DOMAIN = "rdma-bridge spark shuffle block server v2".getBytes(StandardCharsets.UTF_8);
+    private static final byte[] CLIENT = "client".getBytes(StandardCharsets.UTF_8);
+    private static final byte[] SERVER = "server".getBytes(StandardCharsets.UTF_8);
     private static final SecureRandom RANDOM = new SecureRandom();
 
     private final SecretKeySpec key;
@@ -35,8 +41,27 @@ final class PeerAuthenticator {
         return nonce;
     }
 
-    /** The answer to {@code nonce}; all zeros when this side holds no secret. */
-    byte[] answer(byte[] nonce) {
+    /** The client's answer to the server's challenge; all zeros when this side holds no secret. */
+    byte[] clientAnswer(byte[] serverNonce, byte[] clientNonce) {
+        return mac(CLIENT, serverNonce, clientNonce);
+    }
+
+    /** The server's proof, once it has accepted the client's answer; all zeros when this side holds no secret. */
+    byte[] serverProof(byte[] serverNonce, byte[] clientNonce) {
+        return mac(SERVER, serverNonce, clientNonce);
+    }
+
+    /** Whether {@code answer} proves the client holds the secret; compared in constant time. */
+    boolean verifyClient(byte[] serverNonce, byte[] clientNonce, byte[] answer) {
+        return key != null && MessageDigest.isEqual(clientAnswer(serverNonce, clientNonce), answer);
+    }
+
+    /** Whether {@code proof} proves the server holds the secret; compared in constant time. */
+    boolean verifyServer(byte[] serverNonce, byte[] clientNonce, byte[] proof) {
+        return key != null && MessageDigest.isEqual(serverProof(serverNonce, clientNonce), proof);
+    }
+
+    private byte[] mac(byte[] role, byte[] serverNonce, byte[] clientNonce) {
         if (key == null) {
             return new byte[BlockFrame.MAC_LENGTH];
         }
@@ -44,14 +69,11 @@ final class PeerAuthenticator {
             Mac mac = Mac.getInstance("HmacSHA256");
             mac.init(key);
             mac.update(DOMAIN);
-            return mac.doFinal(nonce);
+            mac.update(role);
+            mac.update(serverNonce);
+            return mac.doFinal(clientNonce);
         } catch (GeneralSecurityException e) {
             throw new IllegalStateException("HmacSHA256 is not available in this JVM", e);
         }
-    }
-
-    /** Whether {@code answer} proves knowledge of the secret for {@code nonce}; compared in constant time. */
-    boolean verify(byte[] nonce, byte[] answer) {
-        return key != null && MessageDigest.isEqual(answer(nonce), answer);
     }
 }

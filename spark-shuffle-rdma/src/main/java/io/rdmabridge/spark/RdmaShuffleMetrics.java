@@ -25,7 +25,10 @@ final class RdmaShuffleMetrics implements Source {
     final Counter transportFallbacks = registry.counter("transportFallbacks");
     final Counter bytesServed = registry.counter("bytesServed");
     final Counter blocksServed = registry.counter("blocksServed");
-    /** Connections refused because the peer failed the secret challenge. */
+    /**
+     * Connections closed because the peer failed the secret challenge (a server's count) or the server's proof (a
+     * client's), or the two sides disagree on {@code spark.authenticate}.
+     */
     final Counter authFailures = registry.counter("authFailures");
     /** Connections a block server refused at once because it had {@code maxConnections} open. */
     final Counter connectionsRefused = registry.counter("connectionsRefused");

@@ -145,6 +145,11 @@ final class ShuffleBlockClient implements AutoCloseable {
         private long activeNanos;
         private Throwable failure;
         private ScheduledFuture<?> timeoutCheck;
+        /** Both nonces of the handshake, kept from the CHALLENGE to check the server's PROOF. */
+        private byte[] serverNonce;
+        private byte[] clientNonce;
+        /** Set once the server's PROOF has verified (or, with no secret here, arrived): blocks are taken from here. */
+        private boolean proven;
 
         ConnectionHandler(InetSocketAddress server, Promise<Channel> ready) {
             this.server = server;
@@ -204,9 +209,16 @@ final class ShuffleBlockClient implements AutoCloseable {
                             + BlockFrame.CHALLENGE_FRAME_LENGTH + ", or a FAILURE): it is not an rdma-bridge block "
                             + "server");
                 }
+            } else if (!proven) {
+                if (type == BlockFrame.PROOF ? length != BlockFrame.PROOF_FRAME_LENGTH
+                        : type != BlockFrame.FAILURE || requestId != BlockFrame.CONNECTION_REQUEST_ID) {
+                    throw new CorruptedFrameException("type=" + type + " length=" + length + " from " + server
+                            + " before its PROOF (expected: a PROOF of length " + BlockFrame.PROOF_FRAME_LENGTH
+                            + ", or a FAILURE of the connection): it is not this application's block server");
+                }
             } else if (type != BlockFrame.BLOCK && type != BlockFrame.FAILURE) {
-                throw new CorruptedFrameException("type=" + type + " from " + server + " (expected: CHALLENGE first, "
-                        + "then BLOCK or FAILURE)");
+                throw new CorruptedFrameException("type=" + type + " from " + server + " (expected: CHALLENGE, then "
+                        + "PROOF, then BLOCK or FAILURE)");
             }
             if (type == BlockFrame.FAILURE && length > BlockFrame.MAX_FAILURE_FRAME_LENGTH) {
                 throw new CorruptedFrameException("FAILURE length=" + length + " from " + server + " (expected: at "
@@ -229,12 +241,28 @@ final class ShuffleBlockClient implements AutoCloseable {
             if (type == BlockFrame.CHALLENGE) {
                 boolean authRequired = (frame.readByte() & BlockFrame.FLAG_AUTH_REQUIRED) != 0;
                 byte[] nonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
-                if (authRequired && !authenticator.isRequired()) {
-                    throw new PeerFailure("shuffle block server " + server + " requires authentication but this "
-                            + "executor has no secret (set spark.authenticate=true on every process)");
+                if (authRequired != authenticator.isRequired()) {
+                    metrics.authFailures.inc();
+                    throw new PeerFailure("shuffle block server " + server + (authRequired
+                            ? " requires authentication but this executor has no secret"
+                            : " does not require authentication but this executor does")
+                            + " (set spark.authenticate=true on every process of the application)");
                 }
-                ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.answer(nonce)));
+                serverNonce = nonce;
+                clientNonce = PeerAuthenticator.newNonce();
+                ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.clientAnswer(serverNonce,
+                        clientNonce), clientNonce));
+                // Fetches may follow the answer at once; their blocks are taken only after the server's PROOF.
                 ready.trySuccess(ctx.channel());
+            } else if (type == BlockFrame.PROOF) {
+                byte[] proof = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "proof");
+                if (authenticator.isRequired() && !authenticator.verifyServer(serverNonce, clientNonce, proof)) {
+                    metrics.authFailures.inc();
+                    throw new PeerFailure("shuffle block server " + server + " failed to prove it holds this "
+                            + "application's secret: it is another application's block server, or a process that "
+                            + "took the port of an executor that is gone (spark.authenticate=true)");
+                }
+                proven = true;
             } else if (type == BlockFrame.BLOCK) {
                 Pending p = pending.remove(BlockFrame.readRequestId(frame));
                 FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice());

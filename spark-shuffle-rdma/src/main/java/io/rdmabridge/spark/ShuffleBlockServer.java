@@ -27,7 +27,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * An executor's shuffle block server: answers FETCH frames with the block's bytes, taken from the shuffle files as
- * file regions (never read into the JVM heap), after the peer has passed the {@link PeerAuthenticator} challenge.
+ * file regions (never read into the JVM heap), after the peer has passed the {@link PeerAuthenticator} challenge and
+ * been sent this server's proof in turn.
  *
  * <p>Limits, each a {@code spark.shuffle.rdma.*} key (docs/spark.md, docs/security.md):
  * <ul>
@@ -345,14 +346,17 @@ final class ShuffleBlockServer implements AutoCloseable {
             lastReadNanos = System.nanoTime();
             byte type = BlockFrame.readType(frame);
             if (type == BlockFrame.RESPONSE && !authenticated) {
-                byte[] answer = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "mac");
-                if (authenticator.isRequired() && !authenticator.verify(nonce, answer)) {
+                byte[] answer = BlockFrame.readField(frame, BlockFrame.MAC_LENGTH, BlockFrame.NONCE_LENGTH, "mac");
+                byte[] clientNonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
+                if (authenticator.isRequired() && !authenticator.verifyClient(nonce, clientNonce, answer)) {
                     metrics.authFailures.inc();
                     refuse(ctx, "authentication failed: the peer does not hold this application's secret "
                             + "(spark.authenticate=true)", null);
                     return;
                 }
                 authenticated = true;
+                // Before any response: the client takes no block from a server that has not proven itself.
+                ctx.writeAndFlush(BlockFrame.proof(ctx.alloc(), authenticator.serverProof(nonce, clientNonce)));
             } else if (type == BlockFrame.FETCH && authenticated) {
                 long requestId = BlockFrame.readRequestId(frame);
                 String blockId = BlockFrame.readBlockId(frame);

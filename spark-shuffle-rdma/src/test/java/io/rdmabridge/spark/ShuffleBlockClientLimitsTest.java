@@ -10,6 +10,7 @@ import io.netty.channel.ChannelInitializer;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import java.net.InetSocketAddress;
+import java.util.Arrays;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -74,11 +75,11 @@ class ShuffleBlockClientLimitsTest {
     @Test
     void shouldRefuseABlockForARequestNeverMadeAtItsHeader() throws Exception {
         // Answers the fetch with the header of a 1 MiB block for another request id, and never sends its bytes.
-        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
             if (frame.type == BlockFrame.FETCH) {
                 ch.writeAndFlush(BlockFrame.blockHeader(ch.alloc(), frame.requestId + 1000, 1 << 20));
             }
-        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             assertTrue(cause.getMessage().contains("requestId=1000 from") && cause.getMessage()
                     .contains("(expected: one of the 1 outstanding fetches)"), cause.getMessage());
@@ -89,12 +90,12 @@ class ShuffleBlockClientLimitsTest {
     @Test
     void shouldRefuseAFailureMessageBeyondTheCap() throws Exception {
         int length = BlockFrame.TYPE_LENGTH + BlockFrame.REQUEST_ID_LENGTH + BlockFrame.MAX_FAILURE_MESSAGE_LENGTH + 1;
-        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
             if (frame.type == BlockFrame.FETCH) {
                 ch.writeAndFlush(ch.alloc().buffer().writeInt(length).writeByte(BlockFrame.FAILURE)
                         .writeLong(frame.requestId).writeZero(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH + 1));
             }
-        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             String message = cause.getMessage();
             assertTrue(message.contains("FAILURE length=" + length),
@@ -107,11 +108,11 @@ class ShuffleBlockClientLimitsTest {
     void shouldTakeAFailureMessageTheServerCutToTheCap() throws Exception {
         // Two-byte characters after an odd one: the cut falls inside a character and must back off before it.
         String message = "x" + "\u00e9".repeat(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH);
-        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> {
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
             if (frame.type == BlockFrame.FETCH) {
                 ch.writeAndFlush(BlockFrame.failure(ch.alloc(), frame.requestId, message));
             }
-        }); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             String expected = "x" + "\u00e9".repeat(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH / 2 - 1);
             assertEquals("shuffle block server " + server.address() + ": " + expected, cause.getMessage());
@@ -119,8 +120,64 @@ class ShuffleBlockClientLimitsTest {
         }
     }
 
+    @Test
+    void shouldRefuseABlockBeforeTheServersProof() throws Exception {
+        // Asks for authentication, ignores the answer and sends the block: what a process on a dead executor's port
+        // that knows nothing of the secret would do.
+        try (FakeServer server = new FakeServer(ch -> ch.writeAndFlush(BlockFrame.challenge(ch.alloc(), true,
+                PeerAuthenticator.newNonce())), (ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, 10));
+                ch.writeAndFlush(ch.alloc().buffer().writeZero(10));
+            }
+        }); ShuffleBlockClient client = client("right", LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("type=4 length=19 from") && cause.getMessage()
+                    .contains("before its PROOF"), cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseAServerThatCannotProveItHoldsTheSecret() throws Exception {
+        // A block server of another application (its secret is "other") proves what it can, then sends the block.
+        byte[] serverNonce = PeerAuthenticator.newNonce();
+        try (FakeServer server = new FakeServer(ch -> ch.writeAndFlush(BlockFrame.challenge(ch.alloc(), true,
+                serverNonce)), (ch, frame) -> {
+            if (frame.type == BlockFrame.RESPONSE) {
+                byte[] clientNonce = Arrays.copyOfRange(frame.body, BlockFrame.MAC_LENGTH, frame.body.length);
+                ch.writeAndFlush(BlockFrame.proof(ch.alloc(),
+                        new PeerAuthenticator("other").serverProof(serverNonce, clientNonce)));
+            } else if (frame.type == BlockFrame.FETCH) {
+                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, 10));
+                ch.writeAndFlush(ch.alloc().buffer().writeZero(10));
+            }
+        }); ShuffleBlockClient client = client("right", LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("failed to prove it holds this application's secret"),
+                    cause.getMessage());
+            assertEquals(1, metrics.authFailures.getCount());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseAServerThatAsksForNoAuthenticationWhenThisExecutorHoldsASecret() throws Exception {
+        try (FakeServer server = new FakeServer(FakeServer::challenge, (ch, frame) -> { });
+             ShuffleBlockClient client = client("right", LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("does not require authentication but this executor does"),
+                    cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
     private ShuffleBlockClient client(long fetchTimeoutMillis) {
-        return new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, fetchTimeoutMillis, metrics);
+        return client(null, fetchTimeoutMillis);
+    }
+
+    private ShuffleBlockClient client(String secret, long fetchTimeoutMillis) {
+        return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, fetchTimeoutMillis, metrics);
     }
 
     /** Fetches one block, which must fail within a few seconds; returns why. */
@@ -132,7 +189,8 @@ class ShuffleBlockClientLimitsTest {
         return c.failures.get("b_0_10");
     }
 
-    private record Frame(byte type, long requestId) {
+    /** A frame from the client: its type, a FETCH's request id, and what follows (a RESPONSE's MAC and nonce). */
+    private record Frame(byte type, long requestId, byte[] body) {
     }
 
     /** A block server that does what the test says on connect and on each frame from the client. */
@@ -154,8 +212,10 @@ class ShuffleBlockClientLimitsTest {
                                 @Override
                                 protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
                                     byte type = frame.readByte();
-                                    onFrame.accept(ctx.channel(), new Frame(type,
-                                            type == BlockFrame.FETCH ? frame.readLong() : 0));
+                                    long requestId = type == BlockFrame.FETCH ? frame.readLong() : 0;
+                                    byte[] body = new byte[frame.readableBytes()];
+                                    frame.readBytes(body);
+                                    onFrame.accept(ctx.channel(), new Frame(type, requestId, body));
                                 }
 
                                 @Override
@@ -170,6 +230,16 @@ class ShuffleBlockClientLimitsTest {
         /** Sends a challenge that asks for no authentication. */
         static void challenge(Channel ch) {
             ch.writeAndFlush(BlockFrame.challenge(ch.alloc(), false, new byte[BlockFrame.NONCE_LENGTH]));
+        }
+
+        /** Answers a RESPONSE with the PROOF of a server without a secret, then does as {@code then} says. */
+        static BiConsumer<Channel, Frame> provingWithoutSecret(BiConsumer<Channel, Frame> then) {
+            return (ch, frame) -> {
+                if (frame.type == BlockFrame.RESPONSE) {
+                    ch.writeAndFlush(BlockFrame.proof(ch.alloc(), new byte[BlockFrame.MAC_LENGTH]));
+                }
+                then.accept(ch, frame);
+            };
         }
 
         InetSocketAddress address() {

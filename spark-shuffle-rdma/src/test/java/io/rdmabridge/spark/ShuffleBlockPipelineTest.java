@@ -261,13 +261,16 @@ class ShuffleBlockPipelineTest {
                         }
                     }).connect(address(server)).sync().channel();
             ByteBuf out = raw.alloc().buffer();
-            out.writeInt(1 + 32).writeByte(BlockFrame.RESPONSE).writeZero(32);
+            out.writeInt(BlockFrame.RESPONSE_FRAME_LENGTH).writeByte(BlockFrame.RESPONSE).writeZero(64);
             // FETCH whose block id length claims more bytes than the frame holds.
             out.writeInt(1 + 8 + 2 + 3).writeByte(BlockFrame.FETCH).writeLong(1).writeShort(200).writeZero(3);
             raw.writeAndFlush(out).sync();
             assertTrue(closed.await(20, TimeUnit.SECONDS), "the server closed the connection");
 
-            received.skipBytes(4 + 1 + 1 + 32);
+            received.skipBytes(BlockFrame.LENGTH_FIELD_LENGTH + BlockFrame.CHALLENGE_FRAME_LENGTH);
+            assertEquals(BlockFrame.PROOF_FRAME_LENGTH, received.readInt());
+            assertEquals(BlockFrame.PROOF, received.readByte());
+            received.skipBytes(BlockFrame.MAC_LENGTH);
             int length = received.readInt();
             assertEquals(BlockFrame.FAILURE, received.readByte());
             assertEquals(BlockFrame.CONNECTION_REQUEST_ID, received.readLong());

@@ -263,6 +263,9 @@ class ShuffleBlockServerLimitsTest {
             assertEquals(BlockFrame.CHALLENGE, challenge.getByte(BlockFrame.LENGTH_FIELD_LENGTH));
             challenge.release();
             ch.writeInbound(pipelinedFetches(ch, true));
+            ByteBuf proof = ch.readOutbound();
+            assertEquals(BlockFrame.PROOF, proof.getByte(BlockFrame.LENGTH_FIELD_LENGTH), "the proof comes first");
+            proof.release();
             List<Frame> responses = new ArrayList<>();
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
             do {
@@ -283,7 +286,7 @@ class ShuffleBlockServerLimitsTest {
     private static ByteBuf pipelinedFetches(Channel ch, boolean withResponse) {
         List<ByteBuf> frames = new ArrayList<>();
         if (withResponse) {
-            frames.add(BlockFrame.response(ch.alloc(), new byte[BlockFrame.MAC_LENGTH]));
+            frames.add(BlockFrame.response(ch.alloc(), new byte[BlockFrame.MAC_LENGTH], RawPeer.NONCE));
         }
         for (int i = 0; i < PIPELINED.length; i++) {
             frames.add(BlockFrame.fetch(ch.alloc(), i, PIPELINED[i]));
@@ -376,7 +379,9 @@ class ShuffleBlockServerLimitsTest {
             Baseline baseline = new Baseline();
             RawPeer hostile = peer(server);
             Frame challenge = hostile.next();
-            hostile.answer(new PeerAuthenticator("right").answer(Arrays.copyOfRange(challenge.body, 1, 33)));
+            hostile.answer(new PeerAuthenticator("right").clientAnswer(Arrays.copyOfRange(challenge.body, 1, 33),
+                    RawPeer.NONCE));
+            assertEquals(BlockFrame.PROOF, hostile.proofs.poll(10, TimeUnit.SECONDS).type);
             hostile.ch.config().setAutoRead(false);
             // One block as large as the whole cap, never read: it goes out alone and everyone else waits on it.
             hostile.fetch(1, "b_0_" + cap);
@@ -506,8 +511,13 @@ class ShuffleBlockServerLimitsTest {
      * answers, fetches or stops reading when told.
      */
     private final class RawPeer {
+        /** The client nonce every raw peer sends: the server must not care whose nonce it is. */
+        static final byte[] NONCE = new byte[BlockFrame.NONCE_LENGTH];
+
         final Channel ch;
         private final BlockingQueue<Frame> frames = new LinkedBlockingQueue<>();
+        /** The server's PROOF frames, kept apart so that {@link #next} returns what follows them. */
+        final BlockingQueue<Frame> proofs = new LinkedBlockingQueue<>();
 
         RawPeer(InetSocketAddress server) throws InterruptedException {
             ch = transport.newBootstrap().handler(new ChannelInitializer<>() {
@@ -522,7 +532,7 @@ class ShuffleBlockServerLimitsTest {
                                             ? frame.readLong() : 0;
                                     byte[] body = new byte[frame.readableBytes()];
                                     frame.readBytes(body);
-                                    frames.add(new Frame(type, id, body));
+                                    (type == BlockFrame.PROOF ? proofs : frames).add(new Frame(type, id, body));
                                 }
 
                                 @Override
@@ -541,7 +551,7 @@ class ShuffleBlockServerLimitsTest {
         }
 
         void answer(byte[] mac) {
-            ch.writeAndFlush(BlockFrame.response(ch.alloc(), mac));
+            ch.writeAndFlush(BlockFrame.response(ch.alloc(), mac, NONCE));
         }
 
         void fetch(long requestId, String blockId) {
