@@ -67,7 +67,9 @@ import java.nio.channels.ClosedChannelException;
  * {@code channelInactive}. An accepted channel closed while its handshake is still ending (its peer may count itself
  * connected already) closes gracefully once established, within the same linger bound. {@code shutdownOutput()} sends
  * end of stream once every posted write has completed; a write issued after it fails at once with
- * {@link ClosedChannelException}, as NIO's does.
+ * {@link ClosedChannelException}, as NIO's does. A write that fails while earlier writes are still posted closes the
+ * channel (the queue pair first), whatever the error and {@code AUTO_CLOSE}: where NIO's channel would shut its output
+ * down and free the flushed buffers, the device and the peer's READs may still be using them.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -241,7 +243,21 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     @Override
     protected void doWrite(ChannelOutboundBuffer in) throws Exception {
-        outbound.write(in);
+        try {
+            outbound.write(in);
+        } catch (Throwable t) {
+            RdmaConnection c = connection;
+            if (c != null && c.operationsInFlight() > 0 && !(t instanceof IOException && config().isAutoClose())) {
+                // Netty answers this by shutting the output down, which frees every flushed buffer at once, while
+                // posted work requests still read them and the peer may still READ an advertised rendezvous: the
+                // device would send, and the peer read, memory the pool has handed to someone else. Close first, so
+                // that the queue pair is gone before anything is freed; this connection fails alone.
+                ClosedChannelException closeCause = new ClosedChannelException();
+                closeCause.initCause(t);
+                closeNow(unsafe().voidPromise(), t, closeCause);
+            }
+            throw t;
+        }
     }
 
     @Override

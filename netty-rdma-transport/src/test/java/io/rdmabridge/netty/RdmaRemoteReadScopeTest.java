@@ -163,6 +163,46 @@ class RdmaRemoteReadScopeTest extends AbstractSoftChannelTest {
         }
     }
 
+    /**
+     * A later write fails (here: the application wrote a buffer it had already released) while the rendezvous of an
+     * earlier one is still advertised. Netty frees every flushed buffer on a write error; the earlier buffer must not
+     * go back to the pool while the peer can still READ it, or the peer reads whatever the pool hands out next.
+     */
+    @Test
+    void aFailedWriteFreesNoBufferThePeerCanStillRead() throws Exception {
+        byte[] secret = randomBytes(SECRET, 16);
+        byte[] reused = randomBytes(SECRET, 17);
+        LinkedBlockingQueue<ByteBuf> allocatedAfter = new LinkedBlockingQueue<>();
+        InetSocketAddress server = serverWriting(ch -> {
+            ByteBuf released = ch.alloc().heapBuffer(16).writeZero(16);
+            released.release();
+            ch.eventLoop().execute(() -> {
+                ChannelFuture failed = ch.writeAndFlush(released);
+                failed.addListener(f -> {
+                    // What the pool hands out next: another connection's data, say.
+                    allocatedAfter.add(ch.alloc().directBuffer(SECRET).writeBytes(reused));
+                });
+            });
+            return ch.alloc().directBuffer(SECRET).writeBytes(secret);
+        });
+        try (RawVerbsPeer a = helloFrom(server)) {
+            Advert advert = awaitRendezvous(a);
+            ByteBuf next = allocatedAfter.poll(10, TimeUnit.SECONDS);
+            assertNotNull(next, "the failing write did not complete within 10 s");
+            try {
+                int status = a.read(advert.address, PROBE, advert.rkey);
+                assertTrue(status != WcStatus.SUCCESS, () -> "A read the advertised rendezvous after its buffer was "
+                        + "freed; it got " + (Arrays.equals(a.readBytes(PROBE), Arrays.copyOf(reused, PROBE))
+                        ? "the bytes allocated after it" : "other bytes"));
+                assertArrayEquals(new byte[PROBE], a.readBytes(PROBE), "bytes that landed");
+                assertTrue(awaitChild().closeFuture().await(10, TimeUnit.SECONDS), "the failed channel closed");
+                assertTrue(awaitWrite().cause() != null, "the rendezvous write failed with its channel");
+            } finally {
+                next.release();
+            }
+        }
+    }
+
     @AfterEach
     void resetFaults() {
         provider.faults().reset();
