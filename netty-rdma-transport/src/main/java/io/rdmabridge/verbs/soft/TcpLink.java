@@ -83,6 +83,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final RateLimitedWarning REFUSALS = new RateLimitedWarning(SoftEngine.logger, 10_000);
     /** A ring that cannot be made keeps that link's frames on the socket: one WARN per process says so. */
     private static final AtomicBoolean RING_FALLBACK_LOGGED = new AtomicBoolean();
+    private static final AtomicBoolean UNPROVEN_LOGGED = new AtomicBoolean();
 
     static final int ACTIVE_CONNECTING = 0;
     static final int ACTIVE_WAIT_REPLY = 1;
@@ -117,6 +118,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      * ESTABLISHED, with {@link #sharedPeer}, through which RDMA WRITE and READ run one-sided when they can.
      */
     private volatile boolean sameHost;
+    /** The peer sent our token, but its socket is not our user's on this host ({@link PeerSockets}). */
+    private boolean peerUnproven;
     private volatile SharedPeer sharedPeer;
     /** Requests executed one-sided whose PSNs the responder has not been told of yet: a DIRECT frame; drainer. */
     private int directPsn;
@@ -364,6 +367,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             localToken = engine.sharedMemory.hostToken();
             prepareRing();
+            if (!sameHost) {
+                // Our token tells the peer we are not sharing memory with it, and is no business of another host's.
+                localToken = new byte[SharedMemoryFiles.TOKEN_LENGTH];
+            }
             try {
                 attach(q, parameters, q.peerParams, false);
             } catch (Throwable t) {
@@ -373,7 +380,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 return;
             }
             handshakeOut = SoftHandshake.encode(SoftHandshake.ACCEPT, q.qpn, parameters, parameters.privateData(), 0,
-                    localToken, engine.sharedMemory.pid());
+                    localToken, sameHost ? engine.sharedMemory.pid() : 0);
             phase = CONNECTED;
             engine.links.add(this);
             q.markReadyToSend(this);
@@ -427,6 +434,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      */
     private void prepareRing() {
         sameHost = SharedMemoryFiles.sameHost(localToken, peerToken) && peerPid > 0;
+        if (sameHost && !PeerSockets.otherEndIsOurUser(ch)) {
+            // The token is no secret (every handshake carries it): a remote peer, or a local one of another user,
+            // that repeats ours would have us map the files of whatever process of ours it names.
+            sameHost = false;
+            peerUnproven = true;
+            if (UNPROVEN_LOGGED.compareAndSet(false, true)) {
+                SoftEngine.logger.warn("soft0: {} sent this host's same-host token, but its socket is not one of this"
+                        + " host's owned by this user: the link stays on the TCP path (a peer replaying the token, or "
+                        + "a proxy between the two processes; logged once per process; -D{}=tcp keeps every link "
+                        + "there)", peer, SharedMemoryFiles.SAME_HOST_PROPERTY);
+            }
+        }
         if (sameHost && ShmRing.enabled()) {
             try {
                 ringToAnnounce = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity(),
@@ -713,6 +732,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /** The peer's RING frame: map its ring; from now on its frames come from there. */
     private void onRingAnnounced(SoftFrame f) {
+        if (peerUnproven) {
+            violation("RING frame from a peer that sent this host's same-host token from a socket that is not one of "
+                    + "this host's owned by this user (expected: no ring; a peer replaying the token, or a proxy "
+                    + "between the two processes: set -D" + SharedMemoryFiles.SAME_HOST_PROPERTY + "=tcp on both)");
+            return;
+        }
         if (!sameHost || peerSwitched || f.flags() != 0 || f.psn() != 0 || f.rkey() != 0 || f.imm() != 0) {
             violation("RING frame flags=" + f.flags() + " psn=" + f.psn() + " rkey=" + f.rkey() + " imm=" + f.imm()
                     + " (expected: once, on a same-host link, with flags, psn, rkey and imm 0)");

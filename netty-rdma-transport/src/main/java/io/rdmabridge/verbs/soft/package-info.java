@@ -52,7 +52,9 @@
  *       deleted at free, at exit, and, when their owner was killed, by a surviving peer (below) or the next process
  *       of the same pid namespace. The DiSNI provider keeps the default, plain direct memory.</li>
  *   <li>The handshake (version 2) carries a same-host token (boot id, shared-memory directory, effective user and
- *       pid namespace) and the pid; equal non-zero tokens make the TCP link same-host.</li>
+ *       pid namespace) and the pid; equal non-zero tokens make the TCP link same-host, once the kernel's socket
+ *       tables show the connection's other end as a socket of this host owned by our user
+ *       ({@link io.rdmabridge.verbs.soft.PeerSockets}: the token is no secret).</li>
  *   <li>Each process publishes its registrations that lie in shared files, and its RTS queue pairs of same-host
  *       links, in {@code rdmabridge-soft-<pid namespace>-<pid>-keys}. A requester executes RDMA WRITE and READ
  *       one-sided when every earlier request of the queue pair is done (RC order; one of 64 KiB or more waits for the

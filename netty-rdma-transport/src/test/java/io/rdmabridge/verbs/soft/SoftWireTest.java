@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.CmEvent;
@@ -26,15 +27,20 @@ import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WorkCompletions;
 import io.rdmabridge.verbs.WrOpcode;
+import java.io.BufferedReader;
 import java.io.DataInputStream;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketException;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -448,6 +454,55 @@ class SoftWireTest {
             assertTrue(t.isConnected());
         }
         awaitServerDisconnected();
+    }
+
+    /**
+     * A local process of another user repeats our token (any peer that has seen one of our handshakes can, and one
+     * on this host can compute it) and names our pid: its socket is not our user's, so the link stays on the TCP
+     * path, and the ACCEPT tells it neither our token nor our pid. (Before, the server mapped the files of the
+     * process the peer named, and answered with its token.)
+     */
+    @Test
+    @SetSystemProperty(key = SharedMemoryFiles.SAME_HOST_PROPERTY, value = "shm") // also in the TCP-path run
+    void shouldKeepAPeerOfAnotherUserThatRepeatsOurTokenOnTheTcpPath() throws Exception {
+        assumeTrue(Integer.valueOf(0).equals(Files.getAttribute(Path.of("/proc/self"), "unix:uid"))
+                && Files.isExecutable(Path.of("/usr/bin/setpriv")) && Files.isExecutable(Path.of("/bin/bash")),
+                "needs root, setpriv (util-linux) and bash to connect as another user; CI runs as root");
+        byte[] connect = SoftHandshake.encode(SoftHandshake.CONNECT, 77, ConnectionParameters.DEFAULT, new byte[0], 0,
+                SoftEngine.get().sharedMemory.hostToken(), ProcessHandle.current().pid());
+        StringBuilder escaped = new StringBuilder();
+        for (byte b : connect) {
+            escaped.append(String.format("\\x%02x", b & 0xff));
+        }
+        // User nobody sends the handshake through bash's /dev/tcp, prints the ACCEPT in hex and holds the socket.
+        Process peer = new ProcessBuilder("/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "/bin/bash", "-c", "exec 3<>/dev/tcp/" + bound.getAddress().getHostAddress() + "/" + bound.getPort()
+                + "; printf '%b' \"" + escaped + "\" >&3; head -c " + (SoftHandshake.HEADER_LENGTH + 1)
+                + " <&3 | od -An -v -tx1; sleep 5").redirectErrorStream(true).start();
+        try {
+            CmEvent request = awaitEvent(channel, CmEventType.CONNECT_REQUEST);
+            serverId = request.id();
+            serverQp = serverId.createQueuePair(pd, cq, cq, new QpCapabilities(16, 16, 2, 2, 0));
+            serverId.accept(ConnectionParameters.DEFAULT.withPrivateData(new byte[] {7}));
+            awaitEvent(channel, CmEventType.ESTABLISHED);
+            assertFalse(((TcpLink) ((SoftQueuePair) serverQp).link).sameHost(), "same-host with a peer of another "
+                    + "user that repeated our token");
+            ByteBuffer reply = ByteBuffer.allocate(SoftHandshake.HEADER_LENGTH + 1);
+            BufferedReader out = new BufferedReader(new InputStreamReader(peer.getInputStream(),
+                    StandardCharsets.US_ASCII));
+            for (String line; reply.hasRemaining() && (line = out.readLine()) != null; ) {
+                for (String hex : line.trim().split("\\s+")) {
+                    reply.put((byte) Integer.parseInt(hex, 16));
+                }
+            }
+            SoftHandshake accept = new SoftHandshake().wrap(reply, 0);
+            assertEquals(null, accept.validate(1 << SoftHandshake.ACCEPT));
+            assertArrayEquals(new byte[SharedMemoryFiles.TOKEN_LENGTH], accept.hostToken(), "token in the ACCEPT");
+            assertEquals(0, accept.pid(), "pid in the ACCEPT");
+        } finally {
+            peer.destroyForcibly();
+            peer.waitFor();
+        }
     }
 
     /** A raw peer that claims to share this host (our own token and pid), on a server with the path on. */
