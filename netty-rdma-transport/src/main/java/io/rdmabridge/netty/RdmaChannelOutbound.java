@@ -28,7 +28,10 @@ import java.io.IOException;
  *
  * <p>Why copied writes may go early: a socket completes a write once the kernel has the bytes, and applications pace
  * themselves on those promises (gRPC's {@code isReady()} allows 32 KiB of unfinished writes per stream). Waiting for
- * the peer's count makes each such window a round trip to the peer, where the socket's is a copy.
+ * the peer's count makes each such window a round trip to the peer, where the socket's is a copy. A copy sent by
+ * rendezvous does not go early: its staging block stays pinned until the peer has READ it and says so, and the
+ * peer's receive credits do not bound those as they bound eager frames, so the write stays in the outbound buffer,
+ * counted against writability, as a socket's bytes stay in its bounded send buffer.
  *
  * <p>Threading: the channel's event loop only. The operation ring is sized once, when the channel becomes active,
  * the ring of held messages grows only when more wait than ever before on the channel, and the flush task is

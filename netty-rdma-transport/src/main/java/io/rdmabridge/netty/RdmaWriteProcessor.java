@@ -154,7 +154,10 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                     throw e;
                 }
                 outbound.record(op, part, staging, false);
-                copiedOrReferenced(staging != null, part);
+                // Even a copy completes only once the peer has READ it: its staging block is pinned until the peer
+                // acknowledges, which a peer may never do, so completing it on posting would let a writer that heeds
+                // writability pin a block per write without end. Held in the outbound buffer, it counts there.
+                copiedOrReferenced(false, part);
                 metrics.addRendezvous(part);
                 channel.handler.metrics().addRendezvous(part);
                 index += part;

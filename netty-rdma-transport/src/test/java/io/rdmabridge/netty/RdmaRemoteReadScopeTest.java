@@ -2,6 +2,7 @@ package io.rdmabridge.netty;
 
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
@@ -27,6 +28,7 @@ import java.util.function.Function;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -160,6 +162,38 @@ class RdmaRemoteReadScopeTest extends AbstractSoftChannelTest {
             assertTrue(write.cause().getMessage().contains("registration of " + SECRET + " bytes refused"),
                     write.cause().getMessage());
             assertEquals(0, memoryOf(awaitChild()).exposedRegions());
+        }
+    }
+
+    /**
+     * A write the channel copied goes by rendezvous from a staging block that stays pinned until the peer has READ it
+     * and says so: it completes only then, and meanwhile counts against writability, so a peer that never answers
+     * cannot have a writer that heeds writability pin a block per write. (Before, it completed once posted, the
+     * channel stayed writable, and each further write pinned another block.)
+     */
+    @Test
+    void aCopiedRendezvousCompletesOnlyOnceThePeerHasReadIt() throws Exception {
+        byte[] secret = randomBytes(2 * SECRET, 18);
+        InetSocketAddress server = serverWriting(ch -> Unpooled.wrappedBuffer(secret));
+        try (RawVerbsPeer a = helloFrom(server)) {
+            Advert advert = awaitRendezvous(a);
+            assertEquals(2 * SECRET, advert.length);
+            ChannelFuture write = writes.poll(10, TimeUnit.SECONDS);
+            assertNotNull(write, "the server wrote nothing within 10 s");
+            Channel child = awaitChild();
+            assertFalse(write.await(300, TimeUnit.MILLISECONDS), "the copied write completed before the peer read it");
+            assertFalse(child.isWritable(), "writable with a copy the peer has not read");
+            assertEquals(WcStatus.SUCCESS, a.read(advert.address, PROBE, advert.rkey));
+            assertArrayEquals(Arrays.copyOf(secret, PROBE), a.readBytes(PROBE));
+            assertEquals(WcStatus.SUCCESS, a.sendCredits(1, 1, 1), "A acknowledges the rendezvous");
+            assertTrue(write.await(10, TimeUnit.SECONDS) && write.isSuccess(), () -> "the write did not complete "
+                    + "after the acknowledgement: " + write.cause());
+            // Netty completes the promise before it lowers the pending bytes: writability follows on the loop.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (!child.isWritable() && System.nanoTime() < deadline) {
+                Thread.sleep(1);
+            }
+            assertTrue(child.isWritable(), "not writable after the acknowledgement");
         }
     }
 
