@@ -1075,6 +1075,15 @@ public final class RdmaConnection {
         }
     }
 
+    /**
+     * Withdraws every advertised rendezvous region, so that no peer can READ it any longer: for a connection whose
+     * queue pair moves no more bytes (lost, or disconnected by the peer), before the memory the regions cover is
+     * freed.
+     */
+    public void withdrawExposures() {
+        withdrawAll();
+    }
+
     /** No rendezvous of a connection that failed, was lost or is destroyed will be read: expose none any longer. */
     private void withdrawAll() {
         for (int i = 0; exposedCount > 0 && i < exposed.length; i++) {

@@ -67,9 +67,9 @@ import java.nio.channels.ClosedChannelException;
  * {@code channelInactive}. An accepted channel closed while its handshake is still ending (its peer may count itself
  * connected already) closes gracefully once established, within the same linger bound. {@code shutdownOutput()} sends
  * end of stream once every posted write has completed; a write issued after it fails at once with
- * {@link ClosedChannelException}, as NIO's does. A write that fails while earlier writes are still posted closes the
- * channel (the queue pair first), whatever the error and {@code AUTO_CLOSE}: where NIO's channel would shut its output
- * down and free the flushed buffers, the device and the peer's READs may still be using them.
+ * {@link ClosedChannelException}, as NIO's does. A write that fails while earlier writes are still posted on a healthy
+ * queue pair closes the channel (the queue pair first), whatever the error and {@code AUTO_CLOSE}: where NIO's channel
+ * would shut its output down and free the flushed buffers, the device and the peer's READs may still be using them.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -249,12 +249,19 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             RdmaConnection c = connection;
             if (c != null && c.operationsInFlight() > 0 && !(t instanceof IOException && config().isAutoClose())) {
                 // Netty answers this by shutting the output down, which frees every flushed buffer at once, while
-                // posted work requests still read them and the peer may still READ an advertised rendezvous: the
-                // device would send, and the peer read, memory the pool has handed to someone else. Close first, so
-                // that the queue pair is gone before anything is freed; this connection fails alone.
-                ClosedChannelException closeCause = new ClosedChannelException();
-                closeCause.initCause(t);
-                closeNow(unsafe().voidPromise(), t, closeCause);
+                // posted work requests may still read them and the peer may still READ an advertised rendezvous (an
+                // rkey works from any queue pair of the domain): the device would send, and a peer read, memory the
+                // pool has handed to someone else.
+                if (c.isLost() || closing.isPeerGone()) {
+                    // The queue pair moves no more bytes: only the advertised regions must go first. The output is
+                    // shut down and the channel stays open, as AUTO_CLOSE=false asks.
+                    c.withdrawExposures();
+                } else {
+                    // The queue pair may still read them: close first, so that it is gone before anything is freed.
+                    ClosedChannelException closeCause = new ClosedChannelException();
+                    closeCause.initCause(t);
+                    closeNow(unsafe().voidPromise(), t, closeCause);
+                }
             }
             throw t;
         }
