@@ -25,7 +25,9 @@ import java.nio.ByteBuffer;
  * on the channel. See {@link DisniProvider} for what DiSNI 2.1 cannot do here (private data on accept and in events,
  * reject with private data, IPv6).
  *
- * <p>Threading: owned by the thread that owns its event channel.
+ * <p>Threading: owned by the thread that owns its event channel, except that an accepted id's queue pair is destroyed
+ * on the thread that owns the queue pair; the native calls that touch the queue pair are serialized (see
+ * {@code nativeLock}).
  */
 final class DisniCmId implements RdmaCmId {
     private final DisniEventChannel channel;
@@ -46,7 +48,14 @@ final class DisniCmId implements RdmaCmId {
      * response, to ERROR on a reject), so the queue pair is destroyed only while that thread is outside the call.
      */
     volatile boolean connectPending;
-    private boolean nativeDestroyed;
+    /**
+     * Serializes this id's native calls that touch its queue pair: an accepted id's disconnect runs on the thread that
+     * owns the event channel (the listener's), its queue pair's destroy on the channel's own loop, and librdmacm's
+     * {@code rdma_disconnect} modifies {@code id->qp} without a lock while {@code rdma_destroy_qp} frees it and sets
+     * it to {@code NULL}. Taken only when connecting and tearing down.
+     */
+    private final Object nativeLock = new Object();
+    private volatile boolean nativeDestroyed;
     private boolean closed;
 
     DisniCmId(DisniEventChannel channel, com.ibm.disni.verbs.RdmaCmId id, long handle) {
@@ -239,10 +248,12 @@ final class DisniCmId implements RdmaCmId {
     }
 
     private void destroyQp() {
-        try {
-            id.destroyQP();
-        } catch (IOException e) {
-            throw new IllegalStateException("rdma_destroy_qp failed: " + DisniErrors.clean(e), e);
+        synchronized (nativeLock) {
+            try {
+                id.destroyQP();
+            } catch (IOException e) {
+                throw new IllegalStateException("rdma_destroy_qp failed: " + DisniErrors.clean(e), e);
+            }
         }
     }
 
@@ -356,8 +367,10 @@ final class DisniCmId implements RdmaCmId {
      * fails (nothing is left to disconnect) and changes nothing, so the result is not looked at.
      */
     void shutdown() {
-        if (!closed && !nativeDestroyed) {
-            channel.disniProvider().dispatcher()._disconnect(handle);
+        synchronized (nativeLock) {
+            if (!closed && !nativeDestroyed) {
+                channel.disniProvider().dispatcher()._disconnect(handle);
+            }
         }
     }
 
@@ -445,12 +458,19 @@ final class DisniCmId implements RdmaCmId {
         if (nativeDestroyed) {
             return;
         }
-        nativeDestroyed = true;
-        channel.forget(this);
-        try {
-            id.destroyId();
-        } catch (IOException e) {
-            throw new IllegalStateException("rdma_destroy_id failed: " + DisniErrors.clean(e), e);
+        int result;
+        synchronized (nativeLock) {
+            nativeDestroyed = true;
+            channel.forget(this);
+            try {
+                result = id.destroyId();
+            } catch (IOException e) {
+                throw new IllegalStateException("rdma_destroy_id failed: " + DisniErrors.clean(e), e);
+            }
+        }
+        if (result != 0) {
+            // DiSNI returns librdmacm's result instead of throwing.
+            throw new IllegalStateException("rdma_destroy_id returned " + result + ": the id is left allocated");
         }
     }
 

@@ -197,14 +197,26 @@ final class DisniCompletionQueue implements CompletionQueue {
             joinUninterruptibly(eventThread);
         }
         arm.free();
+        // DiSNI marks its objects closed and returns the verbs' result instead of throwing: a refusal (EBUSY, while a
+        // queue pair the kernel still holds uses the queue) would leak it silently, counted as gone.
+        int cqResult;
+        int channelResult;
         try {
-            cq.destroyCQ();
-            channel.destroyCompChannel();
+            cqResult = cq.destroyCQ();
+            channelResult = cqResult == 0 ? channel.destroyCompChannel() : 0;
         } catch (IOException e) {
             throw new IllegalStateException("ibv_destroy_cq on " + device.name() + " failed: "
                     + DisniErrors.clean(e), e);
-        } finally {
-            device.disniProvider().usage().completionQueues(-1);
+        }
+        if (cqResult != 0) {
+            throw new IllegalStateException("ibv_destroy_cq on " + device.name() + " returned " + cqResult
+                    + ": the completion queue and its channel are left allocated (a queue pair the kernel has not "
+                    + "destroyed still uses it: look for a failed rdma_destroy_qp)");
+        }
+        device.disniProvider().usage().completionQueues(-1);
+        if (channelResult != 0) {
+            throw new IllegalStateException("ibv_destroy_comp_channel on " + device.name() + " returned "
+                    + channelResult + ": its descriptor is left open");
         }
     }
 

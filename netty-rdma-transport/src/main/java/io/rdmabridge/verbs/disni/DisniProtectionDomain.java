@@ -98,13 +98,20 @@ final class DisniProtectionDomain implements ProtectionDomain {
         if (!closed.compareAndSet(false, true)) {
             return;
         }
+        int result;
         try {
-            pd.deallocPd();
+            result = pd.deallocPd();
         } catch (Exception e) {
             throw new IllegalStateException("ibv_dealloc_pd on " + device.name() + " failed: "
                     + DisniErrors.clean(e), e);
-        } finally {
-            device.disniProvider().usage().protectionDomains(-1);
         }
+        // DiSNI returns the verbs' result instead of throwing: EBUSY means the kernel still holds a region or queue
+        // pair of this domain, which stays allocated, and counted.
+        if (result != 0) {
+            throw new IllegalStateException("ibv_dealloc_pd on " + device.name() + " returned " + result
+                    + ": the protection domain is left allocated (the kernel still holds a memory region or queue pair"
+                    + " of it: look for a failed deregistration or rdma_destroy_qp)");
+        }
+        device.disniProvider().usage().protectionDomains(-1);
     }
 }
