@@ -1537,6 +1537,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     broken = true;
                     cause = e;
                 }
+            } else if (phase == CLOSED) {
+                // closeNow's pump merged into this broken run, which skips drain(): release our ring here, still as
+                // the only drainer, or nothing would (the close task's own pump has come and gone).
+                releaseOurRing();
             }
             missed = wip.addAndGet(-missed);
             if (missed == 0) {
