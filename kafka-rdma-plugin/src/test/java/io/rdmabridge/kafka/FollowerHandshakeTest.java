@@ -46,6 +46,14 @@ class FollowerHandshakeTest {
         return b.flip();
     }
 
+    /** A leader that reads the HELLO and accepts: RDMA port 4791, broker 1, token 99. */
+    private CompletableFuture<SocketChannel> acceptingLeader() {
+        return leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
+        });
+    }
+
     private CompletableFuture<SocketChannel> leader(ThrowingConsumer script) {
         return CompletableFuture.supplyAsync(() -> {
             try {
@@ -123,10 +131,7 @@ class FollowerHandshakeTest {
     void shouldSendTcpDecisionWhenItsStreamCannotConnect() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.connectFailure = new IOException("test: no route to RDMA port");
-        CompletableFuture<SocketChannel> leader = leader(ch -> {
-            readFully(ch, Preamble.HELLO_LENGTH);
-            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
-        });
+        CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().contains("test: no route to RDMA port"), o.reason());
@@ -148,10 +153,7 @@ class FollowerHandshakeTest {
                 throw new TimeoutException();
             }
         };
-        CompletableFuture<SocketChannel> leader = leader(ch -> {
-            readFully(ch, Preamble.HELLO_LENGTH);
-            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
-        });
+        CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().endsWith("did not complete within 5000 ms (rdma.handshake.timeout.ms)"), o.reason());
@@ -163,10 +165,7 @@ class FollowerHandshakeTest {
     void shouldSwitchToTheStreamOnAccept() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
-        CompletableFuture<SocketChannel> leader = leader(ch -> {
-            readFully(ch, Preamble.HELLO_LENGTH);
-            ch.write(Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 99));
-        });
+        CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
         assertEquals(FollowerHandshake.Kind.RDMA, o.kind());
         assertNotNull(o.stream());

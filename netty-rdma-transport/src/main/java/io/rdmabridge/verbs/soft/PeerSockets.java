@@ -39,10 +39,9 @@ final class PeerSockets {
      */
     static boolean otherEndIsOurUser(SocketChannel ch) {
         try {
-            // /proc/self belongs to the process's effective user, as in the token.
-            long uid = ((Number) Files.getAttribute(Paths.get("/proc/self"), "unix:uid")).longValue();
-            return otherEndOwner(TCP, TCP6, (InetSocketAddress) ch.getLocalAddress(),
-                    (InetSocketAddress) ch.getRemoteAddress()) == uid;
+            return SharedMemoryFiles.EFFECTIVE_UID >= 0 && otherEndOwner(TCP, TCP6,
+                    (InetSocketAddress) ch.getLocalAddress(), (InetSocketAddress) ch.getRemoteAddress())
+                    == SharedMemoryFiles.EFFECTIVE_UID;
         } catch (IOException | RuntimeException e) {
             return false;
         }

@@ -49,10 +49,15 @@ final class SharedMemoryFiles {
     static final String PREFIX = "rdmabridge-soft-";
     /** The inode number of this process's pid namespace, or {@code 0} when {@code /proc} cannot tell it. */
     static final long PID_NAMESPACE = pidNamespace();
+    /**
+     * Our effective user, the owner of the files we create (/proc/self belongs to it), or -1 when it cannot be read.
+     */
+    static final long EFFECTIVE_UID = effectiveUid();
     /** What the names of every file of a process in our pid namespace start with. */
     private static final String NAMESPACE_PREFIX = PREFIX + PID_NAMESPACE + '-';
     static final int TOKEN_LENGTH = 16;
-    private static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
+    /** The token of a side that offers no shared memory; never written. */
+    static final byte[] NO_TOKEN = new byte[TOKEN_LENGTH];
 
     private final long pid = ProcessHandle.current().pid();
     /** Where our files are, and where a same-host peer's are (equal tokens mean equal directories). */
@@ -258,6 +263,14 @@ final class SharedMemoryFiles {
         return NAMESPACE_PREFIX + pid + '-';
     }
 
+    private static long effectiveUid() {
+        try {
+            return ((Number) Files.getAttribute(Paths.get("/proc/self"), "unix:uid")).longValue();
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+    }
+
     private static long pidNamespace() {
         try {
             // "pid:[4026531836]"
@@ -306,14 +319,15 @@ final class SharedMemoryFiles {
             String bootId = Files.readString(Paths.get("/proc/sys/kernel/random/boot_id")).trim();
             Object device = Files.getAttribute(dir, "unix:dev");
             Object inode = Files.getAttribute(dir, "unix:ino");
-            // /proc/self belongs to the process's effective user, the one that owns the files it creates.
-            Object user = Files.getAttribute(Paths.get("/proc/self"), "unix:uid");
+            if (EFFECTIVE_UID < 0) {
+                throw new IOException("/proc/self's owner is not readable");
+            }
             if (PID_NAMESPACE == 0) {
                 throw new IOException("/proc/self/ns/pid is not readable");
             }
             MessageDigest sha = MessageDigest.getInstance("SHA-256");
-            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode + ' ' + user
-                    + ' ' + PID_NAMESPACE).getBytes(StandardCharsets.UTF_8));
+            byte[] digest = sha.digest((bootId + ' ' + dir.toRealPath() + ' ' + device + ' ' + inode + ' '
+                    + EFFECTIVE_UID + ' ' + PID_NAMESPACE).getBytes(StandardCharsets.UTF_8));
             return Arrays.copyOf(digest, TOKEN_LENGTH);
         } catch (IOException | UnsupportedOperationException | IllegalArgumentException
                  | NoSuchAlgorithmException e) {

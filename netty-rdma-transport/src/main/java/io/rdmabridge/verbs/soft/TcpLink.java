@@ -369,7 +369,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             prepareRing();
             if (!sameHost) {
                 // Our token tells the peer we are not sharing memory with it, and is no business of another host's.
-                localToken = new byte[SharedMemoryFiles.TOKEN_LENGTH];
+                localToken = SharedMemoryFiles.NO_TOKEN;
             }
             try {
                 attach(q, parameters, q.peerParams, false);
