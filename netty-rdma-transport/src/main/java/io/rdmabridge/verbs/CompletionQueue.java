@@ -42,7 +42,9 @@ public interface CompletionQueue extends AutoCloseable {
     void requestNotify();
 
     /**
-     * Destroys the queue ({@code ibv_destroy_cq}).
+     * Destroys the queue ({@code ibv_destroy_cq}). Returns without waiting for a thread of the provider that waits for
+     * the queue's events: that thread may finish the destroy shortly after, and {@link ResourceUsage} counts the queue
+     * until then.
      *
      * @throws IllegalStateException when queue pairs still use it
      */

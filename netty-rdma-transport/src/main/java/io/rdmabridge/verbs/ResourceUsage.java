@@ -1,5 +1,7 @@
 package io.rdmabridge.verbs;
 
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -11,6 +13,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * socket closes, which the verbs calls do not wait for, so they are left out of {@link #isZero()}; tests wait for
  * {@link #peerMappingsReleased()} instead. {@link #sameHostConnections()} counts, from the start, the connections that
  * took that path: which path a job's connections took, for reports.
+ *
+ * <p>A resource is counted until the provider has destroyed it, which may be shortly after the call that released it
+ * returned: a DiSNI completion queue with an event thread is destroyed by that thread (see {@link #awaitZero}).
  */
 public final class ResourceUsage {
     private final AtomicLong registeredBytes = new AtomicLong();
@@ -84,6 +89,23 @@ public final class ResourceUsage {
     public boolean isZero() {
         return registeredBytes() == 0 && memoryRegions() == 0 && queuePairs() == 0 && completionQueues() == 0
                 && protectionDomains() == 0 && cmIds() == 0 && eventChannels() == 0;
+    }
+
+    /**
+     * Waits until {@link #isZero()}, for {@code timeout} at most: for releases that a provider finishes on a thread of
+     * its own after the closing call returned.
+     *
+     * @return whether it reached zero in time
+     */
+    public boolean awaitZero(Duration timeout) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!isZero()) {
+            if (System.nanoTime() - deadline >= 0) {
+                return false;
+            }
+            TimeUnit.MILLISECONDS.sleep(5);
+        }
+        return true;
     }
 
     /** Provider side. */

@@ -3,6 +3,7 @@ package io.rdmabridge.verbs;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -28,6 +29,8 @@ final class InJvmConformancePeer implements ConformancePeer {
     private static final long COMMAND_TIMEOUT_MILLIS = 60_000;
     private static final long ECHO_TAG = 1L << 41;
     private static final int CQ_ENTRIES = 32768;
+    /** A provider may destroy a resource on its own thread shortly after the close returned (DiSNI's queues). */
+    private static final Duration RELEASE_PATIENCE = Duration.ofSeconds(5);
 
     private final RdmaProvider provider;
     private final EventNotifier notifier = new EventNotifier();
@@ -313,7 +316,7 @@ final class InJvmConformancePeer implements ConformancePeer {
         return call(() -> {
             release();
             ResourceUsage usage = provider.resourceUsage();
-            return new Usage(usage.isZero(), usage.toString());
+            return new Usage(usage.awaitZero(RELEASE_PATIENCE), usage.toString());
         });
     }
 

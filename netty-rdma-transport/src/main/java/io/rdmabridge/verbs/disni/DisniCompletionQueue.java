@@ -15,6 +15,7 @@ import io.rdmabridge.verbs.WorkCompletions;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -30,13 +31,23 @@ import org.slf4j.LoggerFactory;
  * the completion channel ({@code ibv_get_cq_event}, with a timeout so that it notices {@link #close()}),
  * acknowledges each event and signals the notifier. Without a notifier no thread is started.
  *
+ * <p>Closing: with an event thread, {@link #close()} only tells it to stop, and the thread destroys the queue and its
+ * channel once its wait returns (within {@link #EVENT_WAIT_MILLIS}). The closing thread is a channel's event loop,
+ * which must not wait out that timeout for every channel it closes; {@link io.rdmabridge.verbs.ResourceUsage} counts
+ * the queue until it is destroyed. DiSNI's {@code getCqEvent} does not say which queue an event is for, so queues
+ * cannot share one channel and one thread: each event must be acknowledged on its own queue.
+ *
  * <p>Threading: {@link #poll} and {@link #requestNotify()} belong to the owning thread, which also owns the queue
  * pairs attached here (the table that routes completions to them is not thread-safe).
  */
 final class DisniCompletionQueue implements CompletionQueue {
     private static final Logger logger = LoggerFactory.getLogger(DisniCompletionQueue.class);
-    /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks at {@code running} again. */
+    /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks again whether the queue is closing. */
     static final int EVENT_WAIT_MILLIS = 100;
+    // Who destroys the queue: the event thread while it runs, whoever comes second otherwise.
+    private static final int WAITING = 0;
+    private static final int CLOSE_REQUESTED = 1;
+    private static final int EVENTS_FAILED = 2;
     /** Completions fetched per {@code ibv_poll_cq} call at most. */
     static final int POLL_BATCH = 128;
 
@@ -64,7 +75,7 @@ final class DisniCompletionQueue implements CompletionQueue {
     private final int wcSize;
     private final QueuePairTable queuePairs = new QueuePairTable();
     private final Thread eventThread;
-    private volatile boolean running = true;
+    private final AtomicInteger events = new AtomicInteger(WAITING);
     private int users;
     private boolean closed;
 
@@ -165,7 +176,7 @@ final class DisniCompletionQueue implements CompletionQueue {
     }
 
     private void waitForEvents() {
-        while (running) {
+        while (events.get() == WAITING) {
             try {
                 if (channel.getCqEvent(cq, EVENT_WAIT_MILLIS)) {
                     // Every event must be acknowledged, or ibv_destroy_cq blocks forever.
@@ -173,12 +184,18 @@ final class DisniCompletionQueue implements CompletionQueue {
                     notifier.signal();
                 }
             } catch (IOException | RuntimeException e) {
-                if (running) {
+                if (events.compareAndSet(WAITING, EVENTS_FAILED)) {
                     logger.warn("Completion events of {} stopped: {}", device.name(), DisniErrors.clean(e));
-                    notifier.signal(); // let the owner poll and notice what failed
+                    notifier.signal(); // let the owner poll and notice what failed; its close() destroys the queue
+                    return;
                 }
-                return;
+                break; // closing: the failure is the channel's teardown racing the wait
             }
+        }
+        try {
+            destroy();
+        } catch (RuntimeException e) {
+            logger.warn("Closing a completion queue of {} failed: {}", device.name(), e.getMessage());
         }
     }
 
@@ -192,10 +209,16 @@ final class DisniCompletionQueue implements CompletionQueue {
                     + " close them first)");
         }
         closed = true;
-        running = false;
-        if (eventThread != null) {
-            joinUninterruptibly(eventThread);
+        if (eventThread == null || !events.compareAndSet(WAITING, CLOSE_REQUESTED)) {
+            // No thread, or one that has stopped already: nobody else destroys the queue.
+            if (eventThread != null) {
+                joinUninterruptibly(eventThread);
+            }
+            destroy();
         }
+    }
+
+    private void destroy() {
         arm.free();
         // DiSNI marks its objects closed and returns the verbs' result instead of throwing: a refusal (EBUSY, while a
         // queue pair the kernel still holds uses the queue) would leak it silently, counted as gone.
