@@ -53,6 +53,12 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
     public static final int MIN_RECEIVE_BUFFER_SIZE = FrameHeader.HEADER_LENGTH
             + Math.max(LENGTH, FrameHeader.RENDEZVOUS_BODY_LENGTH);
     public static final int MAX_RECEIVE_BUFFER_SIZE = 16 * 1024 * 1024;
+    /**
+     * The smallest rendezvous message a side may accept. A message larger than the peer's limit goes as parts of that
+     * size, each exposed for the peer's READ and acknowledged on its own: a peer announcing 1 byte would turn one
+     * 16 MiB write into 16 million exposures on the writer's event loop.
+     */
+    public static final int MIN_MAX_MESSAGE_SIZE = 4096;
     /** Control frames need at least two credits: the last one may only carry credit returns (see RdmaConnection). */
     public static final int MIN_CONTROL_CREDITS = 2;
     /**
@@ -78,8 +84,9 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
             throw new IllegalArgumentException("dataCredits + controlCredits: " + (dataCredits + controlCredits)
                     + " (expected: <= " + MAX_RECEIVE_QUEUE_DEPTH + ", the receive buffers one side may post)");
         }
-        if (maxMessageSize < 1) {
-            throw new IllegalArgumentException("maxMessageSize: " + maxMessageSize + " (expected: > 0)");
+        if (maxMessageSize < MIN_MAX_MESSAGE_SIZE) {
+            throw new IllegalArgumentException("maxMessageSize: " + maxMessageSize + " (expected: >= "
+                    + MIN_MAX_MESSAGE_SIZE + ")");
         }
     }
 

@@ -256,7 +256,13 @@ public final class RdmaConnection {
         wrOp = new long[sqDepth];
         wrs = new SendWorkRequest[] {new SendWorkRequest(maxSge), new SendWorkRequest(maxSge)};
         headerRing = memory.protectionDomain().allocateMemory(sqDepth * HEADER_SLOT_SIZE).order(ByteOrder.LITTLE_ENDIAN);
-        headerMr = memory.register(headerRing);
+        try {
+            headerMr = memory.register(headerRing);
+        } catch (RdmaException | RuntimeException e) {
+            // The channel frees what it gave this connection, not what the connection allocated itself.
+            memory.protectionDomain().freeMemory(headerRing);
+            throw e;
+        }
         headerBase = headerMr.address();
         scratchView = headerRing.duplicate();
 

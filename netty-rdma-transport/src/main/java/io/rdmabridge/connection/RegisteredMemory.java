@@ -496,7 +496,9 @@ public final class RegisteredMemory implements AutoCloseable {
         }
 
         void releaseIfIdle() {
-            if (inUse.get() == 0) {
+            // Claimed in one step, as retire() does: a take() between a read of zero and the release would get a
+            // block whose memory is freed.
+            if (inUse.compareAndSet(0, RETIRED)) {
                 release();
             }
         }

@@ -119,7 +119,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         } else if (option == RdmaChannelOption.RENDEZVOUS_THRESHOLD) {
             rendezvousThreshold = checkRange("RENDEZVOUS_THRESHOLD", (Integer) value, 1, Integer.MAX_VALUE);
         } else if (option == RdmaChannelOption.MAX_MESSAGE_SIZE) {
-            maxMessageSize = checkRange("MAX_MESSAGE_SIZE", (Integer) value, 4096, Integer.MAX_VALUE);
+            maxMessageSize = checkRange("MAX_MESSAGE_SIZE", (Integer) value, Handshake.MIN_MAX_MESSAGE_SIZE,
+                    Integer.MAX_VALUE);
         } else if (option == RdmaChannelOption.SIGNAL_INTERVAL) {
             signalInterval = checkRange("SIGNAL_INTERVAL", (Integer) value, 1, 1 << 15);
         } else if (option == RdmaChannelOption.BUSY_POLL_BUDGET_NANOS) {

@@ -11,15 +11,19 @@ import io.rdmabridge.verbs.WcStatus;
 import org.junit.jupiter.api.Test;
 
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * What a peer announces in its handshake never sizes this side's memory: a peer that claims 16 MiB receive buffers
  * and then never returns a credit gets frames no larger than this side's own receive buffers, so the staging copies
- * of small heap writes stay small (they took a 16 MiB registration each: 6 messages of 300 bytes pinned 96 MiB).
+ * of small heap writes stay small (they took a 16 MiB registration each: 6 messages of 300 bytes pinned 96 MiB). Nor
+ * does it multiply this side's work: a peer's largest message must hold a rendezvous part of a useful size.
  */
 class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
@@ -46,6 +50,24 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
             // Six copies of 300 bytes: pooled blocks of this side's 16 KiB frames at most, never 6 x 16 MiB.
             assertTrue(staged <= 2L * 1024 * 1024, "registered for staging: " + staged + " bytes");
             ch.close().await(5, TimeUnit.SECONDS);
+        }
+    }
+
+    @Test
+    void shouldRefuseAPeerThatAnnouncesMessagesTooSmallForUsefulRendezvousParts() throws Exception {
+        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
+            channels.add(0, connecting.channel());
+            raw.acceptOne();
+            // A largest message of 1 byte: a 16 MiB write would go as 16 million rendezvous parts.
+            byte[] hello = new Handshake(4096, 6, 2, 1 << 20).encode();
+            ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(16, 1);
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, hello));
+            assertTrue(connecting.await(10, TimeUnit.SECONDS), "connect neither failed nor succeeded");
+            assertFalse(connecting.isSuccess(), "connected to a peer that accepts 1-byte messages");
+            assertTrue(connecting.cause().getMessage().contains("maxMessageSize: 1 (expected: >= 4096)"),
+                    connecting.cause()::toString);
         }
     }
 }
