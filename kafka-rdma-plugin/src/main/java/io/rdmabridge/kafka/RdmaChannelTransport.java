@@ -96,6 +96,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 // Anyone who reaches this port may announce a message before the token is checked: bound what one
                 // announcement can make the broker allocate (the stream writes at most 256 KiB per message anyway).
                 .childOption(RdmaChannelOption.MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE)
+                // A connection that never completes the transport's own handshake holds its queue pair and receive
+                // buffers until this: the same bound as a token's (Netty's default would be 30 s).
+                .childOption(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMs)
                 .childHandler(new ChannelInitializer<Channel>() {
                     @Override
                     protected void initChannel(Channel ch) {
@@ -299,6 +302,11 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         }
     }
 
+    /** Accepted connections that have not presented a token yet (rdma.handshake.max.in.progress bounds them). */
+    int unidentifiedConnections() {
+        return unidentified.get();
+    }
+
     /**
      * Leader side, first handler of an accepted connection: reads the token, then hands the channel to the
      * {@link RdmaChannelStream} the matching {@link #expect} is waiting for. Event loop only.
@@ -314,8 +322,12 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             this.channel = channel;
         }
 
+        /**
+         * Counted from the moment the connection is accepted, not from its activation: its queue pair and receive
+         * buffers exist from then on, and a peer that never completes the transport's handshake is never active.
+         */
         @Override
-        public void channelActive(ChannelHandlerContext ctx) {
+        public void handlerAdded(ChannelHandlerContext ctx) {
             if (unidentified.incrementAndGet() > maxUnidentified) {
                 unidentified.decrementAndGet();
                 reject(ctx, "more than " + maxUnidentified + " RDMA connections have not presented a token yet "
@@ -326,7 +338,18 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             deadline = ctx.executor().schedule(() -> reject(ctx, (tokenBytes < TOKEN_LENGTH ? "no token"
                     : "its probe answer was not delivered") + " within " + handshakeTimeoutMs + " ms "
                     + "(rdma.handshake.timeout.ms)"), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
-            ctx.read();
+        }
+
+        @Override
+        public void handlerRemoved(ChannelHandlerContext ctx) {
+            uncount();
+        }
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            if (counted) {
+                ctx.read();
+            }
             ctx.fireChannelActive();
         }
 

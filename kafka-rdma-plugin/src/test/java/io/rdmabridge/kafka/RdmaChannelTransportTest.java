@@ -7,10 +7,18 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.netty.bootstrap.Bootstrap;
 import io.netty.buffer.AbstractByteBufAllocator;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.buffer.UnpooledDirectByteBuf;
+import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.rdmabridge.netty.RdmaIoHandler;
+import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
@@ -345,6 +353,39 @@ class RdmaChannelTransportTest {
             assertFalse(expected.isDone(), "it presented no token");
         } finally {
             probe.close();
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void shouldCountAndCloseConnectionsThatNeverCompleteTheTransportHandshake() throws Exception {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 8000, 64, 64, 1);
+        // Every work request is held back: no HELLO arrives, so neither end of a connection ever becomes active, and
+        // each holds its queue pair and receive buffers.
+        soft.faults().delaySends(TimeUnit.SECONDS.toNanos(60));
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
+        try {
+            Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 50_000).handler(new ChannelInboundHandlerAdapter());
+            ChannelFuture first = b.connect(listener());
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (transport.unidentifiedConnections() == 0 && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+            assertEquals(1, transport.unidentifiedConnections(), "the accepted connection is not counted");
+            ChannelFuture second = b.connect(listener());
+            assertTrue(second.await(5, TimeUnit.SECONDS), "a connection beyond rdma.handshake.max.in.progress=1 "
+                    + "was kept while the first had not completed the transport's handshake");
+            assertFalse(second.isSuccess());
+            assertFalse(first.isDone(), "the first connection was closed before rdma.handshake.timeout.ms");
+            assertTrue(first.await(20, TimeUnit.SECONDS), "a connection that never completed the transport's "
+                    + "handshake was kept past rdma.handshake.timeout.ms");
+            assertFalse(first.isSuccess());
+            assertEquals(0, transport.unidentifiedConnections());
+        } finally {
+            soft.faults().reset();
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
         }
     }
 
