@@ -81,7 +81,7 @@ final class RdmaReplication {
         if (configured) {
             return status;
         }
-        RdmaReplicationConfig c = RdmaReplicationConfig.parse(props);
+        RdmaReplicationConfig c = RdmaReplicationConfig.parse(props, false);
         config = c;
         configured = true;
         if (!c.enabled()) {

@@ -42,6 +42,19 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
      * @throws IllegalArgumentException naming the key, the value and what is expected
      */
     static RdmaReplicationConfig parse(Map<String, ?> props) {
+        return parse(props, true);
+    }
+
+    /**
+     * As {@link #parse(Map)}, except that with {@code rdma.replication.enable} not true nothing else is read unless
+     * {@code strict}: a broker with the plugin switched off starts as stock Kafka whatever its other keys say.
+     */
+    static RdmaReplicationConfig parse(Map<String, ?> props, boolean strict) {
+        if (!strict && !bool(props, ENABLE)) {
+            return new RdmaReplicationConfig(false, "auto", DEFAULT_HANDSHAKE_TIMEOUT_MS, DEFAULT_QUEUE_DEPTH,
+                    DEFAULT_QUEUE_DEPTH, DEFAULT_MAX_HANDSHAKES, -1, "PLAINTEXT", null, -1, DEFAULT_RDMA_PORT_OFFSET,
+                    false);
+        }
         boolean enabled = bool(props, ENABLE);
         String provider = string(props, PROVIDER, "auto");
         int timeout = integer(props, HANDSHAKE_TIMEOUT_MS, DEFAULT_HANDSHAKE_TIMEOUT_MS, 1, 600_000);

@@ -1,7 +1,7 @@
 package io.rdmabridge.kafka;
 
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.LongAdder;
@@ -35,8 +35,12 @@ final class ReplicationMetrics implements AutoCloseable {
     private final LongAdder rejected = new LongAdder();
 
     ReplicationMetrics() {
-        metrics = new Metrics(new MetricConfig(), List.of(new JmxReporter()), Time.SYSTEM,
+        metrics = new Metrics(new MetricConfig(), new ArrayList<>(), Time.SYSTEM,
                 new KafkaMetricsContext("kafka.server"));
+        // Every Metrics counts its metrics as kafka.server:type=kafka-metrics-count, the broker's own bean, which a
+        // JmxReporter re-registers as its own: removed before the reporter sees it, the broker's bean stays.
+        metrics.removeMetric(metrics.metricName("count", "kafka-metrics-count"));
+        metrics.addReporter(new JmxReporter());
         gauge("upgrades-attempted-total", "Replication connections that tried the RDMA upgrade", Map.of(), attempted);
         gauge("upgrades-succeeded-total", "Replication connections now carried over RDMA", Map.of(), succeeded);
         gauge("upgrades-fallen-back-total", "Upgrade attempts that left the connection on TCP", Map.of(), fellBack);

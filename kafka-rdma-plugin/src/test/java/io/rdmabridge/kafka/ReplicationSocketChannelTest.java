@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.RdmaProviders;
@@ -21,6 +22,7 @@ import java.nio.channels.spi.SelectorProvider;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
@@ -55,6 +57,22 @@ class ReplicationSocketChannelTest {
                 "rdma.handshake.timeout.ms", "2000", "rdma.port.offset", Integer.toString(offset)),
                 transport);
         return new RdmaSelectorProvider(SelectorProvider.provider());
+    }
+
+    @Test
+    void shouldLeaveABrokerWithThePluginOffAsStockKafkaWhateverItsOtherKeysSay() {
+        RdmaReplication r = RdmaReplication.get();
+        r.agentInstalled();
+        // Its RDMA port would be 65000 + 1000: out of range, which fails the broker's start only with the flag on.
+        Map<String, String> props = Map.of("node.id", "1", "listeners", "REPLICATION://127.0.0.1:65000",
+                "inter.broker.listener.name", "REPLICATION");
+        String status = r.configure(props);
+        assertTrue(status.startsWith("RDMA replication inactive: rdma.replication.enable is not true"), status);
+        assertFalse(r.transport().isAvailable(), "no transport opened");
+        r.pluginClosed();
+        Map<String, String> on = new HashMap<>(props);
+        on.put("rdma.replication.enable", "true");
+        assertThrows(IllegalArgumentException.class, () -> r.configure(on), "the same keys with the flag on");
     }
 
     @Test
