@@ -66,6 +66,12 @@ class RdmaChannelTransportTest {
         assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
     }
 
+    /** Replaces the transport with one of this handshake timeout and cap on connections without a token. */
+    private void reopen(int handshakeTimeoutMs, int maxUnidentified) throws IOException {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, handshakeTimeoutMs, 64, 64, maxUnidentified);
+    }
+
     private InetSocketAddress listener() {
         return new InetSocketAddress("127.0.0.1", transport.listenPort());
     }
@@ -321,8 +327,7 @@ class RdmaChannelTransportTest {
     @Test
     @Timeout(60)
     void shouldCloseAProbeWhoseAnswerIsNotDeliveredAtTheHandshakeTimeout() throws Exception {
-        transport.close();
-        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 500, 64, 64, 4);
+        reopen(500, 4);
         // The answer reaches the follower, but the leader learns it only from the send completion, held back here.
         soft.faults().delaySendCompletions(TimeUnit.SECONDS.toNanos(60));
         try {
@@ -337,8 +342,7 @@ class RdmaChannelTransportTest {
     @Test
     @Timeout(60)
     void shouldCountAProbeAgainstTheHandshakeCapUntilItIsClosed() throws Exception {
-        transport.close();
-        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 5000, 64, 64, 1);
+        reopen(5000, 1);
         soft.faults().delaySendCompletions(TimeUnit.SECONDS.toNanos(60));
         RdmaStream probe;
         try {
@@ -359,8 +363,7 @@ class RdmaChannelTransportTest {
     @Test
     @Timeout(60)
     void shouldCountAndCloseConnectionsThatNeverCompleteTheTransportHandshake() throws Exception {
-        transport.close();
-        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 8000, 64, 64, 1);
+        reopen(8000, 1);
         // Every work request is held back: no HELLO arrives, so neither end of a connection ever becomes active, and
         // each holds its queue pair and receive buffers.
         soft.faults().delaySends(TimeUnit.SECONDS.toNanos(60));

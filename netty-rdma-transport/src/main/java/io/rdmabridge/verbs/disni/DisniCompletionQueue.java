@@ -42,9 +42,10 @@ import org.slf4j.LoggerFactory;
  */
 final class DisniCompletionQueue implements CompletionQueue {
     private static final Logger logger = LoggerFactory.getLogger(DisniCompletionQueue.class);
-    /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks again whether the queue is closing. */
+    /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks whether the queue is closing. */
     static final int EVENT_WAIT_MILLIS = 100;
-    // Who destroys the queue: the event thread while it runs, whoever comes second otherwise.
+    // Who destroys the queue: the event thread when close() finds it waiting; close() itself when there is no event
+    // thread or it stopped on a failure.
     private static final int WAITING = 0;
     private static final int CLOSE_REQUESTED = 1;
     private static final int EVENTS_FAILED = 2;
