@@ -23,6 +23,10 @@ import org.slf4j.LoggerFactory;
  * {@link #acquire} answers {@code null} and the caller waits for completions. A file that grew since its last chunk
  * was mapped (a log being appended to) gets that chunk mapped again for the bytes past its old end.
  *
+ * <p>Chunks are shared by the parts of one file region, not across regions ({@link #startRegion()}): the file may
+ * have changed in between. A copy keeps the bytes it read, and a device's registration pins the pages it found, which
+ * a truncation detaches from the file; a socket would send what the file holds when the region is written.
+ *
  * <p>Owned by one thread (a channel's event loop). Acquiring an already-mapped chunk allocates nothing.
  */
 public final class FileChunkCache implements AutoCloseable {
@@ -54,7 +58,7 @@ public final class FileChunkCache implements AutoCloseable {
         long index = offset / CHUNK_SIZE;
         for (int i = 0; i < chunks.size(); i++) {
             Chunk c = chunks.get(i);
-            if (c.file == file && c.index == index) {
+            if (c.file == file && c.index == index && !c.retired) {
                 if (offset < c.fileOffset + c.length) {
                     c.users++;
                     return c;
@@ -137,6 +141,22 @@ public final class FileChunkCache implements AutoCloseable {
         return false;
     }
 
+    /**
+     * A new file region starts: what earlier regions mapped or copied is not used for it. Idle chunks are unmapped
+     * now, busy ones once their last user releases them.
+     */
+    public void startRegion() {
+        for (int i = chunks.size() - 1; i >= 0; i--) {
+            Chunk c = chunks.get(i);
+            if (c.users == 0) {
+                chunks.remove(i);
+                c.unmap();
+            } else {
+                c.retired = true;
+            }
+        }
+    }
+
     /** Chunks currently mapped. */
     public int size() {
         return chunks.size();
@@ -165,6 +185,7 @@ public final class FileChunkCache implements AutoCloseable {
         private final MemoryRegion mr;
         private final RegisteredMemory.Block copy;
         private int users;
+        private boolean retired;
         private boolean unmapped;
 
         Chunk(FileChannel file, long index, long fileOffset, int length, MappedByteBuffer map, MemoryRegion mr,
@@ -202,7 +223,7 @@ public final class FileChunkCache implements AutoCloseable {
 
         /** One user is done (its work request completed or was dropped). */
         public void release() {
-            if (--users == 0 && closed) {
+            if (--users == 0 && (closed || retired)) {
                 chunks.remove(this);
                 unmap();
             }

@@ -48,6 +48,9 @@ final class RdmaFileWriter {
             throw new IOException("cannot read the FileChannel of DefaultFileRegion on this JDK/Netty version");
         }
         region.open();
+        if (offset == 0) {
+            cache.startRegion();
+        }
         FileChannel file = (FileChannel) FILE.get(region);
         long position = region.position() + offset;
         long end = region.position() + region.count();

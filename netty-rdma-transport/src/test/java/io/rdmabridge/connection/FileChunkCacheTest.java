@@ -69,6 +69,27 @@ class FileChunkCacheTest {
         }
     }
 
+    @Test
+    void shouldNotServeANewRegionFromACopyOfTheFileAsItWas() throws Exception {
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+             FileChunkCache cache = new FileChunkCache(memory, 2)) {
+            provider.faults().failRegistrations(1);
+            FileChunkCache.Chunk first = cache.acquire(channel, 0);
+            assertTrue(first.isCopy());
+            first.release();
+            byte[] rewritten = new byte[4096];
+            new Random(8).nextBytes(rewritten);
+            channel.write(java.nio.ByteBuffer.wrap(rewritten), 0);
+            cache.startRegion();
+            FileChunkCache.Chunk second = cache.acquire(channel, 0);
+            byte[] bytes = new byte[rewritten.length];
+            DirectMemory.copyToArray(second.address(), bytes, 0, bytes.length);
+            assertArrayEquals(rewritten, bytes, "a region written after the file was rewritten sent its old bytes");
+            second.release();
+            assertEquals(1, cache.size(), "the first region's copy is released");
+        }
+    }
+
     private void assertChunks(FileChunkCache cache, FileChannel channel, boolean copies) throws Exception {
         for (long offset : new long[] {0, FileChunkCache.CHUNK_SIZE + 5}) {
             FileChunkCache.Chunk chunk = cache.acquire(channel, offset);
