@@ -424,8 +424,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                         ? Integer.toString(handshake.peerBrokerId()) : ReplicationMetrics.UNKNOWN_PEER);
                 if (handshake.fallbackReason() != null) {
                     replication.metrics().upgradeFellBack();
-                    LOG.warn("Replication connection from broker {} at {} stays on TCP: {}",
-                            handshake.peerBrokerId(), remote(), handshake.fallbackReason());
+                    // Rate-limited: any host that reaches the inter-broker port can send a HELLO that is declined.
+                    replication.warnRateLimited(LOG, "Replication connection stays on TCP: {}", "from broker "
+                            + handshake.peerBrokerId() + " at " + remote() + ": " + handshake.fallbackReason());
                 }
                 mode = Mode.TCP;
                 updateWatch();
