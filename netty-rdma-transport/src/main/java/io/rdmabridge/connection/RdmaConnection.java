@@ -809,10 +809,13 @@ public final class RdmaConnection {
      * @return {@code EVENT_*} bits of what happened
      */
     public int poll(WorkCompletions wc, int rounds) {
-        events = 0;
         if (destroyed) {
+            events = 0;
             return 0;
         }
+        // A failure may have come between two polls (a receive reposted when the application released its buffer):
+        // every poll reports it until the connection is destroyed.
+        events = failure != null ? EVENT_FAILED : 0;
         int n;
         do {
             n = cq.poll(wc);

@@ -749,4 +749,46 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             provider.faults().reset();
         }
     }
+
+    @Test
+    @Timeout(30)
+    void shouldNameTheCauseWhenAReceiveCannotBeRepostedAfterTheApplicationReleasedIt() throws Exception {
+        // The application releases a received buffer between two polls; reposting it fails (ibv_post_recv's ENOMEM).
+        // Polls reported a failure only in the turn it came in, so the channel closed as if its peer had gone,
+        // without telling the pipeline why.
+        LinkedBlockingQueue<ByteBuf> held = new LinkedBlockingQueue<>();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        AtomicReference<Channel> child = new AtomicReference<>();
+        Channel server = server(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelActive(ChannelHandlerContext ctx) {
+                child.set(ctx.channel());
+            }
+
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                held.add((ByteBuf) msg);
+            }
+
+            @Override
+            public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                failure.compareAndSet(null, cause);
+            }
+        }, true);
+        RdmaSocketChannel client = client(server, new Sink());
+        client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
+        ByteBuf received = held.poll(10, TimeUnit.SECONDS);
+        assertTrue(received != null, "nothing arrived");
+        Channel accepted = child.get();
+        try {
+            provider.faults().failReceivePosts(1);
+            accepted.eventLoop().submit(() -> received.release()).sync();
+            assertTrue(accepted.closeFuture().await(5, TimeUnit.SECONDS),
+                    "the channel stayed open after its receive could not be reposted");
+        } finally {
+            provider.faults().reset();
+        }
+        assertTrue(failure.get() != null && failure.get().getMessage().contains("reposting a receive failed"),
+                () -> "the cause reported: " + failure.get());
+    }
 }

@@ -10,6 +10,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class SoftFaults {
     private final SoftEngine engine;
     private final AtomicInteger failRegistrations = new AtomicInteger();
+    private final AtomicInteger failReceivePosts = new AtomicInteger();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
     private volatile Runnable beforeReadResponseCopy;
@@ -26,6 +27,17 @@ public final class SoftFaults {
             throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
         }
         failRegistrations.set(count);
+    }
+
+    /**
+     * Makes the next {@code count} {@code postRecv} calls throw {@code RdmaException("injected fault: ...")}, as
+     * {@code ibv_post_recv} does when the device refuses a work request (ENOMEM).
+     */
+    public void failReceivePosts(int count) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
+        }
+        failReceivePosts.set(count);
     }
 
     /**
@@ -83,9 +95,10 @@ public final class SoftFaults {
         beforeReadResponseCopy = action;
     }
 
-    /** Clears pending registration failures, the send and completion delays and the copy hook. */
+    /** Clears pending registration and receive-post failures, the send and completion delays and the copy hook. */
     public void reset() {
         failRegistrations.set(0);
+        failReceivePosts.set(0);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
         beforeReadResponseCopy = null;
@@ -97,12 +110,21 @@ public final class SoftFaults {
 
     /** Whether this registration must fail; consumes one injected failure. */
     boolean takeRegistrationFailure() {
+        return take(failRegistrations);
+    }
+
+    /** Whether this receive post must fail; consumes one injected failure. */
+    boolean takeReceivePostFailure() {
+        return take(failReceivePosts);
+    }
+
+    private static boolean take(AtomicInteger failures) {
         for (;;) {
-            int left = failRegistrations.get();
+            int left = failures.get();
             if (left == 0) {
                 return false;
             }
-            if (failRegistrations.compareAndSet(left, left - 1)) {
+            if (failures.compareAndSet(left, left - 1)) {
                 return true;
             }
         }

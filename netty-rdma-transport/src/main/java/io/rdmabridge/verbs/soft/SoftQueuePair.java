@@ -308,6 +308,9 @@ final class SoftQueuePair implements QueuePair {
         if (n > rSges.maxSge) {
             throw new RdmaException("numSge: " + n + " (expected: <= maxRecvSge " + rSges.maxSge + ")");
         }
+        if (engine.faults.takeReceivePostFailure()) {
+            throw new RdmaException("injected fault: receive post refused (SoftFaults.failReceivePosts)");
+        }
         long tail = rqTail;
         if (tail - rqHead >= rqDepth) {
             throw new RdmaException("queue pair " + qpn + ": receive queue full with " + rqDepth
