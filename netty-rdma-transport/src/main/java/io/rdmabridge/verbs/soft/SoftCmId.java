@@ -18,6 +18,7 @@ import java.net.StandardSocketOptions;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -135,6 +136,9 @@ final class SoftCmId implements RdmaCmId {
         }
     }
 
+    /** How long a listener whose accept failed stops accepting. */
+    static final long ACCEPT_BACKOFF_MILLIS = 1000;
+
     private final class Listener implements SoftEngine.Handler {
         private final ServerSocketChannel ssc;
 
@@ -147,9 +151,21 @@ final class SoftCmId implements RdmaCmId {
             for (int i = 0; i < 64; i++) {
                 SocketChannel ch;
                 try {
+                    if (engine.faults.takeAcceptFailure()) {
+                        throw new IOException("injected fault: accept refused (SoftFaults.failAccepts)");
+                    }
                     ch = ssc.accept();
                 } catch (IOException e) {
-                    SoftEngine.logger.warn("soft0: accept on {} failed: {}", local, e.toString());
+                    // Out of descriptors, say: the connection stays in the backlog and the selector reports it again
+                    // at once. Stop watching for a while, as Netty's acceptor does, instead of spinning.
+                    TcpLink.REFUSALS.warn("soft0: accept on {} failed, not accepting for {} ms: {}", local,
+                            ACCEPT_BACKOFF_MILLIS, e.toString());
+                    key.interestOps(0);
+                    engine.schedule(() -> engine.execute(() -> {
+                        if (key.isValid()) {
+                            key.interestOps(SelectionKey.OP_ACCEPT);
+                        }
+                    }), TimeUnit.MILLISECONDS.toNanos(ACCEPT_BACKOFF_MILLIS));
                     return;
                 }
                 if (ch == null) {

@@ -11,6 +11,7 @@ public final class SoftFaults {
     private final SoftEngine engine;
     private final AtomicInteger failRegistrations = new AtomicInteger();
     private final AtomicInteger failReceivePosts = new AtomicInteger();
+    private final AtomicInteger failAccepts = new AtomicInteger();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
     private volatile Runnable beforeReadResponseCopy;
@@ -38,6 +39,22 @@ public final class SoftFaults {
             throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
         }
         failReceivePosts.set(count);
+    }
+
+    /**
+     * Makes the next {@code count} accepts of a listener's TCP sockets throw {@code IOException("injected fault:
+     * ...")}, as {@code accept} does when the process is out of file descriptors (EMFILE).
+     */
+    public void failAccepts(int count) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
+        }
+        failAccepts.set(count);
+    }
+
+    /** Injected accept failures not yet consumed. */
+    public int acceptFailuresLeft() {
+        return failAccepts.get();
     }
 
     /**
@@ -95,10 +112,11 @@ public final class SoftFaults {
         beforeReadResponseCopy = action;
     }
 
-    /** Clears pending registration and receive-post failures, the send and completion delays and the copy hook. */
+    /** Clears pending registration, receive-post and accept failures, the send and completion delays and the copy hook. */
     public void reset() {
         failRegistrations.set(0);
         failReceivePosts.set(0);
+        failAccepts.set(0);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
         beforeReadResponseCopy = null;
@@ -116,6 +134,11 @@ public final class SoftFaults {
     /** Whether this receive post must fail; consumes one injected failure. */
     boolean takeReceivePostFailure() {
         return take(failReceivePosts);
+    }
+
+    /** Whether this accept must fail; consumes one injected failure. */
+    boolean takeAcceptFailure() {
+        return take(failAccepts);
     }
 
     private static boolean take(AtomicInteger failures) {

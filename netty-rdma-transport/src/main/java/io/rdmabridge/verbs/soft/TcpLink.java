@@ -81,6 +81,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private static final AtomicInteger PENDING_HANDSHAKES = new AtomicInteger();
     /** A flood of sockets can refuse thousands a second: one WARN per interval says how many. */
     static final RateLimitedWarning REFUSALS = new RateLimitedWarning(SoftEngine.logger, 10_000);
+    /** Protocol violations of sockets that have not sent a connect request: at most one line per interval. */
+    static final RateLimitedWarning VIOLATIONS = new RateLimitedWarning(SoftEngine.logger, 10_000);
     /** A ring that cannot be made keeps that link's frames on the socket: one WARN per process says so. */
     private static final AtomicBoolean RING_FALLBACK_LOGGED = new AtomicBoolean();
     private static final AtomicBoolean UNPROVEN_LOGGED = new AtomicBoolean();
@@ -1031,7 +1033,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void violation(String what) {
-        SoftEngine.logger.warn("soft0: closing the connection with {}: protocol violation: {}", peer, what);
+        if (phase == PASSIVE_WAIT_REQUEST) {
+            // Before any connect request: any host that reaches a listener can send garbage, one socket after
+            // another, and nothing else reports it. Once connected, the queue pair's failure names it too.
+            VIOLATIONS.warn("soft0: closing the connection with {}: protocol violation: {}", peer, what);
+        } else {
+            SoftEngine.logger.warn("soft0: closing the connection with {}: protocol violation: {}", peer, what);
+        }
         fail("protocol violation by " + peer + ": " + what, 0, 0, 0);
     }
 

@@ -191,6 +191,45 @@ class SoftWireTest {
     }
 
     @Test
+    void shouldLogPeersThatSendGarbageAtAFewLinesNotOneLinePerConnection() throws Exception {
+        long before = TcpLink.VIOLATIONS.emitted();
+        long suppressedBefore = TcpLink.VIOLATIONS.suppressed();
+        long start = System.nanoTime();
+        byte[] junk = "GET / HTTP/1.1\r\n\r\n".repeat(4).getBytes(StandardCharsets.US_ASCII);
+        for (int i = 0; i < 50; i++) {
+            try (Socket s = open()) {
+                s.getOutputStream().write(junk);
+                assertClosedByPeer(s);
+            }
+        }
+        long lines = TcpLink.VIOLATIONS.emitted() - before;
+        long allowed = 1 + (System.nanoTime() - start) / 10_000_000_000L;
+        assertTrue(lines <= allowed, "protocol-violation WARN lines for 50 connections: " + lines + " (expected: <= "
+                + allowed + ", one per 10 s)");
+        assertTrue(TcpLink.VIOLATIONS.suppressed() > suppressedBefore, "the violations were not counted");
+    }
+
+    @Test
+    void shouldStopAcceptingForAWhileInsteadOfSpinningWhenAcceptFails() throws Exception {
+        // accept() failing (out of descriptors) leaves the connection in the backlog, and the selector reports it
+        // again at once: the engine thread spun on it, logging a line per attempt (235,000 lines in 2 s).
+        provider.faults().failAccepts(100_000);
+        try (Socket s = open()) {
+            Thread.sleep(500);
+            int attempts = 100_000 - provider.faults().acceptFailuresLeft();
+            assertTrue(attempts >= 1 && attempts <= 2, "accept attempts in 500 ms: " + attempts
+                    + " (expected: one, then a pause of " + SoftCmId.ACCEPT_BACKOFF_MILLIS + " ms)");
+            provider.faults().failAccepts(0);
+            // Accepted after the pause: garbage then closes it, as on any accepted connection.
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(new byte[64]);
+            assertClosedByPeer(s);
+        } finally {
+            provider.faults().reset();
+        }
+    }
+
+    @Test
     void shouldCloseOnWrongVersionAndOversizedPrivateData() throws Exception {
         byte[] hs = SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT, new byte[0], 0);
         hs[SoftHandshake.VERSION_OFFSET + 1] = 9;
