@@ -14,6 +14,7 @@ import io.rdmabridge.connection.RegisteredMemory;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaEventChannel;
 import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.RdmaProvider;
@@ -24,6 +25,7 @@ import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The {@link IoHandler} of RDMA event loops:
@@ -60,6 +62,9 @@ public final class RdmaIoHandler implements IoHandler {
     public static final String RENDEZVOUS_READ_TIMEOUT_PROPERTY = "rdmabridge.rendezvousReadTimeoutMillis";
 
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaIoHandler.class);
+    /** A failing device can fail the same call on every turn of the loop: one line per 10 s says so. */
+    private static final RateLimitedWarning LOOP_FAULTS =
+            new RateLimitedWarning(LoggerFactory.getLogger(RdmaIoHandler.class), 10_000);
     private static final RdmaIoHandle[] NO_HANDLES = new RdmaIoHandle[0];
 
     private final ThreadAwareExecutor executor;
@@ -170,14 +175,24 @@ public final class RdmaIoHandler implements IoHandler {
         }
         RdmaIoHandle[] hs = handles;
         for (RdmaIoHandle h : hs) {
-            h.arm();
+            try {
+                h.arm();
+            } catch (Throwable t) {
+                // A queue the device no longer arms (ibv_req_notify_cq failing): that channel fails, the loop goes on.
+                failed(h, t);
+            }
         }
         handled = pollOnce();
         if (handled > 0) {
             return handled;
         }
         long now = System.nanoTime();
-        domain.memory.trimIdle(now);
+        try {
+            domain.memory.trimIdle(now);
+        } catch (Throwable t) {
+            // A deregistration the device refused: the memory stays registered, and this loop serves on.
+            LOOP_FAULTS.warn("Returning idle registered memory on {} failed", Thread.currentThread().getName(), t);
+        }
         sweepStalledReads(now);
         // Sleep no longer than until registered memory may be idle long enough to return, or a READ may time out
         // (nobody else wakes us for those).
@@ -281,9 +296,14 @@ public final class RdmaIoHandler implements IoHandler {
 
     private int pollOnce() {
         int handled = 0;
-        while (eventChannel.poll(cmEvent)) {
-            handled++;
-            dispatch(cmEvent);
+        try {
+            while (eventChannel.poll(cmEvent)) {
+                handled++;
+                dispatch(cmEvent);
+            }
+        } catch (Throwable t) {
+            // The event channel itself failed: connection events stop, but established channels still move bytes.
+            LOOP_FAULTS.warn("Polling connection-manager events on {} failed", Thread.currentThread().getName(), t);
         }
         RdmaIoHandle[] hs = handles;
         for (RdmaIoHandle h : hs) {
@@ -326,7 +346,7 @@ public final class RdmaIoHandler implements IoHandler {
             // Nobody listens any more: refuse instead of leaving the peer waiting.
             try {
                 event.id().reject(null);
-            } catch (RdmaException e) {
+            } catch (RdmaException | RuntimeException e) {
                 logger.debug("Rejecting a connection request for a closed listener failed", e);
             } finally {
                 event.id().close();

@@ -15,6 +15,7 @@ import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -185,6 +186,70 @@ class RdmaEventLoopSurvivalTest {
             echoServer.close().sync();
         } finally {
             held.forEach(ByteBuf::release);
+            group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
+        assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    /**
+     * Arming a completion queue fails (on a device: {@code ibv_req_notify_cq} once the device is gone). The loop arms
+     * every channel before it sleeps, outside any one channel's poll: the exception ended the loop's thread, and with
+     * it every channel and listener registered there.
+     */
+    @Test
+    void shouldFailOnlyTheChannelWhoseQueueCannotBeArmed() throws Exception {
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        try {
+            Channel echoServer = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                            ctx.writeAndFlush(msg);
+                        }
+
+                        @Override
+                        public boolean isSharable() {
+                            return true;
+                        }
+                    })
+                    .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+            Channel idle = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+                            failures.add(cause);
+                        }
+                    })
+                    .connect(echoServer.localAddress()).sync().channel();
+            try {
+                // The loop arms its channels whenever it is about to sleep: it does so at once, all of them idle.
+                provider.faults().failNotifyRequests(1);
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (provider.faults().notifyRequestFailuresLeft() > 0 && System.nanoTime() < deadline) {
+                    Thread.sleep(5);
+                    group.next().execute(() -> { });
+                }
+            } finally {
+                provider.faults().reset();
+            }
+            // One of the loop's channels (the client, or the server's child of it) failed and closed.
+            assertTrue(idle.closeFuture().await(10, TimeUnit.SECONDS), "the client was not closed");
+            // The one loop still serves the listener and new channels.
+            CompletableFuture<String> echo = new CompletableFuture<>();
+            Channel good = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new SimpleChannelInboundHandler<ByteBuf>() {
+                        @Override
+                        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf msg) {
+                            echo.complete(msg.toString(StandardCharsets.UTF_8));
+                        }
+                    })
+                    .connect(echoServer.localAddress()).sync().channel();
+            good.writeAndFlush(Unpooled.copiedBuffer("loop alive", StandardCharsets.UTF_8));
+            assertEquals("loop alive", echo.get(10, TimeUnit.SECONDS));
+            good.close().sync();
+            echoServer.close().sync();
+        } finally {
             group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
         }
         assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());

@@ -12,6 +12,7 @@ public final class SoftFaults {
     private final AtomicInteger failRegistrations = new AtomicInteger();
     private final AtomicInteger failReceivePosts = new AtomicInteger();
     private final AtomicInteger failAccepts = new AtomicInteger();
+    private final AtomicInteger failNotifyRequests = new AtomicInteger();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
     private volatile Runnable beforeReadResponseCopy;
@@ -50,6 +51,23 @@ public final class SoftFaults {
             throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
         }
         failAccepts.set(count);
+    }
+
+    /**
+     * Makes the next {@code count} {@code requestNotify} calls on completion queues throw
+     * {@code IllegalStateException("injected fault: ...")}, as the DiSNI provider does when {@code ibv_req_notify_cq}
+     * fails (a device removed under the process).
+     */
+    public void failNotifyRequests(int count) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
+        }
+        failNotifyRequests.set(count);
+    }
+
+    /** Injected notify-request failures not yet consumed. */
+    public int notifyRequestFailuresLeft() {
+        return failNotifyRequests.get();
     }
 
     /** Injected accept failures not yet consumed. */
@@ -112,11 +130,12 @@ public final class SoftFaults {
         beforeReadResponseCopy = action;
     }
 
-    /** Clears pending registration, receive-post and accept failures, the send and completion delays and the copy hook. */
+    /** Clears pending registration, receive-post, accept and notify-request failures, the send and completion delays and the copy hook. */
     public void reset() {
         failRegistrations.set(0);
         failReceivePosts.set(0);
         failAccepts.set(0);
+        failNotifyRequests.set(0);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
         beforeReadResponseCopy = null;
@@ -139,6 +158,11 @@ public final class SoftFaults {
     /** Whether this accept must fail; consumes one injected failure. */
     boolean takeAcceptFailure() {
         return take(failAccepts);
+    }
+
+    /** Whether this notify request must fail; consumes one injected failure. */
+    boolean takeNotifyRequestFailure() {
+        return take(failNotifyRequests);
     }
 
     private static boolean take(AtomicInteger failures) {
