@@ -70,6 +70,7 @@ final class RdmaChannelSetup {
     private ScheduledFuture<?> connectTimeoutFuture;
     // An accepted channel once it has answered the connect request: the peer may count itself connected.
     private boolean acceptIssued;
+    private boolean handshakeCounted;
     private InetSocketAddress requestedRemote;
 
     /** For an unconnected channel ({@code id} {@code null}), or an accepted one whose id {@code idOwner} owns. */
@@ -262,6 +263,9 @@ final class RdmaChannelSetup {
 
     /** Accepted channel, on its own loop: prepare, then let the id's owner create the queue pair and accept. */
     private void startAccept() {
+        // Counted against the listener's backlog until it is active or closed: it holds a queue pair from now on.
+        ((RdmaServerSocketChannel) channel.parent()).handshakeStarted();
+        handshakeCounted = true;
         try {
             createQueuePair();
         } catch (Throwable e) {
@@ -415,6 +419,7 @@ final class RdmaChannelSetup {
 
     /** Both handshakes are done: the channel becomes active. */
     void activate() {
+        handshakeEnded();
         channel.outbound.activate(connectionConfig.sendQueueDepth());
         channel.inbound.activate(recv, connectionConfig.receiveQueueDepth());
         InetSocketAddress l = id.localAddress();
@@ -465,11 +470,20 @@ final class RdmaChannelSetup {
 
     /** The channel closed: a connect still under way fails. */
     void closed() {
+        handshakeEnded();
         cancelConnectTimeout();
         ChannelPromise promise = connectPromise;
         connectPromise = null;
         if (promise != null) {
             promise.tryFailure(new ClosedChannelException());
+        }
+    }
+
+    /** The handshake ended (the channel is active, or closed): the listener may take one more request. */
+    void handshakeEnded() {
+        if (handshakeCounted) {
+            handshakeCounted = false;
+            ((RdmaServerSocketChannel) channel.parent()).handshakeEnded();
         }
     }
 

@@ -13,7 +13,8 @@ import java.util.Map;
 
 /**
  * Configuration of an {@link RdmaServerSocketChannel}. {@code SO_BACKLOG} bounds the connection requests waiting to
- * be accepted; {@code SO_RCVBUF} and {@code SO_REUSEADDR} are accepted without effect. Options of the accepted
+ * be accepted together with the accepted connections whose handshake has not completed (each holds a queue pair and
+ * its receive buffers); {@code SO_RCVBUF} and {@code SO_REUSEADDR} are accepted without effect. Options of the accepted
  * channels are {@code childOption}s ({@link RdmaChannelConfig}). Options are volatile: set from any
  * thread, read on the listener's event loop.
  */

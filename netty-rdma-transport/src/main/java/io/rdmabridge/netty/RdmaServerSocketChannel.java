@@ -19,6 +19,7 @@ import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A {@link ServerSocketChannel} listening for RDMA connections through the connection manager.
@@ -37,6 +38,12 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
 
     private final RdmaServerChannelConfig config = new RdmaServerChannelConfig(this);
     private final ArrayDeque<RdmaSocketChannel> pending = new ArrayDeque<>();
+    /**
+     * Accepted channels registered and in their handshake: each holds a queue pair and its receive buffers, so
+     * {@code SO_BACKLOG} bounds them with the requests not yet read, as a TCP listener's backlog bounds its
+     * half-open connections. Children start and end their handshake on their own event loops.
+     */
+    private final AtomicInteger handshaking = new AtomicInteger();
     private RdmaCmId id;
     private volatile boolean active;
     private volatile boolean open = true;
@@ -148,16 +155,36 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
 
     private void connectRequest(RdmaCmIoEvent event) {
         RdmaCmId request = event.id();
-        if (!isActive() || pending.size() >= config.getBacklog()) {
-            reject(request, "backlog full: " + pending.size() + " requests wait to be accepted");
+        int waiting = pending.size() + handshaking.get();
+        if (!isActive() || waiting >= config.getBacklog()) {
+            reject(request, "backlog full: " + waiting + " connections are not accepted or have not completed "
+                    + "their handshake");
             return;
         }
-        RdmaSocketChannel child = new RdmaSocketChannel(this, request, handler);
-        request.attach(child.unsafe());
+        RdmaSocketChannel child;
+        try {
+            child = new RdmaSocketChannel(this, request, handler);
+            request.attach(child.unsafe());
+        } catch (Throwable t) {
+            // Out of memory, say: this request is refused and the listener goes on, as an NIO acceptor does.
+            reject(request, "cannot accept: " + t);
+            pipeline().fireExceptionCaught(t);
+            return;
+        }
         pending.add(child);
         if (readPending) {
             readAccepted();
         }
+    }
+
+    /** An accepted channel starts its handshake: it creates its queue pair (on its own event loop). */
+    void handshakeStarted() {
+        handshaking.incrementAndGet();
+    }
+
+    /** An accepted channel that started its handshake became active or closed (on its own event loop). */
+    void handshakeEnded() {
+        handshaking.decrementAndGet();
     }
 
     private static void reject(RdmaCmId request, String reason) {

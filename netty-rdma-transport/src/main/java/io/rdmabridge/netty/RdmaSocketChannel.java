@@ -468,6 +468,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         public void destroyNow() {
             if (state != STATE_CLOSED) {
                 state = STATE_CLOSED;
+                setup.handshakeEnded();
                 closing.releaseResources();
             }
         }

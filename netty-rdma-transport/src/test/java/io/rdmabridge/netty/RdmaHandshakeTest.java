@@ -13,6 +13,7 @@ import io.netty.channel.ConnectTimeoutException;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
+import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.WcStatus;
 import org.junit.jupiter.api.Test;
 
@@ -196,5 +197,34 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
             assertInstanceOf(ConnectTimeoutException.class, connecting.cause());
             assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");
         }
+    }
+
+    @Test
+    void shouldBoundAcceptedConnectionsWhoseHelloHasNotArrivedBySoBacklog() throws Exception {
+        // Each accepted connection holds a queue pair and its receive buffers until its HELLO arrives or the
+        // handshake times out; with autoRead on, the children left the backlog at once and nothing bounded them.
+        Channel server = listen(new ServerBootstrap().option(ChannelOption.SO_BACKLOG, 2)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                }));
+        InetSocketAddress address = (InetSocketAddress) server.localAddress();
+        try (RawVerbsPeer first = RawVerbsPeer.connect(provider, address);
+             RawVerbsPeer second = RawVerbsPeer.connect(provider, address);
+             RawVerbsPeer third = RawVerbsPeer.attempt(provider, address, () -> { })) {
+            assertEquals(CmEventType.REJECTED, third.outcome(),
+                    "a third connection was accepted while two had not sent their HELLO (SO_BACKLOG 2)");
+        }
+        // Once they are gone (their children close on the disconnect), the listener takes connections again.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        CmEventType outcome;
+        do {
+            try (RawVerbsPeer again = RawVerbsPeer.attempt(provider, address, () -> { })) {
+                outcome = again.outcome();
+            }
+        } while (outcome != CmEventType.ESTABLISHED && System.nanoTime() < deadline);
+        assertEquals(CmEventType.ESTABLISHED, outcome, "the listener stayed full");
     }
 }
