@@ -367,6 +367,13 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 passiveId.onDisconnected("the connecting peer at " + peer + " went away before accept");
                 return;
             }
+            if (q.state == QpState.DESTROYED) {
+                // Destroyed after accept() and before this ran: nothing would ever close the link it got.
+                closeNow();
+                passiveId.onDisconnected("the queue pair accepting " + peer + " was destroyed before the accept "
+                        + "went out");
+                return;
+            }
             localToken = engine.sharedMemory.hostToken();
             prepareRing();
             if (!sameHost) {
@@ -386,6 +393,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             phase = CONNECTED;
             engine.links.add(this);
             q.markReadyToSend(this);
+            if (q.state == QpState.DESTROYED) {
+                // Destroyed meanwhile: its close() may have looked for the link before markReadyToSend set it.
+                teardown("queue pair " + q.qpn + " destroyed", SoftFrame.DISCONNECT, 0, 0);
+                return;
+            }
             startSharing(q);
             passiveId.emit(CmEventType.ESTABLISHED, null, 0, null);
             try {

@@ -230,6 +230,23 @@ class SoftWireTest {
     }
 
     @Test
+    void shouldCloseTheSocketOfAConnectionWhoseQueuePairWasDestroyedRightAfterTheAccept() throws Exception {
+        try (Socket s = open()) {
+            s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 77, ConnectionParameters.DEFAULT,
+                    new byte[0], 0, new byte[SharedMemoryFiles.TOKEN_LENGTH], 0));
+            CmEvent request = awaitEvent(channel, CmEventType.CONNECT_REQUEST);
+            RdmaCmId id = request.id();
+            QueuePair qp = id.createQueuePair(pd, cq, cq, new QpCapabilities(16, 16, 2, 2, 0));
+            // The engine thread sends the accept later: the queue pair is gone by then, and its close found no link
+            // to disconnect. The link went on, connected, for as long as the peer kept its socket open.
+            id.accept(ConnectionParameters.DEFAULT);
+            qp.close();
+            id.close();
+            assertClosedByPeer(s);
+        }
+    }
+
+    @Test
     void shouldCloseOnWrongVersionAndOversizedPrivateData() throws Exception {
         byte[] hs = SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT, new byte[0], 0);
         hs[SoftHandshake.VERSION_OFFSET + 1] = 9;
