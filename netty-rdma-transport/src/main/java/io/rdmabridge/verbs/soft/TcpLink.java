@@ -1873,6 +1873,14 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     private void fillReadResponses() {
         SoftQueuePair q = qp;
+        QpState state = q.state;
+        if (state == QpState.DESTROYED || state == QpState.ERROR) {
+            // A device answers no READ for a queue pair that is gone or broken: the memory may be the
+            // application's again.
+            rrHead = rrTail;
+            rrOffset = 0;
+            return;
+        }
         while (rrHead < rrTail) {
             int k = (int) rrHead & rrMask;
             int length = rrLength[k];

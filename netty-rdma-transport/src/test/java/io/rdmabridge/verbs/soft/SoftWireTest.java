@@ -501,6 +501,46 @@ class SoftWireTest {
     }
 
     @Test
+    void shouldAnswerNoMoreReadsOnceTheQueuePairIsDestroyed() throws Exception {
+        // The peer asks for 16 READs of 16 MiB and does not read its socket; the application then destroys the queue
+        // pair and may reuse the memory. The responses went on being copied out of it: 252 MiB reached the peer.
+        int size = 16 << 20;
+        ByteBuffer big = ByteBuffer.allocateDirect(size);
+        MemoryRegion source = pd.register(big, Access.REMOTE_READ);
+        long received = 0;
+        try (Socket s = connected(6)) {
+            for (int psn = 0; psn < 16; psn++) {
+                s.getOutputStream().write(frame(SoftFrame.READ_REQUEST, 3, psn, 0, size, source.address(),
+                        source.rkey(), 0, 0));
+            }
+            Thread.sleep(300); // the responses fill the socket's buffers, and wait
+            serverQp.close();
+            serverQp = null;
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+            s.setSoTimeout(10_000);
+            try {
+                while (true) {
+                    in.readFully(header);
+                    ByteBuffer h = ByteBuffer.wrap(header);
+                    int payload = h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET);
+                    in.skipNBytes(payload);
+                    if (h.get(SoftFrame.OPCODE_OFFSET) == SoftFrame.READ_RESPONSE) {
+                        received += payload;
+                    }
+                }
+            } catch (java.io.EOFException | SocketException e) {
+                // The link closed.
+            }
+        } finally {
+            source.close();
+        }
+        // What the socket's buffers held when the queue pair went, never the whole 256 MiB.
+        assertTrue(received < 64L << 20, "READ response bytes the peer received: " + received);
+        awaitEvent(channel, CmEventType.DISCONNECTED);
+    }
+
+    @Test
     void shouldSurviveAPeerThatVanishesMidHandshake() throws Exception {
         Socket s = open();
         s.getOutputStream().write(SoftHandshake.encode(SoftHandshake.CONNECT, 1, ConnectionParameters.DEFAULT,
