@@ -121,19 +121,7 @@ class RdmaEventLoopSurvivalTest {
                         }
                     })
                     .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-            Channel echoServer = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            ctx.writeAndFlush(msg);
-                        }
-
-                        @Override
-                        public boolean isSharable() {
-                            return true;
-                        }
-                    })
-                    .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel echoServer = echoServer(group);
 
             LinkedBlockingQueue<Throwable> clientFailures = new LinkedBlockingQueue<>();
             Channel attacker = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
@@ -166,18 +154,7 @@ class RdmaEventLoopSurvivalTest {
             assertEquals(1, exhaustible.refused.get(), "allocations refused before the channel failed");
 
             // The one loop still serves the other listener.
-            CompletableFuture<String> echo = new CompletableFuture<>();
-            Channel good = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new SimpleChannelInboundHandler<ByteBuf>() {
-                        @Override
-                        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf msg) {
-                            echo.complete(msg.toString(StandardCharsets.UTF_8));
-                        }
-                    })
-                    .connect(echoServer.localAddress()).sync().channel();
-            good.writeAndFlush(Unpooled.copiedBuffer("loop alive", StandardCharsets.UTF_8));
-            assertEquals("loop alive", echo.get(10, TimeUnit.SECONDS));
-            good.close().sync();
+            assertEchoes(group, echoServer);
             // And the victim's own listener accepts again.
             Channel again = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter()).connect(victimServer.localAddress()).sync().channel();
@@ -200,19 +177,7 @@ class RdmaEventLoopSurvivalTest {
     void shouldFailOnlyTheChannelWhoseQueueCannotBeArmed() throws Exception {
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
         try {
-            Channel echoServer = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
-                    .childHandler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                            ctx.writeAndFlush(msg);
-                        }
-
-                        @Override
-                        public boolean isSharable() {
-                            return true;
-                        }
-                    })
-                    .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+            Channel echoServer = echoServer(group);
             LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
             Channel idle = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
                     .handler(new ChannelInboundHandlerAdapter() {
@@ -236,22 +201,44 @@ class RdmaEventLoopSurvivalTest {
             // One of the loop's channels (the client, or the server's child of it) failed and closed.
             assertTrue(idle.closeFuture().await(10, TimeUnit.SECONDS), "the client was not closed");
             // The one loop still serves the listener and new channels.
-            CompletableFuture<String> echo = new CompletableFuture<>();
-            Channel good = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new SimpleChannelInboundHandler<ByteBuf>() {
-                        @Override
-                        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf msg) {
-                            echo.complete(msg.toString(StandardCharsets.UTF_8));
-                        }
-                    })
-                    .connect(echoServer.localAddress()).sync().channel();
-            good.writeAndFlush(Unpooled.copiedBuffer("loop alive", StandardCharsets.UTF_8));
-            assertEquals("loop alive", echo.get(10, TimeUnit.SECONDS));
-            good.close().sync();
+            assertEchoes(group, echoServer);
             echoServer.close().sync();
         } finally {
             group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
         }
         assertTrue(provider.resourceUsage().isZero(), "leaked: " + provider.resourceUsage());
+    }
+
+    /** A listener on {@code group} whose children echo what they read. */
+    private static Channel echoServer(EventLoopGroup group) throws InterruptedException {
+        return new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ctx.writeAndFlush(msg);
+                    }
+
+                    @Override
+                    public boolean isSharable() {
+                        return true;
+                    }
+                })
+                .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
+    }
+
+    /** A new channel on {@code group} gets its bytes echoed by {@code echoServer}: the loop still serves. */
+    private static void assertEchoes(EventLoopGroup group, Channel echoServer) throws Exception {
+        CompletableFuture<String> echo = new CompletableFuture<>();
+        Channel good = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .handler(new SimpleChannelInboundHandler<ByteBuf>() {
+                    @Override
+                    protected void channelRead0(ChannelHandlerContext ctx, ByteBuf msg) {
+                        echo.complete(msg.toString(StandardCharsets.UTF_8));
+                    }
+                })
+                .connect(echoServer.localAddress()).sync().channel();
+        good.writeAndFlush(Unpooled.copiedBuffer("loop alive", StandardCharsets.UTF_8));
+        assertEquals("loop alive", echo.get(10, TimeUnit.SECONDS));
+        good.close().sync();
     }
 }

@@ -188,7 +188,8 @@ final class SoftCompletionQueue implements CompletionQueue {
     @Override
     public void requestNotify() {
         if (engine.faults.takeNotifyRequestFailure()) {
-            throw new IllegalStateException("injected fault: ibv_req_notify_cq refused (SoftFaults.failNotifyRequests)");
+            throw new IllegalStateException("injected fault: ibv_req_notify_cq refused"
+                    + " (SoftFaults.failNotifyRequests)");
         }
         armed.set(true);
         TcpLink[] links = progress;

@@ -25,10 +25,7 @@ public final class SoftFaults {
      * Makes the next {@code count} memory registrations throw {@code RdmaException("injected fault: ...")}.
      */
     public void failRegistrations(int count) {
-        if (count < 0) {
-            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
-        }
-        failRegistrations.set(count);
+        failRegistrations.set(checkCount(count));
     }
 
     /**
@@ -36,10 +33,7 @@ public final class SoftFaults {
      * {@code ibv_post_recv} does when the device refuses a work request (ENOMEM).
      */
     public void failReceivePosts(int count) {
-        if (count < 0) {
-            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
-        }
-        failReceivePosts.set(count);
+        failReceivePosts.set(checkCount(count));
     }
 
     /**
@@ -47,10 +41,7 @@ public final class SoftFaults {
      * ...")}, as {@code accept} does when the process is out of file descriptors (EMFILE).
      */
     public void failAccepts(int count) {
-        if (count < 0) {
-            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
-        }
-        failAccepts.set(count);
+        failAccepts.set(checkCount(count));
     }
 
     /**
@@ -59,10 +50,7 @@ public final class SoftFaults {
      * fails (a device removed under the process).
      */
     public void failNotifyRequests(int count) {
-        if (count < 0) {
-            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
-        }
-        failNotifyRequests.set(count);
+        failNotifyRequests.set(checkCount(count));
     }
 
     /** Injected notify-request failures not yet consumed. */
@@ -130,7 +118,10 @@ public final class SoftFaults {
         beforeReadResponseCopy = action;
     }
 
-    /** Clears pending registration, receive-post, accept and notify-request failures, the send and completion delays and the copy hook. */
+    /**
+     * Clears pending registration, receive-post, accept and notify-request failures, the send and completion delays
+     * and the copy hook.
+     */
     public void reset() {
         failRegistrations.set(0);
         failReceivePosts.set(0);
@@ -163,6 +154,13 @@ public final class SoftFaults {
     /** Whether this notify request must fail; consumes one injected failure. */
     boolean takeNotifyRequestFailure() {
         return take(failNotifyRequests);
+    }
+
+    private static int checkCount(int count) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count: " + count + " (expected: >= 0)");
+        }
+        return count;
     }
 
     private static boolean take(AtomicInteger failures) {
