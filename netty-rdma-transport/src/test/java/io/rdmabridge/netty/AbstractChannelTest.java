@@ -10,6 +10,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 
 import java.net.InetSocketAddress;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -42,7 +43,8 @@ abstract class AbstractChannelTest {
             ch.close().sync();
         }
         group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
-        assertTrue(rdma.resourceUsage().isZero(), "leaked: " + rdma.resourceUsage());
+        // A DiSNI completion queue is destroyed by its event thread shortly after its channel closed it.
+        assertTrue(rdma.resourceUsage().awaitZero(Duration.ofSeconds(5)), "leaked: " + rdma.resourceUsage());
     }
 
     /** Binds {@code bootstrap} (handlers and options set, no group, no channel) on the address under test, any port. */

@@ -57,6 +57,9 @@ final class DisniCmId implements RdmaCmId {
     private final Object nativeLock = new Object();
     private volatile boolean nativeDestroyed;
     private boolean closed;
+    // What was asked of this id: an event it cannot have caused is a destroyed id's whose address it reuses.
+    private boolean resolveIssued;
+    private boolean connectIssued;
 
     DisniCmId(DisniEventChannel channel, com.ibm.disni.verbs.RdmaCmId id, long handle) {
         this.channel = channel;
@@ -126,6 +129,7 @@ final class DisniCmId implements RdmaCmId {
         }
         this.remote = remote;
         this.resolveTimeoutMillis = timeoutMillis;
+        resolveIssued = true;
         try {
             id.resolveAddr(null, remote, timeoutMillis);
         } catch (IOException e) {
@@ -290,6 +294,7 @@ final class DisniCmId implements RdmaCmId {
             param.setPrivate_data_len((byte) data.length);
         }
         connectPending = true;
+        connectIssued = true;
         try {
             id.connect(param);
         } catch (IOException e) {
@@ -411,6 +416,20 @@ final class DisniCmId implements RdmaCmId {
     @Override
     public Object attachment() {
         return attachment;
+    }
+
+    /**
+     * Whether this id can have caused an event of rdma_cm's {@code type} (resolution events only after a resolve,
+     * connection events only after a connect or accept). librdmacm acknowledges an event before DiSNI returns it, so
+     * an id may be destroyed, and its address reused by a new id, while an event of the old one is still queued here.
+     */
+    boolean expects(boolean resolution) {
+        return resolution ? resolveIssued : connectIssued;
+    }
+
+    /** An id made for a peer's connect request is part of a connection from the start. */
+    void requested() {
+        connectIssued = true;
     }
 
     /** The connection is up; called on the owner thread. */

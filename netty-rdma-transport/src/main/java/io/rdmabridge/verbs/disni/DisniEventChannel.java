@@ -213,6 +213,13 @@ final class DisniEventChannel implements RdmaEventChannel {
         if (id == null) {
             return false; // the id was closed after the event was queued
         }
+        boolean resolution = raw.type() <= ROUTE_ERROR;
+        if (raw.type() <= DISCONNECTED && !id.expects(resolution)) {
+            // A destroyed id's event, taken before it was destroyed and queued after: this id reuses its address.
+            logger.debug("Dropping connection-manager event {} for {}: it asked for nothing that causes it",
+                    raw.type(), id);
+            return false;
+        }
         switch (raw.type()) {
             case ADDR_RESOLVED:
                 try {
@@ -286,6 +293,7 @@ final class DisniEventChannel implements RdmaEventChannel {
             return false;
         }
         DisniCmId id = register(nat, raw.id());
+        id.requested();
         out.set(CmEventType.CONNECT_REQUEST, id, listener, NO_DATA, 0, null);
         return true;
     }
