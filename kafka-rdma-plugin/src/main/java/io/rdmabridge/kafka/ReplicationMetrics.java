@@ -35,12 +35,15 @@ final class ReplicationMetrics implements AutoCloseable {
     private final LongAdder rejected = new LongAdder();
 
     ReplicationMetrics() {
-        metrics = new Metrics(new MetricConfig(), new ArrayList<>(), Time.SYSTEM,
-                new KafkaMetricsContext("kafka.server"));
+        KafkaMetricsContext context = new KafkaMetricsContext("kafka.server");
+        metrics = new Metrics(new MetricConfig(), new ArrayList<>(), Time.SYSTEM, context);
         // Every Metrics counts its metrics as kafka.server:type=kafka-metrics-count, the broker's own bean, which a
         // JmxReporter re-registers as its own: removed before the reporter sees it, the broker's bean stays.
         metrics.removeMetric(metrics.metricName("count", "kafka-metrics-count"));
-        metrics.addReporter(new JmxReporter());
+        JmxReporter jmx = new JmxReporter();
+        // addReporter() does not pass the context on, and the context names the beans' domain.
+        jmx.contextChange(context);
+        metrics.addReporter(jmx);
         gauge("upgrades-attempted-total", "Replication connections that tried the RDMA upgrade", Map.of(), attempted);
         gauge("upgrades-succeeded-total", "Replication connections now carried over RDMA", Map.of(), succeeded);
         gauge("upgrades-fallen-back-total", "Upgrade attempts that left the connection on TCP", Map.of(), fellBack);

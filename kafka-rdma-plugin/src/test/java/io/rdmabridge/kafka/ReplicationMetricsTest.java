@@ -15,7 +15,7 @@ import org.apache.kafka.common.metrics.Metrics;
 import org.apache.kafka.common.utils.Time;
 import org.junit.jupiter.api.Test;
 
-/** The plugin's metrics live beside the broker's in JMX and never take over a bean of the broker's. */
+/** The plugin's metrics live beside the broker's in JMX, in its domain, and never take over a bean of the broker's. */
 class ReplicationMetricsTest {
 
     @Test
@@ -34,6 +34,10 @@ class ReplicationMetricsTest {
             try {
                 assertEquals(brokers, ((Number) server.getAttribute(count, "count")).doubleValue(),
                         "kafka-metrics-count while the plugin's metrics exist");
+                // The plugin's own counters are beans of the broker's domain, where operators look for them.
+                plugin.upgradeAttempted();
+                assertEquals(1.0, ((Number) server.getAttribute(new ObjectName("kafka.server:type=rdma-replication"),
+                        "upgrades-attempted-total")).doubleValue());
             } finally {
                 plugin.close();
             }
