@@ -2,6 +2,7 @@ package io.rdmabridge.verbs.soft;
 
 import io.rdmabridge.verbs.QueuePair;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Fault injection for tests of everything built on the software device: refused registrations, slow links and
@@ -13,6 +14,7 @@ public final class SoftFaults {
     private final AtomicInteger failReceivePosts = new AtomicInteger();
     private final AtomicInteger failAccepts = new AtomicInteger();
     private final AtomicInteger failNotifyRequests = new AtomicInteger();
+    private final AtomicReference<QueuePair> lateMappingFault = new AtomicReference<>();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
     private volatile Runnable beforeReadResponseCopy;
@@ -51,6 +53,18 @@ public final class SoftFaults {
      */
     public void failNotifyRequests(int count) {
         failNotifyRequests.set(checkCount(count));
+    }
+
+    /**
+     * Makes the next drain of {@code qp}'s outgoing frames raise {@link InternalError} after its work, while it still
+     * holds the link's drain, as HotSpot 17 raises a fault of a truncated shared mapping: at the thread's next
+     * safepoint or VM transition, which may lie past the code that made the access and its catch.
+     */
+    public void raiseLateMappingFault(QueuePair qp) {
+        if (!(qp instanceof SoftQueuePair)) {
+            throw new IllegalArgumentException("qp: " + qp + " (expected: a queue pair of the soft provider)");
+        }
+        lateMappingFault.set(qp);
     }
 
     /** Injected notify-request failures not yet consumed. */
@@ -119,14 +133,15 @@ public final class SoftFaults {
     }
 
     /**
-     * Clears pending registration, receive-post, accept and notify-request failures, the send and completion delays
-     * and the copy hook.
+     * Clears pending registration, receive-post, accept and notify-request failures and late mapping faults, the send
+     * and completion delays and the copy hook.
      */
     public void reset() {
         failRegistrations.set(0);
         failReceivePosts.set(0);
         failAccepts.set(0);
         failNotifyRequests.set(0);
+        lateMappingFault.set(null);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
         beforeReadResponseCopy = null;
@@ -154,6 +169,14 @@ public final class SoftFaults {
     /** Whether this notify request must fail; consumes one injected failure. */
     boolean takeNotifyRequestFailure() {
         return take(failNotifyRequests);
+    }
+
+    /** Throws the late fault injected for {@code qp}, if there is one; consumes it. */
+    void raiseLateMappingFault(SoftQueuePair qp) {
+        QueuePair target = lateMappingFault.get();
+        if (target != null && target == qp && lateMappingFault.compareAndSet(qp, null)) {
+            throw new InternalError("injected fault: a fault occurred in a recent unsafe memory access operation");
+        }
     }
 
     private static int checkCount(int count) {

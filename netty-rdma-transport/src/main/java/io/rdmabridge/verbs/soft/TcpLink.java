@@ -38,11 +38,11 @@ import java.util.concurrent.atomic.AtomicReference;
  * <h2>Threads and buffering</h2>
  * The engine thread reads and executes frames. Writing is a drain loop ({@link #pump()}) that whichever thread has
  * work runs (the posting thread when the socket has room, the engine when it becomes writable, the timer for
- * retries); a work-in-progress counter keeps one drainer at a time without a lock. Per connection there is one read
- * buffer and one write buffer of fixed size; large work requests stream through them in frames of at most
- * {@link SoftFrame#MAX_PAYLOAD} bytes, straight from and into registered memory. Pending acknowledgements are one
- * coalesced PSN, pending READ responses a ring bounded by the negotiated responder resources, so nothing a peer sends
- * can grow memory.
+ * retries); a compare-and-set of the drainer's thread keeps one drainer at a time without a lock. Per connection
+ * there is one read buffer and one write buffer of fixed size; large work requests stream through them in frames of
+ * at most {@link SoftFrame#MAX_PAYLOAD} bytes, straight from and into registered memory. Pending acknowledgements are
+ * one coalesced PSN, pending READ responses a ring bounded by the negotiated responder resources, so nothing a peer
+ * sends can grow memory.
  *
  * <h2>Same-host rings</h2>
  * On a same-host link ({@link #sameHost()}, with {@value ShmRing#PROPERTY} on) each side creates a {@link ShmRing} at
@@ -184,7 +184,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private final SoftFrame inFrame = new SoftFrame();
     private final SoftFrame outFrame = new SoftFrame();
     private final SoftHandshake handshake = new SoftHandshake();
-    private final AtomicInteger wip = new AtomicInteger();
+    // The drainer of pump(), named rather than counted: a thread can then tell after the fact whether it still holds
+    // the slot, which a counter's lost return value cannot (see pump()). A request marks pumpRequested first.
+    private final AtomicReference<Thread> drainer = new AtomicReference<>();
+    private volatile boolean pumpRequested;
+    // A fault of a shared mapping that HotSpot raised past drain()'s catch; the next drainer breaks the link with it.
+    private volatile InternalError lateFault;
     private final Runnable pumpTask = this::pump;
     private final Runnable writeInterestTask = this::watchWritable;
     private final Runnable lingerTask = this::linger;
@@ -1543,27 +1548,52 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /** Drains everything ready to go into the socket; one drainer at a time, any thread. */
     void pump() {
-        if (wip.getAndIncrement() != 0) {
-            return;
+        for (;;) {
+            try {
+                pumpOnce();
+                return;
+            } catch (InternalError late) {
+                // HotSpot 17 raises a fault of a shared mapping at the thread's next safepoint or VM transition, which
+                // may lie past drain()'s catch, in the bookkeeping below, even after this thread let go of the slot.
+                // Whoever drains next breaks the link with it; this thread lets go if it still holds the slot.
+                lateFault = late;
+                drainer.compareAndSet(Thread.currentThread(), null);
+            }
         }
-        int missed = 1;
+    }
+
+    private void pumpOnce() {
+        pumpRequested = true; // before the slot is read: its holder reads this after letting go (both volatile)
+        Thread me = Thread.currentThread();
         boolean broken = false;
         Throwable cause = null;
-        for (;;) {
-            if (!broken) {
-                try {
-                    drain();
-                } catch (IOException | RuntimeException | InternalError e) {
-                    broken = true;
-                    cause = e;
+        while (drainer.get() == null && drainer.compareAndSet(null, me)) {
+            do {
+                pumpRequested = false;
+                InternalError late = lateFault;
+                if (late != null) {
+                    lateFault = null;
+                    if (!broken) {
+                        broken = true;
+                        cause = late;
+                    }
                 }
-            } else if (phase == CLOSED) {
-                // closeNow's pump merged into this broken run, which skips drain(): release our ring here, still as
-                // the only drainer, or nothing would (the close task's own pump has come and gone).
-                releaseOurRing();
-            }
-            missed = wip.addAndGet(-missed);
-            if (missed == 0) {
+                if (!broken) {
+                    try {
+                        drain();
+                    } catch (IOException | RuntimeException | InternalError e) {
+                        broken = true;
+                        cause = e;
+                    }
+                    engine.faults.raiseLateMappingFault(qp);
+                } else if (phase == CLOSED) {
+                    // closeNow's pump merged into this broken run, which skips drain(): release our ring here, still
+                    // as the only drainer, or nothing would (the close task's own pump has come and gone).
+                    releaseOurRing();
+                }
+            } while (pumpRequested);
+            drainer.set(null);
+            if (!pumpRequested) {
                 break;
             }
         }
