@@ -1563,13 +1563,24 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     private void pumpOnce() {
-        pumpRequested = true; // before the slot is read: its holder reads this after letting go (both volatile)
         Thread me = Thread.currentThread();
+        boolean asked = false;
         boolean broken = false;
         Throwable cause = null;
-        while (drainer.get() == null && drainer.compareAndSet(null, me)) {
+        for (;;) {
+            if (drainer.get() != null || !drainer.compareAndSet(null, me)) {
+                if (asked) {
+                    break;
+                }
+                // The drainer reads this after it lets go (both volatile): it drains again, or our next try does.
+                asked = true;
+                pumpRequested = true;
+                continue;
+            }
             do {
-                pumpRequested = false;
+                if (pumpRequested) {
+                    pumpRequested = false; // before drain(): it sees what the request was for
+                }
                 InternalError late = lateFault;
                 if (late != null) {
                     lateFault = null;
