@@ -70,12 +70,15 @@ final class RdmaChannelInbound {
         this.recv = recv;
         pressureThreshold = Math.max(1, receiveQueueDepth * 3 / 4);
         eagerReleases = Math.max(1, receiveQueueDepth / 4);
-        ByteBufAllocator alloc = channel.config().getAllocator();
         slotBuffers = new RdmaReceivedByteBuf[recv.count()];
         releasedElsewhere = new AtomicIntegerArray(recv.count());
         for (int i = 0; i < slotBuffers.length; i++) {
-            slotBuffers[i] = new RdmaReceivedByteBuf(alloc, recv.payloadView(i), this, i);
+            slotBuffers[i] = newSlotBuffer(i);
         }
+    }
+
+    private RdmaReceivedByteBuf newSlotBuffer(int slot) {
+        return new RdmaReceivedByteBuf(channel.config().getAllocator(), recv.payloadView(slot), this, slot);
     }
 
     boolean isInputShutdown() {
@@ -204,7 +207,14 @@ final class RdmaChannelInbound {
         RdmaChannelMetrics metrics = channel.metrics();
         ByteBuf buf;
         if (kind == RdmaConnection.DATA) {
-            buf = slotBuffers[c.inboundSlot()].reuse(length);
+            int slot = c.inboundSlot();
+            RdmaReceivedByteBuf slotBuffer = slotBuffers[slot];
+            if (slotBuffer == null) {
+                // Its last buffer went up tracked by the leak detector, as the only reference to it.
+                slotBuffer = newSlotBuffer(slot);
+                slotBuffers[slot] = slotBuffer;
+            }
+            buf = slotBuffer.reuse(length);
             if (recv.held() > pressureThreshold && releaseScheduled.get()) {
                 // Buffers released on other threads wait for the loop's release task: they are not held, repost
                 // them first instead of copying this one.
@@ -225,6 +235,8 @@ final class RdmaChannelInbound {
                 buf = copy;
                 metrics.addReceivedCopied(length);
                 channel.handler.metrics().addReceivedCopied(length);
+            } else if (slotBuffer.trackLeak()) {
+                slotBuffers[slot] = null;
             }
         } else {
             buf = rendezvousTarget;
