@@ -3,6 +3,8 @@ package io.rdmabridge.verbs.soft;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.NetworkInterface;
+import java.net.SocketException;
 import java.net.UnknownHostException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -21,7 +23,9 @@ import java.util.List;
  * computed or replayed the token) is not same-host. A process of our own user could open our files anyway, so the
  * pid it names is taken as said.
  *
- * <p>Reads the tables once per call (one line per socket on the host): handshakes only, never a per-message path.
+ * <p>Reads the tables once per call (one line per socket on the host): handshakes only, never a per-message path;
+ * and only for a peer whose address is one of this host's, so that a remote peer repeating our token cannot make the
+ * engine thread read them for every connection it opens.
  */
 final class PeerSockets {
     private static final Path TCP = Paths.get("/proc/net/tcp");
@@ -52,6 +56,10 @@ final class PeerSockets {
         if (local == null || remote == null || local.getAddress() == null || remote.getAddress() == null) {
             return -1;
         }
+        if (!isAddressOfThisHost(remote.getAddress())) {
+            // A remote peer that repeats our token: no table read (a line per socket on the host) on its say-so.
+            return -1;
+        }
         for (Path table : new Path[] {tcp, tcp6}) {
             List<String> lines;
             try {
@@ -75,6 +83,18 @@ final class PeerSockets {
             }
         }
         return -1;
+    }
+
+    /** Whether a socket of this host can have {@code a} as its own address: loopback, or an interface's address. */
+    static boolean isAddressOfThisHost(InetAddress a) {
+        if (a.isLoopbackAddress()) {
+            return true;
+        }
+        try {
+            return NetworkInterface.getByInetAddress(a) != null;
+        } catch (SocketException e) {
+            return false;
+        }
     }
 
     /** Whether a table's {@code ADDRESS:PORT} (hex, the address in 32-bit words of host byte order) is {@code a}. */

@@ -1,7 +1,10 @@
 package io.rdmabridge.verbs.soft;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
@@ -66,5 +69,22 @@ class PeerSocketsTest {
     void shouldFindNothingInUnreadableOrMalformedTables() throws Exception {
         assertEquals(-1, PeerSockets.otherEndOwner(dir.resolve("missing"), dir.resolve("missing6"), OURS, THEIRS));
         assertEquals(-1, owner("   0: garbage\n   1: 12:34 56:78 01\n", "   0: ZZZZZZZZ:1F90 x y z w v u\n"));
+    }
+
+    /**
+     * A peer whose address is not one of this host's is remote, whatever a table says: the tables (a line per socket
+     * on the host) are not read for it, so a remote peer repeating our token cannot make every handshake read them.
+     */
+    @Test
+    void shouldNotReadTheTablesForAPeerWhoseAddressIsNotOfThisHost() throws Exception {
+        // 192.0.2.1 (TEST-NET-1, RFC 5737) is no host's address; the table lists a socket of it, owned by uid 1000,
+        // connected to our end.
+        InetSocketAddress remote = new InetSocketAddress("192.0.2.1", 8080);
+        String testNet = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN ? "010200C0" : "C0000201";
+        Path t = Files.writeString(dir.resolve("tcp"), HEADER + line(testNet + ":1F90", loopback4() + ":9C40", 1000));
+        Path t6 = Files.writeString(dir.resolve("tcp6"), HEADER);
+        assertFalse(PeerSockets.isAddressOfThisHost(remote.getAddress()));
+        assertEquals(-1, PeerSockets.otherEndOwner(t, t6, OURS, remote));
+        assertTrue(PeerSockets.isAddressOfThisHost(InetAddress.getLoopbackAddress()));
     }
 }
