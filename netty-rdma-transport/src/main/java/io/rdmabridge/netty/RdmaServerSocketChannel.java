@@ -11,6 +11,7 @@ import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.ConnectionParameters;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaException;
 
@@ -20,6 +21,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A {@link ServerSocketChannel} listening for RDMA connections through the connection manager.
@@ -35,6 +37,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class RdmaServerSocketChannel extends AbstractRdmaChannel implements ServerSocketChannel {
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaServerSocketChannel.class);
+    static final RateLimitedWarning REFUSALS =
+            new RateLimitedWarning(LoggerFactory.getLogger(RdmaServerSocketChannel.class), 10_000);
 
     private final RdmaServerChannelConfig config = new RdmaServerChannelConfig(this);
     private final ArrayDeque<RdmaSocketChannel> pending = new ArrayDeque<>();
@@ -156,9 +160,17 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
     private void connectRequest(RdmaCmIoEvent event) {
         RdmaCmId request = event.id();
         int waiting = pending.size() + handshaking.get();
-        if (!isActive() || waiting >= config.getBacklog()) {
+        if (!isActive()) {
+            reject(request, "the listener is closing");
+            return;
+        }
+        if (waiting >= config.getBacklog()) {
+            // The reason goes to the peer (where the device delivers reject data); the operator gets the fix.
+            REFUSALS.warn("{}: refused a connection request from {}: {} connections are not accepted or have not"
+                    + " completed their handshake, SO_BACKLOG is {} (raise it for bursts of connections, or read"
+                    + " accepted channels sooner)", this, request.remoteAddress(), waiting, config.getBacklog());
             reject(request, "backlog full: " + waiting + " connections are not accepted or have not completed "
-                    + "their handshake");
+                    + "their handshake (the server may raise SO_BACKLOG)");
             return;
         }
         RdmaSocketChannel child;

@@ -211,12 +211,17 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
                     }
                 }));
         InetSocketAddress address = (InetSocketAddress) server.localAddress();
+        long logged = RdmaServerSocketChannel.REFUSALS.emitted();
+        long suppressed = RdmaServerSocketChannel.REFUSALS.suppressed();
         try (RawVerbsPeer first = RawVerbsPeer.connect(provider, address);
              RawVerbsPeer second = RawVerbsPeer.connect(provider, address);
              RawVerbsPeer third = RawVerbsPeer.attempt(provider, address, () -> { })) {
             assertEquals(CmEventType.REJECTED, third.outcome(),
                     "a third connection was accepted while two had not sent their HELLO (SO_BACKLOG 2)");
         }
+        // The operator is told (at most a line per 10 s): the peer may never see the reject's reason.
+        assertTrue(RdmaServerSocketChannel.REFUSALS.emitted() > logged
+                || RdmaServerSocketChannel.REFUSALS.suppressed() > suppressed, "the refusal was not logged");
         // Once they are gone (their children close on the disconnect), the listener takes connections again.
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         CmEventType outcome;
