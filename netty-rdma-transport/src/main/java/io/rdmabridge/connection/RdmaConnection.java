@@ -199,7 +199,6 @@ public final class RdmaConnection {
     private int controlToReturn;
     private int acksToReturn;
     private int peerDataInUse;
-    private int peerControlInUse;
     private final int dataReturnThreshold;
     private final int controlReturnThreshold;
 
@@ -931,11 +930,10 @@ public final class RdmaConnection {
                         + " (expected: <= " + local.dataCredits() + ")");
                 return;
             }
-        } else if (++peerControlInUse > local.controlCredits()) {
-            protocolError("peer sent more control frames than it had credits: " + peerControlInUse
-                    + " (expected: <= " + local.controlCredits() + ")");
-            return;
         }
+        // A control frame holds its receive only while it is handled here (it is reposted below), so a peer that
+        // sends more than its control credits can take nothing from this side: at most its own later frames find
+        // no receive posted (RNR, the peer's stall). Only data frames, which the application holds, are counted.
         int body = (int) h.bodyLength();
         switch (type) {
             case FrameHeader.DATA:
@@ -962,12 +960,10 @@ public final class RdmaConnection {
                 endOfStreamReceived = true;
                 push(FrameHeader.SHUTDOWN, slot, 0, 0, 0);
                 repost(slot);
-                peerControlInUse--;
                 controlToReturn++;
                 return;
             default:
                 repost(slot);
-                peerControlInUse--;
                 controlToReturn++;
         }
     }
