@@ -49,6 +49,22 @@ final class MemoryKeyTable {
     }
 
     /**
+     * Starts a peer's RDMA WRITE into the live region {@code key} names, if it permits one at {@code [addr, addr +
+     * len)} ({@link SoftMemoryRegion#beginRemoteWrite}); any thread.
+     *
+     * @return the region, whose {@link SoftMemoryRegion#endRemoteWrite()} must follow the copy; or null
+     */
+    SoftMemoryRegion beginRemoteWrite(int key, SoftProtectionDomain pd, long addr, long len) {
+        int slot = key & SLOT_MASK;
+        SoftMemoryRegion[] s = slots;
+        if (slot == 0 || slot >= s.length) {
+            return null;
+        }
+        SoftMemoryRegion mr = s[slot];
+        return mr != null && mr.beginRemoteWrite(key, pd, addr, len) ? mr : null;
+    }
+
+    /**
      * Enters {@code mr} under a fresh key and returns the key. Caller holds the engine's key lock.
      *
      * @return the key, or 0 when {@value #MAX_REGIONS} regions are live already

@@ -18,6 +18,7 @@ public final class SoftFaults {
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
     private volatile Runnable beforeReadResponseCopy;
+    private volatile Runnable beforeRemoteWriteCopy;
 
     SoftFaults(SoftEngine engine) {
         this.engine = engine;
@@ -133,8 +134,18 @@ public final class SoftFaults {
     }
 
     /**
+     * Runs {@code action} each time a frame of a peer's RDMA WRITE is about to be copied into registered memory across
+     * the TCP link, after the frame's key check; {@code null} turns it off. On the thread that executes the peer's
+     * frames (the engine or a poller), so {@code action} must be short and must not deregister that region itself.
+     * For tests of what a deregistration racing the copy may do.
+     */
+    public void beforeRemoteWriteCopy(Runnable action) {
+        beforeRemoteWriteCopy = action;
+    }
+
+    /**
      * Clears pending registration, receive-post, accept and notify-request failures and late mapping faults, the send
-     * and completion delays and the copy hook.
+     * and completion delays and the copy hooks.
      */
     public void reset() {
         failRegistrations.set(0);
@@ -145,10 +156,15 @@ public final class SoftFaults {
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
         beforeReadResponseCopy = null;
+        beforeRemoteWriteCopy = null;
     }
 
     Runnable beforeReadResponseCopy() {
         return beforeReadResponseCopy;
+    }
+
+    Runnable beforeRemoteWriteCopy() {
+        return beforeRemoteWriteCopy;
     }
 
     /** Whether this registration must fail; consumes one injected failure. */

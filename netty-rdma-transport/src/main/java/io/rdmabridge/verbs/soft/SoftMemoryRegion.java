@@ -15,13 +15,20 @@ import java.lang.invoke.VarHandle;
  * the registrations apart by the live key: it is cleared before the range is rewritten and set after, and a lookup
  * reads it before and after reading the range (a sequence lock), so no lookup ever pairs one registration's key
  * with another's range.
+ *
+ * <p>{@link #close()} returns once no peer's RDMA WRITE that passed its check is still copying into the region
+ * ({@link #beginRemoteWrite}), as a device's deregistration waits out its DMA: the application may reuse the memory
+ * at once. A READ's response copied out while the region closes is checked again after its copy and dropped
+ * instead (see {@code TcpLink}), so that a close never waits for its own thread.
  */
 final class SoftMemoryRegion implements MemoryRegion {
     private static final VarHandle LIVE_KEY;
+    private static final VarHandle WRITERS;
 
     static {
         try {
             LIVE_KEY = MethodHandles.lookup().findVarHandle(SoftMemoryRegion.class, "liveKey", int.class);
+            WRITERS = MethodHandles.lookup().findVarHandle(SoftMemoryRegion.class, "writers", int.class);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -36,6 +43,8 @@ final class SoftMemoryRegion implements MemoryRegion {
     private int rkey;
     // The key while registered, 0 once closed.
     private volatile int liveKey;
+    // Peers' RDMA WRITEs copying into the region now (beginRemoteWrite): close() waits for them.
+    private volatile int writers;
 
     SoftMemoryRegion(SoftProtectionDomain pd) {
         this.pd = pd;
@@ -66,6 +75,29 @@ final class SoftMemoryRegion implements MemoryRegion {
         // The range read above belongs to this key only if the key is still live after it.
         VarHandle.loadLoadFence();
         return ok && liveKey == key;
+    }
+
+    /**
+     * Starts a peer's RDMA WRITE of {@code [addr, addr + len)} into this region under {@code key}, if
+     * {@link #permits} it; then {@link #close()} waits for {@link #endRemoteWrite()}, as a device quiesces its DMA
+     * before a deregistration returns, so no byte lands in memory the application has taken back. Any thread.
+     *
+     * @return whether the write may copy; only then must {@link #endRemoteWrite()} follow
+     */
+    boolean beginRemoteWrite(int key, SoftProtectionDomain domain, long addr, long len) {
+        // Counted before the key is read, and close() clears the key before it reads the count (both volatile):
+        // either this sees the key gone or close() sees this writer.
+        WRITERS.getAndAdd(this, 1);
+        if (permits(key, domain, addr, len, Access.REMOTE_WRITE)) {
+            return true;
+        }
+        WRITERS.getAndAdd(this, -1);
+        return false;
+    }
+
+    /** Ends what {@link #beginRemoteWrite} started. */
+    void endRemoteWrite() {
+        WRITERS.getAndAdd(this, -1);
     }
 
     boolean isClosed() {
@@ -108,6 +140,14 @@ final class SoftMemoryRegion implements MemoryRegion {
         // Read before the key is cleared: from then on the owner may register the object again.
         long bytes = length;
         if (key != 0 && LIVE_KEY.compareAndSet(this, key, 0)) {
+            // A peer's WRITE that passed its check copies one frame (or, in this JVM, one message) at most.
+            for (int spins = 0; writers != 0; spins++) {
+                if (spins < 100) {
+                    Thread.onSpinWait();
+                } else {
+                    Thread.yield();
+                }
+            }
             pd.engine.deregister(key, bytes);
             pd.memoryRegions.decrementAndGet();
         }

@@ -383,6 +383,11 @@ final class SoftQueuePair implements QueuePair {
         return engine.keys.permits(rkey, pd, addr, len, access);
     }
 
+    /** A peer's RDMA WRITE into our region {@code rkey}: see {@link MemoryKeyTable#beginRemoteWrite}. */
+    SoftMemoryRegion beginRemoteWrite(int rkey, long addr, long len) {
+        return engine.keys.beginRemoteWrite(rkey, pd, addr, len);
+    }
+
     // ------------------------------------------------------------------ completions
 
     /**
@@ -617,11 +622,16 @@ final class SoftQueuePair implements QueuePair {
                     }
                     if (len > 0) {
                         long addr = req.sRemote[i];
-                        if (!remotePermits(req.sRkey[i], addr, len, Access.REMOTE_WRITE)) {
+                        SoftMemoryRegion target = beginRemoteWrite(req.sRkey[i], addr, len);
+                        if (target == null) {
                             markError();
                             return WcStatus.REM_ACCESS_ERR;
                         }
-                        req.gather(i, 0, addr, len);
+                        try {
+                            req.gather(i, 0, addr, len);
+                        } finally {
+                            target.endRemoteWrite();
+                        }
                     }
                     if (imm) {
                         consumeRecvLocked(h, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, len, true, req.sImm[i]);

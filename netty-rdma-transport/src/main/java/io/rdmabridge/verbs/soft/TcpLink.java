@@ -1347,13 +1347,22 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (payload > 0) {
             if (write) {
                 long dst = msgAddress + msgOffset;
-                if (!q.remotePermits(msgRkey, dst, payload, Access.REMOTE_WRITE)) {
+                SoftMemoryRegion target = q.beginRemoteWrite(msgRkey, dst, payload);
+                if (target == null) {
                     q.markError();
                     fail("RDMA WRITE into a region deregistered mid-message", SoftFrame.NAK, psn,
                             WcStatus.REM_ACCESS_ERR);
                     return;
                 }
-                DirectMemory.copy(payloadAddress, dst, payload);
+                try {
+                    Runnable hook = engine.faults.beforeRemoteWriteCopy();
+                    if (hook != null) {
+                        hook.run();
+                    }
+                    DirectMemory.copy(payloadAddress, dst, payload);
+                } finally {
+                    target.endRemoteWrite();
+                }
             } else {
                 int r = q.rIndex(msgRecv);
                 if (q.checkRecv(r) != WcStatus.SUCCESS) {

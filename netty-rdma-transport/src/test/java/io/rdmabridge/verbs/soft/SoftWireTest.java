@@ -41,6 +41,10 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -469,6 +473,42 @@ class SoftWireTest {
             assertTrue(status != WcStatus.SUCCESS, "the refused SEND completed as delivered");
         }
         awaitServerDisconnected();
+    }
+
+    /**
+     * A deregistration waits for a peer's RDMA WRITE frame that passed its key check and is being copied, as a device
+     * quiesces its DMA before {@code ibv_dereg_mr} returns: once {@code close()} returns, no byte of the peer's lands
+     * in the memory, which the application may reuse at once. It used to return at once, and the copy went on.
+     */
+    @Test
+    void shouldReturnFromADeregistrationOnlyOnceAWriteBeingCopiedIntoTheRegionIsDone() throws Exception {
+        CompletableFuture<Void> closed = new CompletableFuture<>();
+        AtomicBoolean closedDuringCopy = new AtomicBoolean();
+        try (Socket s = connected(6)) {
+            provider.faults().beforeRemoteWriteCopy(() -> {
+                provider.faults().beforeRemoteWriteCopy(null);
+                Thread closer = new Thread(() -> {
+                    region.close();
+                    closed.complete(null);
+                }, "closer");
+                closer.start();
+                try {
+                    closed.get(200, TimeUnit.MILLISECONDS);
+                    closedDuringCopy.set(true);
+                } catch (TimeoutException expected) {
+                    // Still waiting for this copy: right.
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            s.getOutputStream().write(frame(SoftFrame.WRITE, SoftFrame.FIRST | SoftFrame.LAST, 0, 64, 64,
+                    region.address(), region.rkey(), 0, 64));
+            closed.get(10, TimeUnit.SECONDS);
+            assertFalse(closedDuringCopy.get(), "close() returned while a WRITE was being copied into the region");
+            assertEquals(0x3C, memory.get(GUARD) & 0xFF, "the WRITE that passed its check before the close");
+        } finally {
+            provider.faults().reset();
+        }
     }
 
     /**
