@@ -1,5 +1,6 @@
 package io.rdmabridge.spark;
 
+import java.util.List;
 import java.util.Locale;
 import org.apache.spark.SparkConf;
 
@@ -13,7 +14,7 @@ final class RdmaShuffleConf {
     static final String PROVIDER = PREFIX + "provider";
     /** Port of each executor's block server; 0 picks a free one (reducers find it through the driver). */
     static final String PORT = PREFIX + "port";
-    /** I/O threads of the block server and of the fetch client, each. */
+    /** I/O threads (event loops) that the block server and the fetch client share. */
     static final String IO_THREADS = PREFIX + "ioThreads";
     /** Cap on block bytes the server has handed to the transport and not yet seen completed. */
     static final String PINNED_MEMORY_CAP = PREFIX + "pinnedMemoryCap";
@@ -38,6 +39,12 @@ final class RdmaShuffleConf {
     static final String PINNED_MEMORY_PER_CONNECTION = PREFIX + "pinnedMemoryPerConnection";
     /** Shortest interval between two WARN lines of one kind that peers can cause repeatedly. */
     static final String WARN_INTERVAL = PREFIX + "warnInterval";
+    /**
+     * Spark's keys that ask for encrypted block transfers (AES-based, SASL's, TLS), which the block transport does not
+     * provide: with any of them true, shuffle blocks stay on Spark's own transport.
+     */
+    static final List<String> ENCRYPTION_KEYS = List.of("spark.network.crypto.enabled",
+            "spark.authenticate.enableSaslEncryption", "spark.ssl.rpc.enabled");
     /** The channel's own defaults, written out so that docs/spark.md can name them. */
     static final int DEFAULT_SEND_QUEUE_DEPTH = 128;
     static final int DEFAULT_RECV_QUEUE_DEPTH = 32;
@@ -57,6 +64,21 @@ final class RdmaShuffleConf {
     final int maxRequestsPerConnection;
     final long pinnedMemoryPerConnection;
     final long warnIntervalMillis;
+
+    /**
+     * Why this application's blocks must not take the block transport, which sends them in the clear: a message
+     * naming the key of {@link #ENCRYPTION_KEYS} that is true, or {@code null}.
+     */
+    static String encryptionRequested(SparkConf conf) {
+        for (String key : ENCRYPTION_KEYS) {
+            if (conf.getBoolean(key, false)) {
+                return key + "=true asks for encrypted block transfers, which the RDMA block transport does not "
+                        + "provide (it sends blocks in the clear); shuffle blocks stay on Spark's own transport (set "
+                        + key + "=false to use RDMA, on a network you trust)";
+            }
+        }
+        return null;
+    }
 
     RdmaShuffleConf(SparkConf conf) {
         provider = conf.get(PROVIDER, "auto").trim().toLowerCase(Locale.ROOT);

@@ -178,6 +178,10 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
             env.metricsSystem().registerSource(metrics);
             BlockTransport transport = null;
             try {
+                String encrypted = RdmaShuffleConf.encryptionRequested(conf);
+                if (encrypted != null) {
+                    throw new BlockTransport.UnavailableException(encrypted);
+                }
                 RdmaShuffleConf rdmaConf = new RdmaShuffleConf(conf);
                 transport = BlockTransport.open(rdmaConf.provider, rdmaConf.ioThreads, rdmaConf.sendQueueDepth,
                         rdmaConf.recvQueueDepth, "rdma-shuffle");

@@ -1,12 +1,27 @@
 package io.rdmabridge.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import org.apache.spark.SparkConf;
 import org.junit.jupiter.api.Test;
 
 class RdmaShuffleConfTest {
+    @Test
+    void shouldKeepBlocksOnSparksTransportWhenTheApplicationAsksForEncryptionNamingTheKey() {
+        assertNull(RdmaShuffleConf.encryptionRequested(new SparkConf(false)));
+        assertNull(RdmaShuffleConf.encryptionRequested(new SparkConf(false)
+                .set("spark.network.crypto.enabled", "false")));
+        for (String key : new String[] {"spark.network.crypto.enabled", "spark.authenticate.enableSaslEncryption",
+                "spark.ssl.rpc.enabled"}) {
+            String why = RdmaShuffleConf.encryptionRequested(new SparkConf(false).set(key, "true"));
+            assertTrue(why != null && why.startsWith(key + "=true asks for encrypted block transfers")
+                    && why.contains("set " + key + "=false to use RDMA"), key + ": " + why);
+        }
+    }
+
     @Test
     void shouldDefaultTheQueueDepthsToTheChannels() {
         RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
