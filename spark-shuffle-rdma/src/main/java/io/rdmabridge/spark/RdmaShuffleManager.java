@@ -188,7 +188,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 PeerAuthenticator authenticator = new PeerAuthenticator(
                         env.securityManager().isAuthenticationEnabled() ? env.securityManager().getSecretKey() : null);
                 String host = env.blockManager().blockManagerId().host();
-                ShuffleBlockServer server = new ShuffleBlockServer(transport, host, rdmaConf.port,
+                ShuffleBlockServer server = new ShuffleBlockServer(transport, env.executorId(), host, rdmaConf.port,
                         ExecutorTransport::openShuffleBlock, authenticator, rdmaConf, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
                         rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);

@@ -35,7 +35,7 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
         InetSocketAddress server = downloadFileManager == null ? blockServerOf.apply(execId) : null;
         if (server != null) {
             // Blocks arrive in the transport's receive buffers, never streamed to temporary files.
-            blockClient.fetch(server, blockIds, listener);
+            blockClient.fetch(execId, server, blockIds, listener);
         } else {
             metrics.blocksFetchedByFallback.inc(blockIds.length);
             sparkClient.fetchBlocks(host, port, execId, blockIds, listener, downloadFileManager);

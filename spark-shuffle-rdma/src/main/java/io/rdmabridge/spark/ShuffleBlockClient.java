@@ -45,7 +45,7 @@ final class ShuffleBlockClient implements AutoCloseable {
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
     private final long fetchTimeoutNanos;
-    private final Map<InetSocketAddress, Future<Channel>> connections = new ConcurrentHashMap<>();
+    private final Map<Target, Future<Channel>> connections = new ConcurrentHashMap<>();
 
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
                        long fetchTimeoutMillis, RdmaShuffleMetrics metrics) {
@@ -57,8 +57,12 @@ final class ShuffleBlockClient implements AutoCloseable {
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
     }
 
-    /** Fetches {@code blockIds} from the block server at {@code server}, reporting each to {@code listener}. */
-    void fetch(InetSocketAddress server, String[] blockIds, BlockFetchingListener listener) {
+    /**
+     * Fetches {@code blockIds} from executor {@code executorId}'s block server at {@code address}, reporting each to
+     * {@code listener}. The handshake binds the executor id: a server that is not that executor's fails it.
+     */
+    void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener) {
+        Target server = new Target(executorId, address);
         connection(server).addListener(f -> {
             if (f.isSuccess()) {
                 Channel ch = (Channel) f.getNow();
@@ -81,7 +85,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         });
     }
 
-    private Future<Channel> connection(InetSocketAddress server) {
+    private Future<Channel> connection(Target server) {
         while (true) {
             Future<Channel> existing = connections.get(server);
             if (existing != null && (!existing.isDone() || existing.isSuccess() && existing.getNow().isActive())) {
@@ -96,7 +100,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         }
     }
 
-    private void connect(InetSocketAddress server, Promise<Channel> ready) {
+    private void connect(Target server, Promise<Channel> ready) {
         ChannelFuture connected = bootstrap.clone().handler(new ChannelInitializer<>() {
             @Override
             protected void initChannel(Channel ch) {
@@ -104,7 +108,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                 ConnectionHandler handler = new ConnectionHandler(server, ready);
                 ch.pipeline().addLast(BlockFrame.newFrameDecoder(handler::checkHeader), handler);
             }
-        }).connect(server);
+        }).connect(server.address());
         connected.addListener(f -> {
             if (!f.isSuccess()) {
                 ready.tryFailure(f.cause());
@@ -135,9 +139,17 @@ final class ShuffleBlockClient implements AutoCloseable {
     private record Pending(String blockId, BlockFetchingListener listener, long sentNanos) {
     }
 
+    /** A block server as a reducer dials it: the executor it must prove to be, and its address. */
+    private record Target(String executorId, InetSocketAddress address) {
+        @Override
+        public String toString() {
+            return "of executor " + executorId + " at " + address;
+        }
+    }
+
     /** One connection to a block server; confined to its event loop. */
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
-        private final InetSocketAddress server;
+        private final Target server;
         private final Promise<Channel> ready;
         private final Map<Long, Pending> pending = new HashMap<>();
         private long nextRequestId;
@@ -151,7 +163,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         /** Set once the server's PROOF has verified (or, with no secret here, arrived): blocks are taken from here. */
         private boolean proven;
 
-        ConnectionHandler(InetSocketAddress server, Promise<Channel> ready) {
+        ConnectionHandler(Target server, Promise<Channel> ready) {
             this.server = server;
             this.ready = ready;
         }
@@ -250,17 +262,19 @@ final class ShuffleBlockClient implements AutoCloseable {
                 }
                 serverNonce = nonce;
                 clientNonce = PeerAuthenticator.newNonce();
-                ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.clientAnswer(serverNonce,
-                        clientNonce), clientNonce));
+                ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.clientAnswer(server.executorId(),
+                        serverNonce, clientNonce), clientNonce));
                 // Fetches may follow the answer at once; their blocks are taken only after the server's PROOF.
                 ready.trySuccess(ctx.channel());
             } else if (type == BlockFrame.PROOF) {
                 byte[] proof = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "proof");
-                if (authenticator.isRequired() && !authenticator.verifyServer(serverNonce, clientNonce, proof)) {
+                if (authenticator.isRequired()
+                        && !authenticator.verifyServer(server.executorId(), serverNonce, clientNonce, proof)) {
                     metrics.authFailures.inc();
                     throw new PeerFailure("shuffle block server " + server + " failed to prove it holds this "
-                            + "application's secret: it is another application's block server, or a process that "
-                            + "took the port of an executor that is gone (spark.authenticate=true)");
+                            + "application's secret and serves executor " + server.executorId() + ": it is another "
+                            + "application's block server, another executor's, or a process that took the port of an "
+                            + "executor that is gone (spark.authenticate=true)");
                 }
                 proven = true;
             } else if (type == BlockFrame.BLOCK) {

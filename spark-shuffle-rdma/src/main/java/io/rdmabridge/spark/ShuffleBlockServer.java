@@ -54,6 +54,7 @@ import org.slf4j.LoggerFactory;
 final class ShuffleBlockServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockServer.class);
 
+    private final String executorId;
     private final BlockSource source;
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
@@ -77,8 +78,13 @@ final class ShuffleBlockServer implements AutoCloseable {
     private long peakInFlightBytes;
     private final Channel serverChannel;
 
-    ShuffleBlockServer(BlockTransport transport, String host, int port, BlockSource source,
+    /**
+     * @param executorId this server's executor, which clients name when they authenticate (so that an answer meant
+     *                   for another executor's server does not pass here)
+     */
+    ShuffleBlockServer(BlockTransport transport, String executorId, String host, int port, BlockSource source,
                        PeerAuthenticator authenticator, RdmaShuffleConf conf, RdmaShuffleMetrics metrics) {
+        this.executorId = executorId;
         this.source = source;
         this.authenticator = authenticator;
         this.metrics = metrics;
@@ -348,15 +354,17 @@ final class ShuffleBlockServer implements AutoCloseable {
             if (type == BlockFrame.RESPONSE && !authenticated) {
                 byte[] answer = BlockFrame.readField(frame, BlockFrame.MAC_LENGTH, BlockFrame.NONCE_LENGTH, "mac");
                 byte[] clientNonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
-                if (authenticator.isRequired() && !authenticator.verifyClient(nonce, clientNonce, answer)) {
+                if (authenticator.isRequired() && !authenticator.verifyClient(executorId, nonce, clientNonce, answer)) {
                     metrics.authFailures.inc();
-                    refuse(ctx, "authentication failed: the peer does not hold this application's secret "
+                    refuse(ctx, "authentication failed: the peer does not hold this application's secret, or "
+                            + "answered for a block server other than executor " + executorId + "'s "
                             + "(spark.authenticate=true)", null);
                     return;
                 }
                 authenticated = true;
                 // Before any response: the client takes no block from a server that has not proven itself.
-                ctx.writeAndFlush(BlockFrame.proof(ctx.alloc(), authenticator.serverProof(nonce, clientNonce)));
+                ctx.writeAndFlush(BlockFrame.proof(ctx.alloc(), authenticator.serverProof(executorId, nonce,
+                        clientNonce)));
             } else if (type == BlockFrame.FETCH && authenticated) {
                 long requestId = BlockFrame.readRequestId(frame);
                 String blockId = BlockFrame.readBlockId(frame);

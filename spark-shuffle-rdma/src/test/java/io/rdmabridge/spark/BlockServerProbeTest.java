@@ -31,15 +31,15 @@ class BlockServerProbeTest {
     void shouldAuthenticateWithTheSecretFromTheEnvironment() throws Exception {
         BlockTransport transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-probe-server");
-        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "127.0.0.1", 0,
+        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "1", "127.0.0.1", 0,
                 id -> new NioManagedBuffer(ByteBuffer.wrap(new byte[42])), new PeerAuthenticator("right"),
                 new RdmaShuffleConf(new SparkConf(false)), new RdmaShuffleMetrics())) {
             String port = Integer.toString(server.localAddress().getPort());
-            assertEquals(0, run(Map.of(BlockServerProbe.SECRET_ENV, "right"), "127.0.0.1", port, "shuffle_0_0_0",
+            assertEquals(0, run(Map.of(BlockServerProbe.SECRET_ENV, "right"), "127.0.0.1", port, "1", "shuffle_0_0_0",
                     BlockTransport.SOFT));
             assertEquals("fetched 42 bytes", out.toString(StandardCharsets.UTF_8).strip());
             out.reset();
-            assertEquals(1, run(Map.of(), "127.0.0.1", port, "shuffle_0_0_0", BlockTransport.SOFT));
+            assertEquals(1, run(Map.of(), "127.0.0.1", port, "1", "shuffle_0_0_0", BlockTransport.SOFT));
             String outcome = out.toString(StandardCharsets.UTF_8);
             assertTrue(outcome.startsWith("failed: ") && outcome.contains("requires authentication"), outcome);
         } finally {

@@ -115,7 +115,8 @@ class ShuffleBlockClientLimitsTest {
         })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             String expected = "x" + "\u00e9".repeat(BlockFrame.MAX_FAILURE_MESSAGE_LENGTH / 2 - 1);
-            assertEquals("shuffle block server " + server.address() + ": " + expected, cause.getMessage());
+            assertEquals("shuffle block server of executor 1 at " + server.address() + ": " + expected,
+                    cause.getMessage());
             assertEquals(1, server.closed.getCount(), "a failed block leaves the connection open");
         }
     }
@@ -147,7 +148,7 @@ class ShuffleBlockClientLimitsTest {
             if (frame.type == BlockFrame.RESPONSE) {
                 byte[] clientNonce = Arrays.copyOfRange(frame.body, BlockFrame.MAC_LENGTH, frame.body.length);
                 ch.writeAndFlush(BlockFrame.proof(ch.alloc(),
-                        new PeerAuthenticator("other").serverProof(serverNonce, clientNonce)));
+                        new PeerAuthenticator("other").serverProof("1", serverNonce, clientNonce)));
             } else if (frame.type == BlockFrame.FETCH) {
                 ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, 10));
                 ch.writeAndFlush(ch.alloc().buffer().writeZero(10));
@@ -183,7 +184,7 @@ class ShuffleBlockClientLimitsTest {
     /** Fetches one block, which must fail within a few seconds; returns why. */
     private static Throwable fetchFailure(ShuffleBlockClient client, FakeServer server) throws InterruptedException {
         Collector c = new Collector(1);
-        client.fetch(server.address(), new String[] {"b_0_10"}, c);
+        client.fetch("1", server.address(), new String[] {"b_0_10"}, c);
         assertTrue(c.done.await(5, TimeUnit.SECONDS), "the fetch got its callback within 5 s");
         assertEquals(Map.of(), c.received);
         return c.failures.get("b_0_10");

@@ -34,6 +34,7 @@ import org.junit.jupiter.api.io.TempDir;
 /** The block server and client in one JVM, over {@link BlockTransport}: RdmaSocketChannel on the soft provider. */
 class ShuffleBlockPipelineTest {
     private static final TransportConf TRANSPORT_CONF = new TransportConf("shuffle", MapConfigProvider.EMPTY);
+    private static final String EXECUTOR = "1";
 
     @TempDir
     File dir;
@@ -70,7 +71,7 @@ class ShuffleBlockPipelineTest {
     }
 
     private ShuffleBlockServer server(String secret, long cap) {
-        return new ShuffleBlockServer(transport, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
+        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
                 conf(cap), serverMetrics);
     }
 
@@ -88,7 +89,7 @@ class ShuffleBlockPipelineTest {
     void shouldFetchFileSegmentsByteForByteAndReleaseTheirBuffers() throws Exception {
         try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(3);
-            client.fetch(address(server), new String[] {"b_0_1000", "b_1000_300000", "b_500000_0"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"b_0_1000", "b_1000_300000", "b_500000_0"}, c);
             c.await();
             assertEquals(Map.of(), c.failures);
             assertArrayEquals(slice(0, 1000), c.received.get("b_0_1000"));
@@ -109,7 +110,7 @@ class ShuffleBlockPipelineTest {
         serverMetrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
         try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(1);
-            client.fetch(address(server), new String[] {"b_0_300000"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"b_0_300000"}, c);
             c.await();
             assertArrayEquals(slice(0, 300000), c.received.get("b_0_300000"));
             c.buffers.values().forEach(FetchedBlockBuffer::release);
@@ -120,11 +121,11 @@ class ShuffleBlockPipelineTest {
             assertTrue(serverMetrics.snapshot().contains("bytesCopiedOnSend=0"), serverMetrics.snapshot());
         }
         // A block in a heap buffer has to be copied into registered memory once, and is counted.
-        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "127.0.0.1", 0,
+        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0,
                 id -> new org.apache.spark.network.buffer.NioManagedBuffer(java.nio.ByteBuffer.wrap(bytes, 0, 5000)),
                 new PeerAuthenticator(null), conf(1 << 20), serverMetrics); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(1);
-            client.fetch(address(server), new String[] {"heap"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"heap"}, c);
             c.await();
             assertArrayEquals(slice(0, 5000), c.received.get("heap"));
             c.buffers.values().forEach(FetchedBlockBuffer::release);
@@ -143,7 +144,7 @@ class ShuffleBlockPipelineTest {
                 ids[i] = "b_" + (i * 7000) + "_" + size;
             }
             Collector c = new Collector(blocks);
-            client.fetch(address(server), ids, c);
+            client.fetch(EXECUTOR, address(server), ids, c);
             c.await();
             assertEquals(Map.of(), c.failures);
             for (int i = 0; i < blocks; i++) {
@@ -172,7 +173,7 @@ class ShuffleBlockPipelineTest {
                 ids[i] = i % 2 == 0 ? "b_" + (i * 9000) + "_" + size : "b_" + i + "_" + (100 + i);
             }
             Collector c = new Collector(blocks);
-            client.fetch(address(server), ids, c);
+            client.fetch(EXECUTOR, address(server), ids, c);
             c.await();
             assertEquals(Map.of(), c.failures);
             for (int i = 0; i < blocks; i++) {
@@ -187,7 +188,7 @@ class ShuffleBlockPipelineTest {
     void shouldFailOneBlockWithTheServersCauseAndServeTheOthers() throws Exception {
         try (ShuffleBlockServer server = server(null, 1 << 20); ShuffleBlockClient client = client(null)) {
             Collector c = new Collector(2);
-            client.fetch(address(server), new String[] {"missing", "b_0_10"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"missing", "b_0_10"}, c);
             c.await();
             assertTrue(c.failures.get("missing").getMessage().contains("no such block: missing"),
                     c.failures.get("missing").getMessage());
@@ -200,10 +201,28 @@ class ShuffleBlockPipelineTest {
     void shouldRefuseAPeerWithTheWrongSecret() throws Exception {
         try (ShuffleBlockServer server = server("right", 1 << 20); ShuffleBlockClient client = client("wrong")) {
             Collector c = new Collector(1);
-            client.fetch(address(server), new String[] {"b_0_10"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"b_0_10"}, c);
             c.await();
             assertTrue(c.failures.get("b_0_10").getMessage().contains("authentication failed"),
                     c.failures.get("b_0_10").getMessage());
+            assertEquals(Map.of(), c.received);
+            assertEquals(1, serverMetrics.authFailures.getCount());
+            assertEquals(0, serverMetrics.blocksServed.getCount());
+        }
+    }
+
+    /**
+     * An answer made for another executor's server does not pass, even with the right secret: a process that lured a
+     * reducer meaning executor 2 cannot relay that reducer's answer to executor 1's server.
+     */
+    @Test
+    void shouldRefuseAnAnswerMadeForAnotherExecutorsServer() throws Exception {
+        try (ShuffleBlockServer server = server("right", 1 << 20); ShuffleBlockClient client = client("right")) {
+            Collector c = new Collector(1);
+            client.fetch("2", address(server), new String[] {"b_0_10"}, c);
+            c.await();
+            String why = c.failures.get("b_0_10").getMessage();
+            assertTrue(why.contains("authentication failed") && why.contains("executor " + EXECUTOR + "'s"), why);
             assertEquals(Map.of(), c.received);
             assertEquals(1, serverMetrics.authFailures.getCount());
             assertEquals(0, serverMetrics.blocksServed.getCount());
@@ -214,7 +233,7 @@ class ShuffleBlockPipelineTest {
     void shouldServeAPeerWithTheRightSecret() throws Exception {
         try (ShuffleBlockServer server = server("right", 1 << 20); ShuffleBlockClient client = client("right")) {
             Collector c = new Collector(1);
-            client.fetch(address(server), new String[] {"b_7_70"}, c);
+            client.fetch(EXECUTOR, address(server), new String[] {"b_7_70"}, c);
             c.await();
             assertArrayEquals(slice(7, 70), c.received.get("b_7_70"));
             c.buffers.values().forEach(FetchedBlockBuffer::release);
@@ -231,7 +250,7 @@ class ShuffleBlockPipelineTest {
                 ids[i] = "b_" + (i * 1000) + "_" + size;
             }
             Collector c = new Collector(blocks);
-            client.fetch(address(server), ids, c);
+            client.fetch(EXECUTOR, address(server), ids, c);
             c.await();
             assertEquals(blocks, c.received.size());
             assertArrayEquals(slice(63000, size), c.received.get(ids[63]));

@@ -59,6 +59,7 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class ShuffleBlockServerLimitsTest {
     private static final TransportConf TRANSPORT_CONF = new TransportConf("shuffle", MapConfigProvider.EMPTY);
+    private static final String EXECUTOR = "1";
     private static final String NO_TIMEOUT = "1h";
     /**
      * Blocks and missing ones ("missing_N" fails to open), pipelined: ending with two failures in a row, whose
@@ -379,7 +380,7 @@ class ShuffleBlockServerLimitsTest {
             Baseline baseline = new Baseline();
             RawPeer hostile = peer(server);
             Frame challenge = hostile.next();
-            hostile.answer(new PeerAuthenticator("right").clientAnswer(Arrays.copyOfRange(challenge.body, 1, 33),
+            hostile.answer(new PeerAuthenticator("right").clientAnswer(EXECUTOR, Arrays.copyOfRange(challenge.body, 1, 33),
                     RawPeer.NONCE));
             assertEquals(BlockFrame.PROOF, hostile.proofs.poll(10, TimeUnit.SECONDS).type);
             hostile.ch.config().setAutoRead(false);
@@ -422,7 +423,7 @@ class ShuffleBlockServerLimitsTest {
         for (int i = 0; i < keysAndValues.length; i += 2) {
             conf.set(keysAndValues[i], keysAndValues[i + 1]);
         }
-        return new ShuffleBlockServer(transport, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
+        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
                 new RdmaShuffleConf(conf), serverMetrics);
     }
 
@@ -439,7 +440,7 @@ class ShuffleBlockServerLimitsTest {
     private void assertFetches(ShuffleBlockClient client, ShuffleBlockServer server, String... ids)
             throws InterruptedException {
         Collector c = new Collector(ids.length);
-        client.fetch(address(server), ids, c);
+        client.fetch(EXECUTOR, address(server), ids, c);
         c.await();
         assertEquals(Map.of(), c.failures);
         for (String id : ids) {

@@ -24,19 +24,22 @@ class RdmaShuffleAuthTest {
             JavaSparkContext sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
             String digest = ShuffleJobs.reduceByKey(sc, 10);
 
-            InetSocketAddress server = ShuffleCounters.manager().blockServers().values().iterator().next();
+            Map.Entry<String, InetSocketAddress> first = ShuffleCounters.manager().blockServers().entrySet()
+                    .iterator().next();
+            String executor = first.getKey();
+            InetSocketAddress server = first.getValue();
             // Map output 0 of the job above exists on one of the executors; a peer with the secret gets the block
             // (or, from the other executor, a clean "cannot serve"), a peer without it gets nothing at all.
-            String withoutSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), "shuffle_0_0_0",
-                    "soft", null);
+            String withoutSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), executor,
+                    "shuffle_0_0_0", "soft", null);
             assertTrue(withoutSecret.startsWith("failed: ") && withoutSecret.contains("requires authentication"),
                     withoutSecret);
-            String wrongSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), "shuffle_0_0_0",
-                    "soft", "not-the-secret");
+            String wrongSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), executor,
+                    "shuffle_0_0_0", "soft", "not-the-secret");
             assertTrue(wrongSecret.startsWith("failed: ") && wrongSecret.contains("authentication failed"),
                     wrongSecret);
-            String rightSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), "shuffle_0_0_0",
-                    "soft", secret);
+            String rightSecret = BlockServerProbe.fetch(server.getHostString(), server.getPort(), executor,
+                    "shuffle_0_0_0", "soft", secret);
             assertTrue(rightSecret.startsWith("fetched ") || rightSecret.contains("cannot serve shuffle_0_0_0"),
                     rightSecret);
 
