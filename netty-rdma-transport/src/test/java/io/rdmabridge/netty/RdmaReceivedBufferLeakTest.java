@@ -24,9 +24,14 @@ class RdmaReceivedBufferLeakTest {
                 "-Dio.netty.leakDetection.level=paranoid", "-Drdmabridge.provider=soft",
                 "-cp", System.getProperty("java.class.path"), ReceivedBufferLeakMain.class.getName()))
                 .redirectErrorStream(true).start();
-        byte[] output = child.getInputStream().readAllBytes();
-        assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM did not exit");
-        String out = new String(output, StandardCharsets.UTF_8);
+        String out;
+        try {
+            byte[] output = child.getInputStream().readAllBytes();
+            assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM did not exit");
+            out = new String(output, StandardCharsets.UTF_8);
+        } finally {
+            child.destroyForcibly();
+        }
         assertTrue(out.contains("REPORTED RdmaReceivedByteBuf") && !out.contains("NOT REPORTED"), out);
         assertTrue(out.contains("LEAK: RdmaReceivedByteBuf.release() was not called"), out);
     }

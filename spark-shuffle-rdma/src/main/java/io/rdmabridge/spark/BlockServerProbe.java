@@ -49,12 +49,19 @@ public final class BlockServerProbe {
                     + "(default auto)]");
             return 2;
         }
+        List<String> providers = List.of("auto", "disni", BlockTransport.SOFT);
         String provider = args.length > 4 ? args[4] : "auto";
-        if (!List.of("auto", "disni", BlockTransport.SOFT).contains(provider)) {
+        if (!providers.contains(provider)) {
             // Not echoed: it may be a secret passed the old way (HOST PORT BLOCK_ID PROVIDER SECRET).
             err.println("BlockServerProbe: PROVIDER must be auto, disni or soft (a secret is not taken as an "
                     + "argument, where any user of this host can read it: set the environment variable " + SECRET_ENV
                     + " instead)");
+            return 2;
+        }
+        if (args[2].startsWith("shuffle_") || providers.contains(args[3])) {
+            // The form before EXECUTOR_ID was added (HOST PORT BLOCK_ID [PROVIDER]): not reinterpreted.
+            err.println("BlockServerProbe: EXECUTOR_ID comes before BLOCK_ID (the id of the executor whose server this"
+                    + " is, which its log line names with the address): HOST PORT EXECUTOR_ID BLOCK_ID [PROVIDER]");
             return 2;
         }
         String secret = env.get(SECRET_ENV);

@@ -28,6 +28,15 @@ class BlockServerProbeTest {
     }
 
     @Test
+    void shouldRefuseTheFormerArgumentsWithoutAnExecutorIdInsteadOfReadingThemAnew() throws Exception {
+        assertEquals(2, run(Map.of(), "127.0.0.1", "1", "shuffle_0_0_0", BlockTransport.SOFT));
+        assertEquals(2, run(Map.of(), "127.0.0.1", "1", "shuffle_0_0_0"));
+        String error = err.toString(StandardCharsets.UTF_8);
+        assertTrue(error.contains("EXECUTOR_ID comes before BLOCK_ID"), error);
+        assertEquals("", out.toString(StandardCharsets.UTF_8), "nothing was fetched");
+    }
+
+    @Test
     void shouldAuthenticateWithTheSecretFromTheEnvironment() throws Exception {
         BlockTransport transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-probe-server");

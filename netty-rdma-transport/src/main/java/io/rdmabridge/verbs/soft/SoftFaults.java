@@ -187,8 +187,8 @@ public final class SoftFaults {
         return take(failNotifyRequests);
     }
 
-    /** Throws the late fault injected for {@code qp}, if there is one; consumes it. */
-    void raiseLateMappingFault(SoftQueuePair qp) {
+    /** Throws the late fault armed for {@code qp} by {@link #raiseLateMappingFault}, if there is one; consumes it. */
+    void throwArmedLateMappingFault(SoftQueuePair qp) {
         QueuePair target = lateMappingFault.get();
         if (target != null && target == qp && lateMappingFault.compareAndSet(qp, null)) {
             throw new InternalError("injected fault: a fault occurred in a recent unsafe memory access operation");

@@ -6,6 +6,7 @@ import io.rdmabridge.verbs.ProtectionDomain;
 
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.util.concurrent.TimeUnit;
 
 /**
  * A registered memory region of the software device; its keys die at {@link #close()}. Thread-safe.
@@ -18,12 +19,13 @@ import java.lang.invoke.VarHandle;
  *
  * <p>{@link #close()} returns once no peer's RDMA WRITE that passed its check is still copying into the region
  * ({@link #beginRemoteWrite}), as a device's deregistration waits out its DMA: the application may reuse the memory
- * at once. A READ's response copied out while the region closes is checked again after its copy and dropped
+ * at once. (A copy still running after 10 s is a stuck thread, not a transfer: the close then goes on, with a WARN.) A READ's response copied out while the region closes is checked again after its copy and dropped
  * instead (see {@code TcpLink}), so that a close never waits for its own thread.
  */
 final class SoftMemoryRegion implements MemoryRegion {
     private static final VarHandle LIVE_KEY;
     private static final VarHandle WRITERS;
+    private static final long WRITER_WAIT_NANOS = TimeUnit.SECONDS.toNanos(10);
 
     static {
         try {
@@ -141,11 +143,18 @@ final class SoftMemoryRegion implements MemoryRegion {
         long bytes = length;
         if (key != 0 && LIVE_KEY.compareAndSet(this, key, 0)) {
             // A peer's WRITE that passed its check copies one frame (or, in this JVM, one message) at most.
+            long deadline = System.nanoTime() + WRITER_WAIT_NANOS;
             for (int spins = 0; writers != 0; spins++) {
                 if (spins < 100) {
                     Thread.onSpinWait();
-                } else {
+                } else if (System.nanoTime() - deadline < 0) {
                     Thread.yield();
+                } else {
+                    // A copier that never ends (a fault HotSpot raised inside it, say): better a WARN than a hang.
+                    SoftEngine.logger.warn("soft0: deregistering {} while a peer's RDMA WRITE into it has not ended"
+                            + " after {} ms (a stuck or failed copy on the engine thread)", this,
+                            TimeUnit.NANOSECONDS.toMillis(WRITER_WAIT_NANOS));
+                    break;
                 }
             }
             pd.engine.deregister(key, bytes);

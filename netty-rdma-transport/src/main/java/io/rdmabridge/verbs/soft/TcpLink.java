@@ -1601,11 +1601,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (!broken) {
                     try {
                         drain();
-                    } catch (IOException | RuntimeException | InternalError e) {
+                    } catch (IOException | RuntimeException | Error e) {
+                        // An Error too (out of memory, say): the link breaks with its cause, the slot is let go.
                         broken = true;
                         cause = e;
                     }
-                    engine.faults.raiseLateMappingFault(qp);
+                    engine.faults.throwArmedLateMappingFault(qp);
                 } else if (phase == CLOSED) {
                     // closeNow's pump merged into this broken run, which skips drain(): release our ring here, still
                     // as the only drainer, or nothing would (the close task's own pump has come and gone).

@@ -830,13 +830,14 @@ class SoftRingTest {
             awaitRings(up, down);
             provider.faults().raiseLateMappingFault(victim.client.qp);
             try {
+                // Whichever thread drains the link next (this one, or the engine sending an acknowledgement) meets it.
                 victim.client.qp.postSend(new SendWorkRequest(1).wrId(99).addSge(up.src.address(), 8,
                         up.src.mr().lkey()));
+                CmEvent e = awaitDisconnect(victim.client.channel);
+                assertTrue(String.valueOf(e.detail()).contains("injected fault"), "reason: " + e.detail());
             } finally {
                 provider.faults().reset();
             }
-            CmEvent e = awaitDisconnect(victim.client.channel);
-            assertTrue(String.valueOf(e.detail()).contains("injected fault"), "reason: " + e.detail());
             awaitDisconnect(victim.server.channel);
         }
         SoftPair.assertResourcesReleased(provider);

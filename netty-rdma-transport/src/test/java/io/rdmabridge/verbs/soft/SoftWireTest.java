@@ -493,6 +493,11 @@ class SoftWireTest {
                 }, "closer");
                 closer.start();
                 try {
+                    // From the key's withdrawal on, a close that does not wait for this copy completes at once.
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                    while (!((SoftMemoryRegion) region).isClosed() && System.nanoTime() < deadline) {
+                        Thread.onSpinWait();
+                    }
                     closed.get(200, TimeUnit.MILLISECONDS);
                     closedDuringCopy.set(true);
                 } catch (TimeoutException expected) {
