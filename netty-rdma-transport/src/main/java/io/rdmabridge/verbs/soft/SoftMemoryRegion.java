@@ -19,8 +19,9 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>{@link #close()} returns once no peer's RDMA WRITE that passed its check is still copying into the region
  * ({@link #beginRemoteWrite}), as a device's deregistration waits out its DMA: the application may reuse the memory
- * at once. (A copy still running after 10 s is a stuck thread, not a transfer: the close then goes on, with a WARN.) A READ's response copied out while the region closes is checked again after its copy and dropped
- * instead (see {@code TcpLink}), so that a close never waits for its own thread.
+ * at once. (A copy still running after 10 s is a stuck thread, not a transfer: the close then goes on, with a
+ * WARN.) A READ's response copied out while the region closes is checked again after its copy and dropped instead
+ * (see {@code TcpLink}), so that a close never waits for its own thread.
  */
 final class SoftMemoryRegion implements MemoryRegion {
     private static final VarHandle LIVE_KEY;
