@@ -28,7 +28,8 @@ final class ReceivedBufferLeakMain {
     public static void main(String[] args) throws Exception {
         AtomicReference<String> reported = new AtomicReference<>();
         RdmaReceivedByteBuf.LEAKS.setLeakListener((type, records) -> reported.compareAndSet(null, type));
-        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(RdmaProviders.byName("soft")));
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1,
+                RdmaIoHandler.newFactory(RdmaProviders.byName("soft")));
         AtomicBoolean dropped = new AtomicBoolean();
         try {
             Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)

@@ -55,7 +55,8 @@ class PeerAuthenticatorTest {
     void shouldNotVerifyAnAnswerOrProofMadeForAnotherExecutorsServer() {
         byte[] answerForDeadExecutor = right.clientAnswer("7", serverNonce, clientNonce);
         assertFalse(right.verifyClient("2", serverNonce, clientNonce, answerForDeadExecutor));
-        assertFalse(right.verifyServer("7", serverNonce, clientNonce, right.serverProof("2", serverNonce, clientNonce)));
+        assertFalse(right.verifyServer("7", serverNonce, clientNonce,
+                right.serverProof("2", serverNonce, clientNonce)));
         // Ids that only concatenate alike are still different ids.
         assertFalse(right.verifyClient("1", serverNonce, clientNonce, right.clientAnswer("12", serverNonce,
                 clientNonce)));

@@ -380,8 +380,8 @@ class ShuffleBlockServerLimitsTest {
             Baseline baseline = new Baseline();
             RawPeer hostile = peer(server);
             Frame challenge = hostile.next();
-            hostile.answer(new PeerAuthenticator("right").clientAnswer(EXECUTOR, Arrays.copyOfRange(challenge.body, 1, 33),
-                    RawPeer.NONCE));
+            hostile.answer(new PeerAuthenticator("right").clientAnswer(EXECUTOR,
+                    Arrays.copyOfRange(challenge.body, 1, 33), RawPeer.NONCE));
             assertEquals(BlockFrame.PROOF, hostile.proofs.poll(10, TimeUnit.SECONDS).type);
             hostile.ch.config().setAutoRead(false);
             // One block as large as the whole cap, never read: it goes out alone and everyone else waits on it.
