@@ -39,12 +39,7 @@ final class MemoryKeyTable {
      * {@code access}. Any thread.
      */
     boolean permits(int key, SoftProtectionDomain pd, long addr, long len, int access) {
-        int slot = key & SLOT_MASK;
-        SoftMemoryRegion[] s = slots;
-        if (slot == 0 || slot >= s.length) {
-            return false;
-        }
-        SoftMemoryRegion mr = s[slot];
+        SoftMemoryRegion mr = region(key);
         return mr != null && mr.permits(key, pd, addr, len, access);
     }
 
@@ -55,13 +50,15 @@ final class MemoryKeyTable {
      * @return the region, whose {@link SoftMemoryRegion#endRemoteWrite()} must follow the copy; or null
      */
     SoftMemoryRegion beginRemoteWrite(int key, SoftProtectionDomain pd, long addr, long len) {
+        SoftMemoryRegion mr = region(key);
+        return mr != null && mr.beginRemoteWrite(key, pd, addr, len) ? mr : null;
+    }
+
+    /** The region in {@code key}'s slot, whatever its live key (the caller checks that), or null. */
+    private SoftMemoryRegion region(int key) {
         int slot = key & SLOT_MASK;
         SoftMemoryRegion[] s = slots;
-        if (slot == 0 || slot >= s.length) {
-            return null;
-        }
-        SoftMemoryRegion mr = s[slot];
-        return mr != null && mr.beginRemoteWrite(key, pd, addr, len) ? mr : null;
+        return slot == 0 || slot >= s.length ? null : s[slot];
     }
 
     /**
