@@ -44,14 +44,14 @@ final class MemoryKeyTable {
     }
 
     /**
-     * Starts a peer's RDMA WRITE into the live region {@code key} names, if it permits one at {@code [addr, addr +
-     * len)} ({@link SoftMemoryRegion#beginRemoteWrite}); any thread.
+     * Starts a peer's RDMA WRITE or READ ({@code access}) of the live region {@code key} names, if it permits one at
+     * {@code [addr, addr + len)} ({@link SoftMemoryRegion#beginRemoteAccess}); any thread.
      *
-     * @return the region, whose {@link SoftMemoryRegion#endRemoteWrite()} must follow the copy; or null
+     * @return the region, whose {@link SoftMemoryRegion#endRemoteAccess()} must follow the copy; or null
      */
-    SoftMemoryRegion beginRemoteWrite(int key, SoftProtectionDomain pd, long addr, long len) {
+    SoftMemoryRegion beginRemoteAccess(int key, SoftProtectionDomain pd, long addr, long len, int access) {
         SoftMemoryRegion mr = region(key);
-        return mr != null && mr.beginRemoteWrite(key, pd, addr, len) ? mr : null;
+        return mr != null && mr.beginRemoteAccess(key, pd, addr, len, access) ? mr : null;
     }
 
     /** The region in {@code key}'s slot, whatever its live key (the caller checks that), or null. */

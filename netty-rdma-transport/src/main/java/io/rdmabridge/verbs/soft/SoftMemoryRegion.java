@@ -17,21 +17,21 @@ import java.util.concurrent.TimeUnit;
  * reads it before and after reading the range (a sequence lock), so no lookup ever pairs one registration's key
  * with another's range.
  *
- * <p>{@link #close()} returns once no peer's RDMA WRITE that passed its check is still copying into the region
- * ({@link #beginRemoteWrite}), as a device's deregistration waits out its DMA: the application may reuse the memory
- * at once. (A copy still running after 10 s is a stuck thread, not a transfer: the close then goes on, with a
- * WARN.) A READ's response copied out while the region closes is checked again after its copy and dropped instead
- * (see {@code TcpLink}), so that a close never waits for its own thread.
+ * <p>{@link #close()} returns once no peer's RDMA WRITE or READ that passed its check is still copying into or out of
+ * the region ({@link #beginRemoteAccess}), as a device's deregistration waits out its DMA: the application may reuse
+ * the memory at once, or unmap it (a file chunk, a freed shared file), without a copy faulting on it. (A copy still
+ * running after 10 s is a stuck thread, not a transfer: the close then goes on, with a WARN.) A copy holds no lock and
+ * runs no callback, so its own thread never closes a region while it copies.
  */
 final class SoftMemoryRegion implements MemoryRegion {
     private static final VarHandle LIVE_KEY;
-    private static final VarHandle WRITERS;
-    private static final long WRITER_WAIT_NANOS = TimeUnit.SECONDS.toNanos(10);
+    private static final VarHandle COPIERS;
+    private static final long COPIER_WAIT_NANOS = TimeUnit.SECONDS.toNanos(10);
 
     static {
         try {
             LIVE_KEY = MethodHandles.lookup().findVarHandle(SoftMemoryRegion.class, "liveKey", int.class);
-            WRITERS = MethodHandles.lookup().findVarHandle(SoftMemoryRegion.class, "writers", int.class);
+            COPIERS = MethodHandles.lookup().findVarHandle(SoftMemoryRegion.class, "copiers", int.class);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -46,8 +46,8 @@ final class SoftMemoryRegion implements MemoryRegion {
     private int rkey;
     // The key while registered, 0 once closed.
     private volatile int liveKey;
-    // Peers' RDMA WRITEs copying into the region now (beginRemoteWrite): close() waits for them.
-    private volatile int writers;
+    // Peers' RDMA WRITEs and READs copying into or out of the region now (beginRemoteAccess): close() waits for them.
+    private volatile int copiers;
 
     SoftMemoryRegion(SoftProtectionDomain pd) {
         this.pd = pd;
@@ -81,26 +81,27 @@ final class SoftMemoryRegion implements MemoryRegion {
     }
 
     /**
-     * Starts a peer's RDMA WRITE of {@code [addr, addr + len)} into this region under {@code key}, if
-     * {@link #permits} it; then {@link #close()} waits for {@link #endRemoteWrite()}, as a device quiesces its DMA
-     * before a deregistration returns, so no byte lands in memory the application has taken back. Any thread.
+     * Starts a peer's RDMA WRITE into, or READ out of, {@code [addr, addr + len)} of this region under {@code key}
+     * ({@code needed}: {@link Access#REMOTE_WRITE} or {@link Access#REMOTE_READ}), if {@link #permits} it; then
+     * {@link #close()} waits for {@link #endRemoteAccess()}, as a device quiesces its DMA before a deregistration
+     * returns, so no byte lands in, or is read from, memory the application has taken back. Any thread.
      *
-     * @return whether the write may copy; only then must {@link #endRemoteWrite()} follow
+     * @return whether the access may copy; only then must {@link #endRemoteAccess()} follow
      */
-    boolean beginRemoteWrite(int key, SoftProtectionDomain domain, long addr, long len) {
+    boolean beginRemoteAccess(int key, SoftProtectionDomain domain, long addr, long len, int needed) {
         // Counted before the key is read, and close() clears the key before it reads the count (both volatile):
-        // either this sees the key gone or close() sees this writer.
-        WRITERS.getAndAdd(this, 1);
-        if (permits(key, domain, addr, len, Access.REMOTE_WRITE)) {
+        // either this sees the key gone or close() sees this copier.
+        COPIERS.getAndAdd(this, 1);
+        if (permits(key, domain, addr, len, needed)) {
             return true;
         }
-        WRITERS.getAndAdd(this, -1);
+        COPIERS.getAndAdd(this, -1);
         return false;
     }
 
-    /** Ends what {@link #beginRemoteWrite} started. */
-    void endRemoteWrite() {
-        WRITERS.getAndAdd(this, -1);
+    /** Ends what {@link #beginRemoteAccess} started. */
+    void endRemoteAccess() {
+        COPIERS.getAndAdd(this, -1);
     }
 
     boolean isClosed() {
@@ -143,18 +144,18 @@ final class SoftMemoryRegion implements MemoryRegion {
         // Read before the key is cleared: from then on the owner may register the object again.
         long bytes = length;
         if (key != 0 && LIVE_KEY.compareAndSet(this, key, 0)) {
-            // A peer's WRITE that passed its check copies one frame (or, in this JVM, one message) at most.
-            long deadline = System.nanoTime() + WRITER_WAIT_NANOS;
-            for (int spins = 0; writers != 0; spins++) {
+            // A peer's access that passed its check copies one frame (or, in this JVM, one message) at most.
+            long deadline = System.nanoTime() + COPIER_WAIT_NANOS;
+            for (int spins = 0; copiers != 0; spins++) {
                 if (spins < 100) {
                     Thread.onSpinWait();
                 } else if (System.nanoTime() - deadline < 0) {
                     Thread.yield();
                 } else {
                     // A copier that never ends (a fault HotSpot raised inside it, say): better a WARN than a hang.
-                    SoftEngine.logger.warn("soft0: deregistering {} while a peer's RDMA WRITE into it has not ended"
-                            + " after {} ms (a stuck or failed copy on the engine thread)", this,
-                            TimeUnit.NANOSECONDS.toMillis(WRITER_WAIT_NANOS));
+                    SoftEngine.logger.warn("soft0: deregistering {} while a peer's RDMA WRITE or READ copy has not"
+                            + " ended after {} ms (a stuck or failed copy on the engine thread)", this,
+                            TimeUnit.NANOSECONDS.toMillis(COPIER_WAIT_NANOS));
                     break;
                 }
             }

@@ -383,9 +383,9 @@ final class SoftQueuePair implements QueuePair {
         return engine.keys.permits(rkey, pd, addr, len, access);
     }
 
-    /** A peer's RDMA WRITE into our region {@code rkey}: see {@link MemoryKeyTable#beginRemoteWrite}. */
-    SoftMemoryRegion beginRemoteWrite(int rkey, long addr, long len) {
-        return engine.keys.beginRemoteWrite(rkey, pd, addr, len);
+    /** A peer's RDMA WRITE or READ of our region {@code rkey}: see {@link MemoryKeyTable#beginRemoteAccess}. */
+    SoftMemoryRegion beginRemoteAccess(int rkey, long addr, long len, int access) {
+        return engine.keys.beginRemoteAccess(rkey, pd, addr, len, access);
     }
 
     // ------------------------------------------------------------------ completions
@@ -622,7 +622,7 @@ final class SoftQueuePair implements QueuePair {
                     }
                     if (len > 0) {
                         long addr = req.sRemote[i];
-                        SoftMemoryRegion target = beginRemoteWrite(req.sRkey[i], addr, len);
+                        SoftMemoryRegion target = beginRemoteAccess(req.sRkey[i], addr, len, Access.REMOTE_WRITE);
                         if (target == null) {
                             markError();
                             return WcStatus.REM_ACCESS_ERR;
@@ -630,7 +630,7 @@ final class SoftQueuePair implements QueuePair {
                         try {
                             req.gather(i, 0, addr, len);
                         } finally {
-                            target.endRemoteWrite();
+                            target.endRemoteAccess();
                         }
                     }
                     if (imm) {
@@ -641,11 +641,16 @@ final class SoftQueuePair implements QueuePair {
                 case WrOpcode.RDMA_READ: {
                     if (len > 0) {
                         long addr = req.sRemote[i];
-                        if (!remotePermits(req.sRkey[i], addr, len, Access.REMOTE_READ)) {
+                        SoftMemoryRegion source = beginRemoteAccess(req.sRkey[i], addr, len, Access.REMOTE_READ);
+                        if (source == null) {
                             markError();
                             return WcStatus.REM_ACCESS_ERR;
                         }
-                        req.scatterRead(i, 0, addr, len);
+                        try {
+                            req.scatterRead(i, 0, addr, len);
+                        } finally {
+                            source.endRemoteAccess();
+                        }
                     }
                     return WcStatus.SUCCESS;
                 }

@@ -11,7 +11,6 @@ import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
 import java.io.IOException;
-import java.lang.invoke.VarHandle;
 import java.net.ConnectException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -1347,7 +1346,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (payload > 0) {
             if (write) {
                 long dst = msgAddress + msgOffset;
-                SoftMemoryRegion target = q.beginRemoteWrite(msgRkey, dst, payload);
+                SoftMemoryRegion target = q.beginRemoteAccess(msgRkey, dst, payload, Access.REMOTE_WRITE);
                 if (target == null) {
                     q.markError();
                     fail("RDMA WRITE into a region deregistered mid-message", SoftFrame.NAK, psn,
@@ -1361,7 +1360,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     }
                     DirectMemory.copy(payloadAddress, dst, payload);
                 } finally {
-                    target.endRemoteWrite();
+                    target.endRemoteAccess();
                 }
             } else {
                 int r = q.rIndex(msgRecv);
@@ -1941,26 +1940,22 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             long src = rrAddress[k] + rrOffset;
             if (c > 0) {
-                if (!q.remotePermits(rrRkey[k], src, c, Access.REMOTE_READ)) {
+                // A region withdrawn from here on waits for the copy (its memory may be unmapped once it returns).
+                SoftMemoryRegion source = q.beginRemoteAccess(rrRkey[k], src, c, Access.REMOTE_READ);
+                if (source == null) {
                     readResponseFailed = true;
                     readResponseFailedPsn = rrPsn[k];
                     rrHead = rrTail;
                     return;
                 }
-                Runnable hook = engine.faults.beforeReadResponseCopy();
-                if (hook != null) {
-                    hook.run();
-                }
-                DirectMemory.copy(src, outAddress + out.position() + SoftFrame.HEADER_LENGTH, c);
-                // Checked again once copied: a region withdrawn while the copy ran has handed its memory back to
-                // the application (in a pool, to another connection), so the chunk is dropped unsent, as if the
-                // READ had come after the withdrawal. The copy's loads come before the second check's.
-                VarHandle.loadLoadFence();
-                if (!q.remotePermits(rrRkey[k], src, c, Access.REMOTE_READ)) {
-                    readResponseFailed = true;
-                    readResponseFailedPsn = rrPsn[k];
-                    rrHead = rrTail;
-                    return;
+                try {
+                    Runnable hook = engine.faults.beforeReadResponseCopy();
+                    if (hook != null) {
+                        hook.run();
+                    }
+                    DirectMemory.copy(src, outAddress + out.position() + SoftFrame.HEADER_LENGTH, c);
+                } finally {
+                    source.endRemoteAccess();
                 }
             }
             int flags = (rrOffset == 0 ? SoftFrame.FIRST : 0) | (rrOffset + c == length ? SoftFrame.LAST : 0);
