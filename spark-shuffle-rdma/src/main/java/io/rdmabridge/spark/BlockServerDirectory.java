@@ -18,7 +18,8 @@ import scala.runtime.BoxedUnit;
 /**
  * How reducers find each executor's block server with no per-node configuration: executors register their server's
  * address (or the reason they fall back) with an endpoint on the driver, reducers look an executor up once and cache
- * the answer. The driver also keeps each executor's latest counters, for tests and operators.
+ * the answer until that server cannot be reached. The driver forgets the executors Spark removes, and keeps each
+ * executor's latest counters, for tests and operators.
  *
  * <p>Messages are tab-separated strings, so the driver never needs this jar's classes to deserialize them.
  * Thread-safe.
@@ -49,6 +50,16 @@ final class BlockServerDirectory {
             Driver driver = new Driver(rpcEnv);
             rpcEnv.setupEndpoint(ENDPOINT_NAME, driver);
             return driver;
+        }
+
+        /**
+         * Forgets executor {@code executorId}'s server and fallback once Spark has removed the executor, so that a
+         * reducer's next lookup finds none (its blocks, kept by an external shuffle service, are fetched from there).
+         * Its last counters stay, for operators.
+         */
+        void executorRemoved(String executorId) {
+            servers.remove(executorId);
+            fallbacks.remove(executorId);
         }
 
         /** Executor id → block server address, for every executor that registered one. */
@@ -109,11 +120,18 @@ final class BlockServerDirectory {
         String handle(String[] f) {
             switch (f[0]) {
                 case REGISTER -> {
-                    servers.put(f[1], InetSocketAddress.createUnresolved(f[2], Integer.parseInt(f[3])));
+                    int port = f.length == 4 ? port(f[3]) : -1;
+                    if (port < 0) {
+                        return "malformed registration: expected register<TAB>executor<TAB>host<TAB>port (1-65535)";
+                    }
+                    servers.put(f[1], InetSocketAddress.createUnresolved(f[2], port));
                     fallbacks.remove(f[1]);
                     return "";
                 }
                 case FALLBACK -> {
+                    if (f.length != 3) {
+                        return "malformed fallback report: expected fallback<TAB>executor<TAB>cause";
+                    }
                     fallbacks.put(f[1], f[2]);
                     return "";
                 }
@@ -143,12 +161,22 @@ final class BlockServerDirectory {
         }
     }
 
+    /** {@code text} as a TCP port, or -1 when it is none. */
+    private static int port(String text) {
+        try {
+            int port = Integer.parseInt(text);
+            return port > 0 && port <= 0xFFFF ? port : -1;
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
     /** One executor's counters, numbered in the order the executor took them. */
     private record Report(long seq, String counters) {
     }
 
     /** An executor's side: registers its own server and resolves peers, caching answers. */
-    static final class Executor {
+    static final class Executor implements RoutingBlockStoreClient.BlockServers {
         private static final InetSocketAddress NONE = InetSocketAddress.createUnresolved("none", 1);
 
         private final RpcEndpointRef driver;
@@ -162,7 +190,12 @@ final class BlockServerDirectory {
         }
 
         void register(InetSocketAddress server) {
-            ask(REGISTER + "\t" + executorId + "\t" + server.getHostString() + "\t" + server.getPort());
+            String refusal = ask(REGISTER + "\t" + executorId + "\t" + server.getHostString() + "\t"
+                    + server.getPort());
+            if (!refusal.isEmpty()) {
+                throw new IllegalStateException("the driver refused block server " + server + " of executor "
+                        + executorId + ": " + refusal);
+            }
         }
 
         void reportFallback(String cause) {
@@ -182,12 +215,18 @@ final class BlockServerDirectory {
          * The block server of {@code peer}, or {@code null} when it has none (it runs on Spark's transport). A peer
          * that holds map output has registered before its map task finished, so a negative answer is final too.
          */
-        InetSocketAddress lookup(String peer) {
+        @Override
+        public InetSocketAddress lookup(String peer) {
             InetSocketAddress a = cache.computeIfAbsent(peer, id -> {
                 String[] f = ask(LOOKUP + "\t" + id).split("\t");
                 return f.length == 2 ? new InetSocketAddress(f[0], Integer.parseInt(f[1])) : NONE;
             });
             return a == NONE ? null : a;
+        }
+
+        @Override
+        public void forget(String peer) {
+            cache.remove(peer);
         }
 
         private String ask(String message) {

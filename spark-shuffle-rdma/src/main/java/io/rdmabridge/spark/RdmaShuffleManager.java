@@ -4,8 +4,11 @@ import java.net.InetSocketAddress;
 import java.util.Map;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
+import org.apache.spark.SparkContext;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
 import org.apache.spark.shuffle.BaseShuffleHandle;
 import org.apache.spark.shuffle.ShuffleBlockResolver;
 import org.apache.spark.shuffle.ShuffleHandle;
@@ -44,6 +47,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
     private volatile boolean started;
     private volatile BlockServerDirectory.Driver driverDirectory;
     private volatile ExecutorTransport executorTransport;
+    private volatile boolean watchingExecutors;
 
     /**
      * Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor.
@@ -84,7 +88,28 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
     @Override
     public <K, V, C> ShuffleHandle registerShuffle(int shuffleId, ShuffleDependency<K, V, C> dependency) {
         start();
+        if (driverDirectory != null && !watchingExecutors) {
+            watchExecutors(dependency.rdd().sparkContext());
+        }
         return sort.registerShuffle(shuffleId, dependency);
+    }
+
+    /**
+     * Makes the driver's directory forget each executor Spark removes. Done at the first shuffle, the first call with
+     * the context at hand (this manager is built before it is active); executors removed before then served no
+     * shuffle.
+     */
+    private synchronized void watchExecutors(SparkContext sc) {
+        if (!watchingExecutors) {
+            BlockServerDirectory.Driver directory = driverDirectory;
+            sc.addSparkListener(new SparkListener() {
+                @Override
+                public void onExecutorRemoved(SparkListenerExecutorRemoved removed) {
+                    directory.executorRemoved(removed.executorId());
+                }
+            });
+            watchingExecutors = true;
+        }
     }
 
     @Override
@@ -199,8 +224,8 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 LOG.info("RDMA shuffle: executor {} serves shuffle blocks at {} over {}", env.executorId(), address,
                         transport.description());
                 return new ExecutorTransport(transport, server, client, directory,
-                        new RoutingBlockStoreClient(client, directory::lookup, env.blockManager().blockStoreClient(),
-                                metrics));
+                        new RoutingBlockStoreClient(client, directory, env.blockManager().blockStoreClient(),
+                                conf.getBoolean("spark.shuffle.service.enabled", false), metrics));
             } catch (Exception | LinkageError e) {
                 if (transport != null) {
                     transport.close();
@@ -224,6 +249,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
         }
 
         void close() {
+            routingClient.close();
             client.close();
             server.close();
             transport.close();

@@ -21,6 +21,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -62,6 +63,17 @@ final class ShuffleBlockClient implements AutoCloseable {
      * {@code listener}. The handshake binds the executor id: a server that is not that executor's fails it.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener) {
+        fetch(executorId, address, blockIds, listener, null);
+    }
+
+    /**
+     * As {@link #fetch(String, InetSocketAddress, String[], BlockFetchingListener)}, but when no connection to the
+     * server can be made (refused, timed out, or closed before its challenge), nothing was asked of it and
+     * {@code unreachable} is offered the cause first: when it answers {@code true} it has taken the fetch elsewhere,
+     * and {@code listener} hears nothing from here.
+     */
+    void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
+               Predicate<IOException> unreachable) {
         Target server = new Target(executorId, address);
         connection(server).addListener(f -> {
             if (f.isSuccess()) {
@@ -79,8 +91,11 @@ final class ShuffleBlockClient implements AutoCloseable {
                     }
                 });
             } else {
-                failAll(blockIds, listener, new IOException("cannot reach shuffle block server " + server + ": "
-                        + f.cause().getMessage(), f.cause()));
+                IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
+                        + f.cause().getMessage(), f.cause());
+                if (unreachable == null || !unreachable.test(cause)) {
+                    failAll(blockIds, listener, cause);
+                }
             }
         });
     }

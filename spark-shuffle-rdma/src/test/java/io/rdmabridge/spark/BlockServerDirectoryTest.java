@@ -2,6 +2,7 @@ package io.rdmabridge.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
+import java.net.InetSocketAddress;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -20,6 +21,33 @@ class BlockServerDirectoryTest {
         assertEquals(Map.of("1", "bytesFetched=200", "2", "bytesFetched=7"), driver.metrics());
         assertEquals("", metrics("1", "3", "bytesFetched=300"));
         assertEquals(Map.of("1", "bytesFetched=300", "2", "bytesFetched=7"), driver.metrics());
+    }
+
+    /**
+     * An executor Spark removed (dynamic allocation, a lost executor) is looked up as having no block server: its
+     * blocks, when an external shuffle service keeps them, are fetched from there. It used to stay listed for ever.
+     */
+    @Test
+    void shouldForgetTheServerOfAnExecutorSparkRemoved() {
+        assertEquals("", driver.handle(new String[] {"register", "1", "host-a", "7001"}));
+        assertEquals("", driver.handle(new String[] {"register", "2", "host-b", "7002"}));
+        assertEquals("", driver.handle(new String[] {"fallback", "3", "no device"}));
+        assertEquals("host-a\t7001", driver.handle(new String[] {"lookup", "1"}));
+        driver.executorRemoved("1");
+        driver.executorRemoved("3");
+        assertEquals("", driver.handle(new String[] {"lookup", "1"}));
+        assertEquals("host-b\t7002", driver.handle(new String[] {"lookup", "2"}));
+        assertEquals(Map.of("2", InetSocketAddress.createUnresolved("host-b", 7002)), driver.servers());
+        assertEquals(Map.of(), driver.fallbacks());
+    }
+
+    @Test
+    void shouldRefuseAMalformedRegistrationNamingTheExpectedForm() {
+        String expected = "malformed registration: expected register<TAB>executor<TAB>host<TAB>port (1-65535)";
+        assertEquals(expected, driver.handle(new String[] {"register", "1", "host-a", "x"}));
+        assertEquals(expected, driver.handle(new String[] {"register", "1", "host-a", "70000"}));
+        assertEquals(expected, driver.handle(new String[] {"register", "1", "host-a"}));
+        assertEquals(Map.of(), driver.servers());
     }
 
     @Test

@@ -7,8 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.net.InetSocketAddress;
-import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.network.buffer.ManagedBuffer;
@@ -21,14 +21,19 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
-/** Which client a fetch of Spark's iterator goes to: the block transport, or Spark's own. */
+/**
+ * Which client a fetch of Spark's iterator goes to: the block transport, or Spark's own (which reaches the external
+ * shuffle service when there is one).
+ */
 class RoutingBlockStoreClientTest {
     private static final String[] BLOCKS = {"shuffle_0_1_2", "shuffle_0_3_2"};
     // Nothing listens there: a fetch routed to the block transport fails to connect.
     private static final InetSocketAddress NO_SERVER = new InetSocketAddress("127.0.0.1", 1);
 
     private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
-    private final List<Object[]> sparkFetches = new ArrayList<>();
+    private final List<Object[]> sparkFetches = new CopyOnWriteArrayList<>();
+    private final List<String> forgotten = new CopyOnWriteArrayList<>();
+    private BlockStoreClient sparkClient;
     private final LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
     private BlockTransport transport;
     private ShuffleBlockClient blockClient;
@@ -39,7 +44,7 @@ class RoutingBlockStoreClientTest {
         transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-routing");
         blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, 10_000, metrics);
-        BlockStoreClient sparkClient = new BlockStoreClient() {
+        sparkClient = new BlockStoreClient() {
             @Override
             public void fetchBlocks(String host, int port, String execId, String[] blockIds,
                                     BlockFetchingListener listener, DownloadFileManager downloadFileManager) {
@@ -50,12 +55,28 @@ class RoutingBlockStoreClientTest {
             public void close() {
             }
         };
-        routing = new RoutingBlockStoreClient(blockClient, id -> id.equals("1") ? NO_SERVER : null, sparkClient,
-                metrics);
+        routing = routing(false);
+    }
+
+    /** Executor "1" has a block server where nothing listens; "2" runs none. */
+    private RoutingBlockStoreClient routing(boolean externalShuffleService) {
+        RoutingBlockStoreClient.BlockServers servers = new RoutingBlockStoreClient.BlockServers() {
+            @Override
+            public InetSocketAddress lookup(String executorId) {
+                return executorId.equals("1") ? NO_SERVER : null;
+            }
+
+            @Override
+            public void forget(String executorId) {
+                forgotten.add(executorId);
+            }
+        };
+        return new RoutingBlockStoreClient(blockClient, servers, sparkClient, externalShuffleService, metrics);
     }
 
     @AfterEach
     void tearDown() throws Exception {
+        routing.close();
         blockClient.close();
         transport.close();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
@@ -84,6 +105,31 @@ class RoutingBlockStoreClientTest {
         assertNotNull(failure, "the block transport did not report the fetch");
         assertTrue(failure.getMessage().contains("cannot reach shuffle block server"), failure.getMessage());
         assertTrue(sparkFetches.isEmpty(), "went to Spark's client");
+        // Without an external shuffle service the blocks are lost with their executor: Spark recomputes them.
+        assertEquals(List.of("1"), forgotten, "the unreachable server is looked up afresh next time");
+    }
+
+    /**
+     * With the external shuffle service, the blocks of an executor that is gone (dynamic allocation removed it) are
+     * still served by the service on its host: a block server that cannot be reached sends the fetch there, as Spark
+     * would without this plugin. It used to fail every block, and Spark recomputed map outputs it still had.
+     */
+    @Test
+    void shouldFetchFromTheExternalShuffleServiceWhenTheBlockServerCannotBeReached() throws Exception {
+        routing.close();
+        routing = routing(true);
+        routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (sparkFetches.isEmpty() && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
+        assertEquals("1", sparkFetches.get(0)[0]);
+        assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+        assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
+        assertEquals(List.of("1"), forgotten, "the unreachable server is looked up afresh next time");
+        assertTrue(failures.isEmpty(), "blocks failed: " + failures);
+        assertEquals(0, metrics.fetchFailures.getCount());
     }
 
     @Test
