@@ -28,7 +28,8 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Composes Spark's {@link SortShuffleManager}: registration, writers, the block resolver and unregistration stay
  * Spark's; only the reduce side's block transfer changes. Each executor serves its shuffle files from a block server
- * and fetches remote blocks through it; Spark's fetch iterator keeps its flow control, retries and failure handling.
+ * and fetches remote blocks through it; Spark's fetch iterator keeps its flow control and failure handling, and a
+ * failed fetch is retried as Spark retries its own ({@code spark.shuffle.io.maxRetries}).
  *
  * <p>When the transport cannot start on an executor (no RDMA device, no libdisni, a provider error), that executor
  * logs one WARN line naming the cause and its shuffle runs over Spark's own transport; peers fetch its blocks the same
@@ -225,6 +226,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                         transport.description());
                 return new ExecutorTransport(transport, server, client, directory,
                         new RoutingBlockStoreClient(client, directory, env.blockManager().blockStoreClient(),
+                                RoutingBlockStoreClient.shuffleTransportConf(conf),
                                 conf.getBoolean("spark.shuffle.service.enabled", false), metrics));
             } catch (Exception | LinkageError e) {
                 if (transport != null) {

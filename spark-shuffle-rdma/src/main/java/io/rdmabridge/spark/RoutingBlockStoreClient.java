@@ -1,12 +1,18 @@
 package io.rdmabridge.spark;
 
 import java.net.InetSocketAddress;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import org.apache.spark.SparkConf;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.apache.spark.network.shuffle.BlockStoreClient;
 import org.apache.spark.network.shuffle.DownloadFileManager;
+import org.apache.spark.network.shuffle.RetryingBlockTransferor;
 import org.apache.spark.network.shuffle.checksum.Cause;
+import org.apache.spark.network.util.MapConfigProvider;
+import org.apache.spark.network.util.TransportConf;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -16,6 +22,11 @@ import org.slf4j.LoggerFactory;
  * So are requests Spark wants streamed to disk (it passes a {@link DownloadFileManager} for requests larger than
  * {@code spark.network.maxRemoteBlockSizeFetchToMem}): the block transport receives into memory, and a large
  * skewed block held there would escape the memory bound Spark keeps with that setting.
+ *
+ * <p>A fetch over the block transport that fails with an {@link java.io.IOException} (the connection could not be made,
+ * broke, or timed out) is retried as Spark retries its own transport's fetches: by Spark's
+ * {@link RetryingBlockTransferor}, for the blocks not yet received, up to {@code spark.shuffle.io.maxRetries} times
+ * {@code spark.shuffle.io.retryWait} apart. A block the server reports it cannot serve is not retried.
  *
  * <p>With the external shuffle service ({@code spark.shuffle.service.enabled}), map outputs outlive their executor:
  * Spark keeps them and fetches them from the service on the executor's host. So when an executor's block server cannot
@@ -38,6 +49,7 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
     private final ShuffleBlockClient blockClient;
     private final BlockServers blockServers;
     private final BlockStoreClient sparkClient;
+    private final TransportConf retryConf;
     private final boolean externalShuffleService;
     private final RdmaShuffleMetrics metrics;
     /** Where fetches of unreachable servers go on to Spark's client; threads end when idle for a minute. */
@@ -48,16 +60,28 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
     });
 
     /**
+     * @param retryConf Spark's shuffle transport settings ({@code spark.shuffle.io.maxRetries},
+     *        {@code spark.shuffle.io.retryWait}), for the retries of failed fetches
      * @param externalShuffleService whether Spark's client reaches an external shuffle service, which serves the
      *        blocks of executors that are gone
      */
     RoutingBlockStoreClient(ShuffleBlockClient blockClient, BlockServers blockServers, BlockStoreClient sparkClient,
-                            boolean externalShuffleService, RdmaShuffleMetrics metrics) {
+                            TransportConf retryConf, boolean externalShuffleService, RdmaShuffleMetrics metrics) {
         this.blockClient = blockClient;
         this.blockServers = blockServers;
         this.sparkClient = sparkClient;
+        this.retryConf = retryConf;
         this.externalShuffleService = externalShuffleService;
         this.metrics = metrics;
+    }
+
+    /** Spark's settings of the {@code shuffle} transport module, read from {@code conf} as Spark reads them. */
+    static TransportConf shuffleTransportConf(SparkConf conf) {
+        Map<String, String> settings = new HashMap<>();
+        for (scala.Tuple2<String, String> entry : conf.getAll()) {
+            settings.put(entry._1(), entry._2());
+        }
+        return new TransportConf("shuffle", new MapConfigProvider(settings));
     }
 
     @Override
@@ -70,7 +94,24 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
             return;
         }
         // Blocks arrive in the transport's receive buffers, never streamed to temporary files.
-        blockClient.fetch(execId, server, blockIds, listener, unreachable -> {
+        RetryingBlockTransferor.BlockTransferStarter starter = (ids, attemptListener) ->
+                fetch(host, port, execId, server, ids, (BlockFetchingListener) attemptListener, listener);
+        if (retryConf.maxIORetries() > 0) {
+            new RetryingBlockTransferor(retryConf, starter, blockIds, listener).start();
+        } else {
+            fetch(host, port, execId, server, blockIds, listener, listener);
+        }
+    }
+
+    /**
+     * One attempt at {@code blockIds}, reported to {@code attemptListener} (the retries' own); blocks handed to Spark's
+     * client are reported to Spark's {@code listener} directly, since that client retries for itself and calls
+     * listener methods that the retries' own listener refuses (the retries, left waiting for those blocks, hold
+     * nothing and are dropped).
+     */
+    private void fetch(String host, int port, String execId, InetSocketAddress server, String[] blockIds,
+                       BlockFetchingListener attemptListener, BlockFetchingListener listener) {
+        blockClient.fetch(execId, server, blockIds, attemptListener, unreachable -> {
             blockServers.forget(execId);
             if (!externalShuffleService) {
                 return false;

@@ -22,6 +22,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
+import org.apache.spark.network.client.ChunkFetchFailureException;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -30,8 +31,9 @@ import org.slf4j.LoggerFactory;
  * Fetches shuffle blocks from other executors' {@link ShuffleBlockServer}s: one connection per server, shared by all
  * tasks of this executor, requests pipelined on it. Every block asked for gets exactly one callback, success or
  * failure; a connection that closes, errs, sends no challenge within the fetch timeout or stays silent past it with
- * fetches outstanding fails them all, which Spark turns into a {@code FetchFailedException} and a stage retry. Each
- * frame's header is checked as soon as it arrives, so a peer cannot make this side buffer a frame it would refuse.
+ * fetches outstanding fails them all with an {@link IOException}, which Spark's retries take for transient (see
+ * {@link RoutingBlockStoreClient}); a block the server reports it cannot serve fails alone, with a
+ * {@link ChunkFetchFailureException}, which they do not. Each frame's header is checked as soon as it arrives, so a peer cannot make this side buffer a frame it would refuse.
  *
  * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop.
  */
@@ -312,8 +314,9 @@ final class ShuffleBlockClient implements AutoCloseable {
                 }
                 Pending p = pending.remove(requestId);
                 metrics.fetchFailures.inc();
-                p.listener.onBlockFetchFailure(p.blockId, new IOException("shuffle block server " + server + ": "
-                        + message));
+                // Not an IOException: Spark retries those, and a block the server cannot serve stays unservable.
+                p.listener.onBlockFetchFailure(p.blockId, new ChunkFetchFailureException("shuffle block server "
+                        + server + ": " + message));
             }
         }
 

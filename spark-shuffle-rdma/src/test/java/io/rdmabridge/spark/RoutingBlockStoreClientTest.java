@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import org.apache.spark.SparkConf;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.apache.spark.network.shuffle.BlockStoreClient;
@@ -48,18 +49,18 @@ class RoutingBlockStoreClientTest {
             @Override
             public void fetchBlocks(String host, int port, String execId, String[] blockIds,
                                     BlockFetchingListener listener, DownloadFileManager downloadFileManager) {
-                sparkFetches.add(new Object[] {execId, blockIds, downloadFileManager});
+                sparkFetches.add(new Object[] {execId, blockIds, downloadFileManager, listener});
             }
 
             @Override
             public void close() {
             }
         };
-        routing = routing(false);
+        routing = routing(false, 0);
     }
 
     /** Executor "1" has a block server where nothing listens; "2" runs none. */
-    private RoutingBlockStoreClient routing(boolean externalShuffleService) {
+    private RoutingBlockStoreClient routing(boolean externalShuffleService, int maxRetries) {
         RoutingBlockStoreClient.BlockServers servers = new RoutingBlockStoreClient.BlockServers() {
             @Override
             public InetSocketAddress lookup(String executorId) {
@@ -71,7 +72,10 @@ class RoutingBlockStoreClientTest {
                 forgotten.add(executorId);
             }
         };
-        return new RoutingBlockStoreClient(blockClient, servers, sparkClient, externalShuffleService, metrics);
+        SparkConf conf = new SparkConf(false).set("spark.shuffle.io.maxRetries", String.valueOf(maxRetries))
+                .set("spark.shuffle.io.retryWait", "10ms");
+        return new RoutingBlockStoreClient(blockClient, servers, sparkClient,
+                RoutingBlockStoreClient.shuffleTransportConf(conf), externalShuffleService, metrics);
     }
 
     @AfterEach
@@ -110,6 +114,25 @@ class RoutingBlockStoreClientTest {
     }
 
     /**
+     * A fetch whose connection fails is tried again as Spark's own transport tries it, for spark.shuffle.io.maxRetries
+     * more attempts, and the blocks fail only after the last; it used to fail at once, and Spark ran map tasks again.
+     */
+    @Test
+    void shouldRetryAFetchThatFailedOnItsConnectionAsSparkDoes() throws Exception {
+        routing.close();
+        routing = routing(false, 2);
+        routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+        for (int i = 0; i < BLOCKS.length; i++) {
+            Throwable failure = failures.poll(10, TimeUnit.SECONDS);
+            assertNotNull(failure, "block " + i + " was not reported");
+            assertTrue(failure.getMessage().contains("cannot reach shuffle block server"), failure.getMessage());
+        }
+        // Three attempts of both blocks: the first and two retries.
+        assertEquals(3L * BLOCKS.length, metrics.fetchFailures.getCount());
+        assertTrue(failures.isEmpty(), "more than one report per block: " + failures);
+    }
+
+    /**
      * With the external shuffle service, the blocks of an executor that is gone (dynamic allocation removed it) are
      * still served by the service on its host: a block server that cannot be reached sends the fetch there, as Spark
      * would without this plugin. It used to fail every block, and Spark recomputed map outputs it still had.
@@ -117,7 +140,7 @@ class RoutingBlockStoreClientTest {
     @Test
     void shouldFetchFromTheExternalShuffleServiceWhenTheBlockServerCannotBeReached() throws Exception {
         routing.close();
-        routing = routing(true);
+        routing = routing(true, 2);
         routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (sparkFetches.isEmpty() && System.nanoTime() < deadline) {
@@ -126,6 +149,8 @@ class RoutingBlockStoreClientTest {
         assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
         assertEquals("1", sparkFetches.get(0)[0]);
         assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+        // Spark's own listener, not the retries' (Spark's client retries for itself, and calls methods it refuses).
+        assertSame(listener, sparkFetches.get(0)[3]);
         assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
         assertEquals(List.of("1"), forgotten, "the unreachable server is looked up afresh next time");
         assertTrue(failures.isEmpty(), "blocks failed: " + failures);

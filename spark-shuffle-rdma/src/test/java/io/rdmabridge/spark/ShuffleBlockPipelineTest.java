@@ -2,6 +2,7 @@ package io.rdmabridge.spark;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
@@ -192,6 +193,8 @@ class ShuffleBlockPipelineTest {
             c.await();
             assertTrue(c.failures.get("missing").getMessage().contains("no such block: missing"),
                     c.failures.get("missing").getMessage());
+            // Spark's retries take IOExceptions for transient: a block the server cannot serve must not be one.
+            assertFalse(c.failures.get("missing") instanceof java.io.IOException, c.failures.get("missing").toString());
             assertArrayEquals(slice(0, 10), c.received.get("b_0_10"));
             c.buffers.values().forEach(FetchedBlockBuffer::release);
         }
