@@ -19,7 +19,9 @@ import java.util.concurrent.Semaphore;
  * Kafka. On a TLS listener the header is encrypted: such a follower stays unnamed.
  *
  * <p>Hostile input costs bounded resources: fixed-size buffers, exact reads, a cap on handshakes in progress
- * (a semaphore shared by the listener), and a deadline enforced by the owner through {@link #expire(String)}.
+ * (a semaphore shared by the listener), a cap on the RDMA connections they open (another, whose permit an accepted
+ * upgrade holds until {@link #connectionClosed()}: the upgrade comes before Kafka's own authentication, so anyone who
+ * reaches the listener can ask for one), and a deadline enforced by the owner through {@link #expire(String)}.
  * Not thread-safe except {@link #expire(String)} and {@link #failure()}, which may be called from a timer thread;
  * every state change takes the monitor {@code expire} takes, so that an expiry is final.
  */
@@ -41,6 +43,7 @@ final class LeaderHandshake {
     private final RdmaStreamTransport transport;
     private final int localBrokerId;
     private final Semaphore admission;
+    private final Semaphore connections;
     private final Runnable wakeup;
 
     private final ByteBuffer in = ByteBuffer.allocate(Preamble.HELLO_LENGTH);
@@ -52,19 +55,23 @@ final class LeaderHandshake {
     private CompletableFuture<RdmaStream> pending;
     private RdmaStream stream;
     private boolean admitted;
+    /** Holds one of {@code connections}: from the accepting reply until the upgrade fails or the connection closes. */
+    private boolean connectionHeld;
     private int peerBrokerId = -1;
     private String fallbackReason;
 
     /**
-     * @param admission permits for handshakes in progress, shared by all connections of one listener
-     * @param wakeup    run (from any thread) when the state machine can make progress without TCP input
+     * @param admission   permits for handshakes in progress, shared by all connections of one listener
+     * @param connections permits for RDMA connections open, shared likewise
+     * @param wakeup      run (from any thread) when the state machine can make progress without TCP input
      */
     LeaderHandshake(ByteChannel tcp, RdmaStreamTransport transport, int localBrokerId, Semaphore admission,
-                    Runnable wakeup) {
+                    Semaphore connections, Runnable wakeup) {
         this.tcp = tcp;
         this.transport = transport;
         this.localBrokerId = localBrokerId;
         this.admission = admission;
+        this.connections = connections;
         this.wakeup = wakeup;
     }
 
@@ -315,7 +322,11 @@ final class LeaderHandshake {
             fallbackReason = transport.unavailabilityCause();
         } else if (!admitted) {
             status = Preamble.STATUS_DECLINE_BUSY;
-            fallbackReason = "too many RDMA handshakes in progress";
+            fallbackReason = "too many RDMA handshakes in progress (" + RdmaReplicationConfig.MAX_HANDSHAKES + ")";
+        } else if (!acquireConnection()) {
+            status = Preamble.STATUS_DECLINE_BUSY;
+            fallbackReason = "as many RDMA connections are open as " + RdmaReplicationConfig.MAX_CONNECTIONS
+                    + " allows (raise it if this broker has that many followers)";
         } else {
             status = Preamble.STATUS_ACCEPT;
             do {
@@ -334,6 +345,7 @@ final class LeaderHandshake {
 
     private void toTcp() {
         release();
+        connectionClosed();
         replay = ByteBuffer.allocate(0);
         enter(State.TCP);
     }
@@ -386,12 +398,31 @@ final class LeaderHandshake {
             }
         }
         release();
+        if (state != State.RDMA) {
+            connectionClosed();
+        }
     }
 
     private synchronized void release() {
         if (admitted) {
             admitted = false;
             admission.release();
+        }
+    }
+
+    private synchronized boolean acquireConnection() {
+        connectionHeld = connections.tryAcquire();
+        return connectionHeld;
+    }
+
+    /**
+     * Gives back the connection's place under {@code rdma.max.connections}: called by the owner when the connection
+     * closes, and here when the upgrade ends anywhere but on RDMA. Idempotent; any thread.
+     */
+    synchronized void connectionClosed() {
+        if (connectionHeld) {
+            connectionHeld = false;
+            connections.release();
         }
     }
 

@@ -39,6 +39,7 @@ final class RdmaReplication {
     private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
     private volatile ReplicationMetrics metrics;
     private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
+    private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
     private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
     private final AtomicLong lastRateLimitedWarn = new AtomicLong();
@@ -98,6 +99,7 @@ final class RdmaReplication {
         } else {
             metrics = new ReplicationMetrics();
             admission = new Semaphore(c.maxHandshakes());
+            connections = new Semaphore(c.maxConnections());
             ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> {
                 Thread t = Executors.defaultThreadFactory().newThread(r);
                 t.setName("rdma-replication-timer");
@@ -187,6 +189,11 @@ final class RdmaReplication {
 
     Semaphore handshakeAdmission() {
         return admission;
+    }
+
+    /** Permits for RDMA connections open on the leader side ({@code rdma.max.connections}), held until they close. */
+    Semaphore connectionAdmission() {
+        return connections;
     }
 
     ScheduledExecutorService scheduler() {

@@ -16,7 +16,8 @@ import java.util.Map;
  * get distinct ones.
  */
 record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTimeoutMs, int sendQueueDepth,
-                             int receiveQueueDepth, int maxHandshakes, int brokerId, String interBrokerListener,
+                             int receiveQueueDepth, int maxHandshakes, int maxConnections, int brokerId,
+                             String interBrokerListener,
                              String interBrokerHost, int interBrokerPort, int rdmaPortOffset,
                              boolean interBrokerTls) {
 
@@ -26,6 +27,7 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static final String SEND_QUEUE_DEPTH = "rdma.send.queue.depth";
     static final String RECEIVE_QUEUE_DEPTH = "rdma.receive.queue.depth";
     static final String MAX_HANDSHAKES = "rdma.handshake.max.in.progress";
+    static final String MAX_CONNECTIONS = "rdma.max.connections";
     static final String RDMA_PORT_OFFSET = "rdma.port.offset";
     /** The key that set an absolute, per-broker RDMA port before followers had to find it on their own. */
     static final String REMOVED_RDMA_PORT = "rdma.port";
@@ -33,6 +35,8 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static final int DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
     static final int DEFAULT_QUEUE_DEPTH = 64;
     static final int DEFAULT_MAX_HANDSHAKES = 16;
+    /** Leader side: 128 connections of about 4.5 MiB of registered memory each (at the default queue depths). */
+    static final int DEFAULT_MAX_CONNECTIONS = 128;
     /** Kafka's default listener port 9092 puts the RDMA port at 10092. */
     static final int DEFAULT_RDMA_PORT_OFFSET = 1000;
 
@@ -52,8 +56,8 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static RdmaReplicationConfig parse(Map<String, ?> props, boolean strict) {
         if (!strict && !bool(props, ENABLE)) {
             return new RdmaReplicationConfig(false, "auto", DEFAULT_HANDSHAKE_TIMEOUT_MS, DEFAULT_QUEUE_DEPTH,
-                    DEFAULT_QUEUE_DEPTH, DEFAULT_MAX_HANDSHAKES, -1, "PLAINTEXT", null, -1, DEFAULT_RDMA_PORT_OFFSET,
-                    false);
+                    DEFAULT_QUEUE_DEPTH, DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_CONNECTIONS, -1, "PLAINTEXT", null, -1,
+                    DEFAULT_RDMA_PORT_OFFSET, false);
         }
         boolean enabled = bool(props, ENABLE);
         String provider = string(props, PROVIDER, "auto");
@@ -61,6 +65,7 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
         int sendDepth = integer(props, SEND_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
         int receiveDepth = integer(props, RECEIVE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
         int maxHandshakes = integer(props, MAX_HANDSHAKES, DEFAULT_MAX_HANDSHAKES, 1, 4096);
+        int maxConnections = integer(props, MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS, 1, 65536);
         if (props.get(REMOVED_RDMA_PORT) != null) {
             throw new IllegalArgumentException(REMOVED_RDMA_PORT + ": " + props.get(REMOVED_RDMA_PORT) + " (no longer "
                     + "read: a broker's RDMA port is its inter-broker listener's port + " + RDMA_PORT_OFFSET + ", "
@@ -116,8 +121,8 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
             }
         }
         boolean tls = protocol.equals("SSL") || protocol.equals("SASL_SSL");
-        return new RdmaReplicationConfig(enabled, provider, timeout, sendDepth, receiveDepth, maxHandshakes, brokerId,
-                listener, host, port, offset, tls);
+        return new RdmaReplicationConfig(enabled, provider, timeout, sendDepth, receiveDepth, maxHandshakes,
+                maxConnections, brokerId, listener, host, port, offset, tls);
     }
 
     /** This broker's RDMA listen port: its inter-broker listener's port + {@code rdma.port.offset}. */

@@ -78,7 +78,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         if (leader) {
             mode = Mode.HANDSHAKE;
             handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
-                    replication.handshakeAdmission(), pollSet::signal);
+                    replication.handshakeAdmission(), replication.connectionAdmission(), pollSet::signal);
             // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
             countResponses = !replication.config().interBrokerTls();
             responsePrefixLeft = RESPONSE_SIZE_LENGTH;
@@ -668,6 +668,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         cancelDeadline();
         if (handshake != null) {
             handshake.expire("channel closed during the RDMA handshake");
+            handshake.connectionClosed();
         }
         try {
             if (stream != null) {

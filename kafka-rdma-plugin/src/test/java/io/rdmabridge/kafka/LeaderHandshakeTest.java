@@ -19,10 +19,11 @@ class LeaderHandshakeTest {
     private static final byte[] KAFKA_BYTES = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
 
     private final Semaphore admission = new Semaphore(2);
+    private final Semaphore connections = new Semaphore(2);
     private final AtomicInteger wakeups = new AtomicInteger();
 
     private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
-        return new LeaderHandshake(tcp, transport, 7, admission, wakeups::incrementAndGet);
+        return new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
     }
 
     private static byte[] concat(byte[] a, byte[] b) {
@@ -141,6 +142,48 @@ class LeaderHandshakeTest {
         assertEquals(0, admission.availablePermits(), "no permit invented");
     }
 
+    /**
+     * The upgrade comes before Kafka's authentication, so anyone who reaches the listener can ask for one; each RDMA
+     * connection holds a queue pair and megabytes of registered memory. Past rdma.max.connections open ones, an
+     * upgrade is declined (the connection stays on TCP) until one closes. There used to be no bound: only handshakes
+     * in progress were counted, and a peer could open RDMA connections one after another without limit.
+     */
+    @Test
+    void shouldDeclineAnUpgradeWhileRdmaMaxConnectionsAreOpenUntilOneCloses() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        LeaderHandshake[] open = new LeaderHandshake[2];
+        for (int i = 0; i < open.length; i++) {
+            open[i] = upgraded(transport);
+        }
+        assertEquals(0, connections.availablePermits(), "each RDMA connection holds its place");
+        assertEquals(2, admission.availablePermits(), "no handshake is in progress");
+
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake declined = handshake(tcp, transport);
+        assertEquals(State.TCP, declined.advance());
+        assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
+        assertTrue(declined.fallbackReason().contains(RdmaReplicationConfig.MAX_CONNECTIONS), declined.fallbackReason());
+        declined.connectionClosed();
+        assertEquals(0, connections.availablePermits(), "a declined connection gives back no place it did not hold");
+
+        open[0].connectionClosed();
+        open[0].connectionClosed();
+        assertEquals(1, connections.availablePermits(), "a closed connection gives its place back, once");
+        upgraded(transport);
+        assertEquals(0, connections.availablePermits());
+    }
+
+    /** A handshake taken to RDMA. */
+    private LeaderHandshake upgraded(InMemoryStreamTransport transport) throws Exception {
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, transport);
+        assertEquals(State.DECISION, hs.advance());
+        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        tcp.arrive(Preamble.DECISION_RDMA);
+        assertEquals(State.RDMA, hs.advance());
+        return hs;
+    }
+
     @Test
     void shouldSwitchToTheRdmaStreamAfterTheFollowersDecision() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
@@ -172,6 +215,7 @@ class LeaderHandshakeTest {
         assertEquals(0, hs.replay().remaining());
         assertArrayEquals(KAFKA_BYTES, tcp.unread(), "Kafka's bytes after the decision are untouched");
         assertEquals(2, admission.availablePermits());
+        assertEquals(2, connections.availablePermits(), "a connection left on TCP holds no RDMA place");
     }
 
     @Test
@@ -207,12 +251,13 @@ class LeaderHandshakeTest {
                 return n;
             }
         }.arrive(Preamble.hello(3)).arrive(Preamble.DECISION_RDMA);
-        hs[0] = new LeaderHandshake(tcp, transport, 7, admission, wakeups::incrementAndGet);
+        hs[0] = new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
         assertEquals(State.FAILED, hs[0].advance(), "an expiry is final");
         assertEquals("RDMA handshake did not complete within 50 ms", hs[0].failure());
         assertEquals(-1, follower[0].read(ByteBuffer.allocate(1)), "the expiry closed the stream");
         assertArrayEquals(new byte[] {Preamble.DECISION_RDMA}, tcp.unread(), "nothing read after the expiry");
         assertEquals(2, admission.availablePermits());
+        assertEquals(2, connections.availablePermits());
     }
 
     @Test
@@ -220,10 +265,12 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
         assertEquals(State.DECISION, hs.advance());
+        assertEquals(1, connections.availablePermits(), "an accepted upgrade holds its place from the reply on");
         tcp.arrive((byte) 0x7f);
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA decision byte 0x7f (expected: 'D' or 'T')", hs.failure());
         assertEquals(2, admission.availablePermits());
+        assertEquals(2, connections.availablePermits());
     }
 
     /** A replica fetcher's first request: ApiVersions v3 with Kafka's client id for broker 3's fetcher 0. */

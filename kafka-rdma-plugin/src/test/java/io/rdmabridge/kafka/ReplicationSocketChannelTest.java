@@ -309,6 +309,10 @@ class ReplicationSocketChannelTest {
             throw new AssertionError("leader failed", leaderError.get());
         }
         assertEquals(expectRdma, ((ReplicationSocketChannel) accepted.get()).isRdma());
+        assertFalse(accepted.get().isOpen(), "the leader closed its side");
+        // The upgraded connection held a place under rdma.max.connections until it closed.
+        assertEquals(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS,
+                RdmaReplication.get().connectionAdmission().availablePermits());
         server.close();
         return RdmaReplication.get().metrics().peer("2");
     }
