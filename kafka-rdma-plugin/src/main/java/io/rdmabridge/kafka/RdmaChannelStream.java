@@ -1,7 +1,9 @@
 package io.rdmabridge.kafka;
 
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelOption;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.socket.ChannelInputShutdownEvent;
@@ -10,6 +12,8 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedChannelException;
 import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -30,6 +34,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * {@code FileChannel.transferTo}) and writes it; the core sends it from there without another copy (rendezvous for
  * large writes). Writability is Netty's write-buffer water mark, so at most one write beyond the high mark is queued.
  *
+ * <p>Closing: as a socket's {@code close()} still delivers what its send buffer holds, {@link #close} lets the bytes
+ * {@link #write} took reach the peer before the end of stream; a peer that does not take them within
+ * {@value #CLOSE_LINGER_MILLIS} ms gets a reset ({@code SO_LINGER=0}) instead, never a cut stream that ends cleanly.
+ *
  * <p>Threading: {@link #read}, {@link #write}, {@link #shutdownOutput} and {@link #close} are called by one thread at
  * a time (the owner); the handler methods run on the channel's event loop; the ring is single-producer (event loop),
  * single-consumer (owner). The readiness listener runs on the event loop.
@@ -39,6 +47,8 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
     static final int MAX_WRITE = 256 * 1024;
     /** Received bytes held before {@code autoRead} goes off. */
     static final long HIGH_BYTES = 1024 * 1024;
+    /** How long a close waits for the peer to take what {@link #write} accepted before it resets the connection. */
+    static final long CLOSE_LINGER_MILLIS = 5000;
 
     private static final Runnable NO_LISTENER = () -> { };
 
@@ -186,13 +196,34 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
         if (!closed.compareAndSet(false, true)) {
             return;
         }
-        // Released on the event loop, after the last delivery; the owner reads no more.
         try {
-            channel.eventLoop().execute(this::releaseQueued);
+            channel.eventLoop().execute(this::closeOnLoop);
         } catch (RejectedExecutionException e) {
+            // The group is shutting down: nothing more will be delivered either way.
             releaseQueued();
+            channel.close();
         }
-        channel.close();
+    }
+
+    /** {@link #close}'s work, on the event loop: after the last delivery, and after the writes before it. */
+    private void closeOnLoop() {
+        // The owner reads no more; reading on drops what arrives, so the peer's credits keep flowing.
+        releaseQueued();
+        channel.config().setAutoRead(true);
+        if (!channel.isActive()) {
+            channel.close();
+            return;
+        }
+        ScheduledFuture<?> linger = channel.eventLoop().schedule(() -> {
+            channel.config().setOption(ChannelOption.SO_LINGER, 0);
+            channel.close();
+        }, CLOSE_LINGER_MILLIS, TimeUnit.MILLISECONDS);
+        // An empty write completes once every write before it has: then the end of stream follows them.
+        channel.writeAndFlush(Unpooled.EMPTY_BUFFER).addListener(f -> {
+            if (linger.cancel(false)) {
+                channel.close();
+            }
+        });
     }
 
     @Override

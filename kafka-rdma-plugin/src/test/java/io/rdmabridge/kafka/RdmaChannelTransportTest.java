@@ -104,6 +104,87 @@ class RdmaChannelTransportTest {
         }
     }
 
+    /**
+     * A socket's close still delivers what its send buffer holds; so does the stream's, for the bytes write() took
+     * and the channel had not yet sent (the peer had stopped reading). They used to be dropped, and the peer read a
+     * clean end of stream after a cut stream.
+     */
+    @Test
+    @Timeout(60)
+    void shouldDeliverWhatWriteAcceptedBeforeTheEndOfStreamWhenClosed() throws Exception {
+        RdmaStream[] s = pair(21);
+        byte[] chunk = new byte[64 * 1024];
+        new Random(21).nextBytes(chunk);
+        long written = 0;
+        // The follower does not read: once its credits and the leader's water mark run out, write() takes nothing.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        for (int refused = 0; refused < 20; ) {
+            assertTrue(System.nanoTime() < deadline, "writes were never refused");
+            int n = s[0].write(ByteBuffer.wrap(chunk));
+            written += n;
+            if (n == 0) {
+                refused++;
+                Thread.sleep(5);
+            }
+        }
+        s[0].close();
+        ByteBuffer got = ByteBuffer.allocate(chunk.length);
+        long read = 0;
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        for (;;) {
+            int n = s[1].read(got);
+            if (n < 0) {
+                break;
+            }
+            if (n == 0) {
+                assertTrue(System.nanoTime() < deadline, "read stalled at " + read + " of " + written + " bytes");
+                Thread.sleep(1);
+            }
+            if (!got.hasRemaining()) {
+                assertArrayEquals(chunk, got.array(), "the chunk ending at byte " + (read + n));
+                got.clear();
+            }
+            read += n;
+        }
+        assertEquals(written, read, "bytes read before the end of stream");
+        assertEquals(0, read % chunk.length);
+        s[1].close();
+    }
+
+    /** A peer that takes nothing within the close's linger gets a reset: never a cut stream that ends cleanly. */
+    @Test
+    @Timeout(60)
+    void shouldResetAPeerThatTakesNothingWithinTheCloseLinger() throws Exception {
+        RdmaStream[] s = pair(22);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        for (int refused = 0; refused < 20; ) {
+            assertTrue(System.nanoTime() < deadline, "writes were never refused");
+            if (s[0].write(ByteBuffer.allocate(64 * 1024)) == 0) {
+                refused++;
+                Thread.sleep(5);
+            }
+        }
+        s[0].close();
+        Thread.sleep(RdmaChannelStream.CLOSE_LINGER_MILLIS + 1000);
+        ByteBuffer sink = ByteBuffer.allocate(64 * 1024);
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        IOException reset = null;
+        try {
+            for (;;) {
+                int n = s[1].read(sink.clear());
+                assertTrue(n >= 0, "a clean end of stream after a stream the closer could not deliver");
+                if (n == 0) {
+                    assertTrue(System.nanoTime() < deadline, "neither a reset nor an end of stream");
+                    Thread.sleep(1);
+                }
+            }
+        } catch (IOException e) {
+            reset = e;
+        }
+        assertTrue(reset.getMessage().contains("reset"), reset.toString());
+        s[1].close();
+    }
+
     @Test
     @Timeout(60)
     void shouldSendAMappedFileSegmentWithOneCopyOnEachSide() throws Exception {
