@@ -21,6 +21,7 @@ import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.RdmaProvider;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -58,7 +59,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int maxUnidentified;
     private final int brokerId;
     private final AtomicInteger unidentified = new AtomicInteger();
-    private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
+    private final Map<Long, Expected> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
                                  int sendQueueDepth, int receiveQueueDepth, int maxUnidentified, int brokerId) {
@@ -153,13 +154,18 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     @Override
-    public CompletableFuture<RdmaStream> expect(long token) {
+    public CompletableFuture<RdmaStream> expect(long token, InetAddress peer) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
-        if (expected.putIfAbsent(token, f) != null) {
+        Expected e = new Expected(f, peer);
+        if (expected.putIfAbsent(token, e) != null) {
             return CompletableFuture.failedFuture(new IOException("token already expected"));
         }
-        f.whenComplete((s, e) -> expected.remove(token, f));
+        f.whenComplete((s, x) -> expected.remove(token, e));
         return f;
+    }
+
+    /** A token handed out: the stream it is for, and the address of the TCP connection it was handed to. */
+    private record Expected(CompletableFuture<RdmaStream> stream, InetAddress peer) {
     }
 
     @Override
@@ -245,8 +251,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     @Override
     public void close() {
         server.close().awaitUninterruptibly(handshakeTimeoutMs);
-        for (CompletableFuture<RdmaStream> f : expected.values()) {
-            f.cancel(false);
+        for (Expected e : expected.values()) {
+            e.stream().cancel(false);
         }
         group.shutdownGracefully(0, 2, TimeUnit.SECONDS).awaitUninterruptibly(handshakeTimeoutMs);
     }
@@ -375,12 +381,26 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 return;
             }
             uncount();
-            CompletableFuture<RdmaStream> f = expected.remove(token);
-            if (f == null) {
+            Expected e = expected.get(token);
+            if (e == null) {
                 buf.release();
                 reject(ctx, "it presented a token no replication connection expects");
                 return;
             }
+            InetAddress from = ((InetSocketAddress) channel.remoteAddress()).getAddress();
+            if (!e.peer().equals(from)) {
+                // Kept for the follower it was handed to: the token crossed the network in clear.
+                buf.release();
+                reject(ctx, "it presented the token of the replication connection from " + e.peer().getHostAddress()
+                        + " but comes from " + from.getHostAddress());
+                return;
+            }
+            if (!expected.remove(token, e)) {
+                buf.release();
+                reject(ctx, "it presented a token no replication connection expects");
+                return;
+            }
+            CompletableFuture<RdmaStream> f = e.stream();
             RdmaChannelStream stream = new RdmaChannelStream(channel, provider.name(), highBuffers());
             ctx.pipeline().replace(this, "stream", stream);
             if (buf.isReadable()) {

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
@@ -164,7 +165,7 @@ class FollowerHandshakeTest {
     @Test
     void shouldSwitchToTheStreamOnAccept() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
-        CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
+        CompletableFuture<RdmaStream> leaderStream = transport.expect(99, InetAddress.getLoopbackAddress());
         CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
         assertEquals(FollowerHandshake.Kind.RDMA, o.kind());

@@ -1,6 +1,7 @@
 package io.rdmabridge.kafka;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.util.Map;
@@ -40,7 +41,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     }
 
     @Override
-    public CompletableFuture<RdmaStream> expect(long token) {
+    public CompletableFuture<RdmaStream> expect(long token, InetAddress peer) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
         expected.put(token, f);
         f.whenComplete((s, e) -> expected.remove(token, f));
