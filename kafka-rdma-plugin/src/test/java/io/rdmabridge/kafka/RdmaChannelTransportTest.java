@@ -96,6 +96,26 @@ class RdmaChannelTransportTest {
         }
     }
 
+    /** Waits until {@code s} reads an end of stream or an error: the leader closed it ({@code kept} if it did not). */
+    private static void assertClosedByTheLeader(RdmaStream s, String kept) throws Exception {
+        ByteBuffer b = ByteBuffer.allocate(1);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        int n;
+        while (true) {
+            try {
+                n = s.read(b);
+            } catch (IOException e) {
+                n = -1;
+            }
+            if (n != 0) {
+                break;
+            }
+            assertTrue(System.nanoTime() < deadline, kept);
+            Thread.sleep(1);
+        }
+        assertEquals(-1, n, "the leader closed it");
+    }
+
     private static void writeFully(RdmaStream s, ByteBuffer src) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         while (src.hasRemaining()) {
@@ -302,22 +322,7 @@ class RdmaChannelTransportTest {
     void shouldCloseAConnectionWithAnUnknownTokenAndKeepTheExpectedOne() throws Exception {
         CompletableFuture<RdmaStream> expected = transport.expect(7, LOOPBACK);
         RdmaStream stranger = transport.connect(listener(), 8).get(10, TimeUnit.SECONDS);
-        ByteBuffer b = ByteBuffer.allocate(1);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        int n;
-        while (true) {
-            try {
-                n = stranger.read(b);
-            } catch (IOException e) {
-                n = -1;
-            }
-            if (n != 0) {
-                break;
-            }
-            assertTrue(System.nanoTime() < deadline, "the leader kept a connection with an unknown token");
-            Thread.sleep(1);
-        }
-        assertEquals(-1, n, "the leader closed it");
+        assertClosedByTheLeader(stranger, "the leader kept a connection with an unknown token");
         assertFalse(expected.isDone(), "a wrong token does not complete the expected stream");
         stranger.close();
 
@@ -342,22 +347,7 @@ class RdmaChannelTransportTest {
         InetAddress follower = InetAddress.getByName("192.0.2.1");
         CompletableFuture<RdmaStream> expected = transport.expect(17, follower);
         RdmaStream sniffer = transport.connect(listener(), 17).get(10, TimeUnit.SECONDS);
-        ByteBuffer b = ByteBuffer.allocate(1);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        int n;
-        while (true) {
-            try {
-                n = sniffer.read(b);
-            } catch (IOException e) {
-                n = -1;
-            }
-            if (n != 0) {
-                break;
-            }
-            assertTrue(System.nanoTime() < deadline, "the leader kept a stream from the wrong address");
-            Thread.sleep(1);
-        }
-        assertEquals(-1, n, "the leader closed it");
+        assertClosedByTheLeader(sniffer, "the leader kept a stream from the wrong address");
         assertFalse(expected.isDone(), "the stream from the wrong address took the token");
         CompletableFuture<RdmaStream> again = transport.expect(17, follower);
         assertTrue(again.isCompletedExceptionally(), "the token is still expected for its own follower");

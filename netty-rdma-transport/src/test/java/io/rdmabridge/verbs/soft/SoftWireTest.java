@@ -476,6 +476,32 @@ class SoftWireTest {
     }
 
     /**
+     * From a copy hook: closes the region on another thread, which then runs {@code afterClose}, and sets
+     * {@code closedDuringCopy} when that close returns while this copy is still under way (within 200 ms of the key's
+     * withdrawal, from which a close that does not wait for the copy completes at once).
+     */
+    private void closeDuringCopy(Runnable afterClose, CompletableFuture<Void> closed, AtomicBoolean closedDuringCopy) {
+        Thread closer = new Thread(() -> {
+            region.close();
+            afterClose.run();
+            closed.complete(null);
+        }, "closer");
+        closer.start();
+        try {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (!((SoftMemoryRegion) region).isClosed() && System.nanoTime() < deadline) {
+                Thread.onSpinWait();
+            }
+            closed.get(200, TimeUnit.MILLISECONDS);
+            closedDuringCopy.set(true);
+        } catch (TimeoutException expected) {
+            // Still waiting for this copy: right.
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /**
      * A deregistration waits for a peer's RDMA WRITE frame that passed its key check and is being copied, as a device
      * quiesces its DMA before {@code ibv_dereg_mr} returns: once {@code close()} returns, no byte of the peer's lands
      * in the memory, which the application may reuse at once. It used to return at once, and the copy went on.
@@ -487,24 +513,7 @@ class SoftWireTest {
         try (Socket s = connected(6)) {
             provider.faults().beforeRemoteWriteCopy(() -> {
                 provider.faults().beforeRemoteWriteCopy(null);
-                Thread closer = new Thread(() -> {
-                    region.close();
-                    closed.complete(null);
-                }, "closer");
-                closer.start();
-                try {
-                    // From the key's withdrawal on, a close that does not wait for this copy completes at once.
-                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-                    while (!((SoftMemoryRegion) region).isClosed() && System.nanoTime() < deadline) {
-                        Thread.onSpinWait();
-                    }
-                    closed.get(200, TimeUnit.MILLISECONDS);
-                    closedDuringCopy.set(true);
-                } catch (TimeoutException expected) {
-                    // Still waiting for this copy: right.
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
+                closeDuringCopy(() -> { }, closed, closedDuringCopy);
             });
             s.getOutputStream().write(frame(SoftFrame.WRITE, SoftFrame.FIRST | SoftFrame.LAST, 0, 64, 64,
                     region.address(), region.rkey(), 0, 64));
@@ -529,28 +538,12 @@ class SoftWireTest {
         try (Socket s = connected(6)) {
             provider.faults().beforeReadResponseCopy(() -> {
                 provider.faults().beforeReadResponseCopy(null);
-                Thread closer = new Thread(() -> {
-                    region.close();
-                    // The owner reuses the memory at once, as a pool does.
+                // The owner reuses the memory at once, as a pool does.
+                closeDuringCopy(() -> {
                     for (int i = 0; i < 64; i++) {
                         memory.put(GUARD + i, (byte) 0x99);
                     }
-                    closed.complete(null);
-                }, "closer");
-                closer.start();
-                try {
-                    // From the key's withdrawal on, a close that does not wait for this copy completes at once.
-                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-                    while (!((SoftMemoryRegion) region).isClosed() && System.nanoTime() < deadline) {
-                        Thread.onSpinWait();
-                    }
-                    closed.get(200, TimeUnit.MILLISECONDS);
-                    closedDuringCopy.set(true);
-                } catch (TimeoutException expected) {
-                    // Still waiting for this copy: right.
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
+                }, closed, closedDuringCopy);
             });
             s.getOutputStream().write(frame(SoftFrame.READ_REQUEST, 3, 0, 0, 64, region.address(), region.rkey(), 0,
                     0));
