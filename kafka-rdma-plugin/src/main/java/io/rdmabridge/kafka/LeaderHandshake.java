@@ -1,7 +1,6 @@
 package io.rdmabridge.kafka;
 
 import java.io.IOException;
-import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ByteChannel;
 import java.security.SecureRandom;
@@ -41,7 +40,6 @@ final class LeaderHandshake {
     private static final String FETCHER_CLIENT_ID_INFIX = "-fetcher-";
 
     private final ByteChannel tcp;
-    private final InetAddress peer;
     private final RdmaStreamTransport transport;
     private final int localBrokerId;
     private final Semaphore admission;
@@ -63,15 +61,13 @@ final class LeaderHandshake {
     private String fallbackReason;
 
     /**
-     * @param peer        the address {@code tcp} is connected to: only a stream from there may present its token
      * @param admission   permits for handshakes in progress, shared by all connections of one listener
      * @param connections permits for RDMA connections open, shared likewise
      * @param wakeup      run (from any thread) when the state machine can make progress without TCP input
      */
-    LeaderHandshake(ByteChannel tcp, InetAddress peer, RdmaStreamTransport transport, int localBrokerId,
-                    Semaphore admission, Semaphore connections, Runnable wakeup) {
+    LeaderHandshake(ByteChannel tcp, RdmaStreamTransport transport, int localBrokerId, Semaphore admission,
+                    Semaphore connections, Runnable wakeup) {
         this.tcp = tcp;
-        this.peer = peer;
         this.transport = transport;
         this.localBrokerId = localBrokerId;
         this.admission = admission;
@@ -337,7 +333,7 @@ final class LeaderHandshake {
                 token = TOKENS.nextLong();
             } while (token == Preamble.PROBE_TOKEN);
             port = transport.listenPort();
-            pending = transport.expect(token, peer);
+            pending = transport.expect(token);
             pending.whenComplete((s, e) -> wakeup.run());
         }
         out = Preamble.reply(status, port, localBrokerId, token);

@@ -21,7 +21,6 @@ import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.RdmaProvider;
 import java.io.IOException;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -59,7 +58,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int maxUnidentified;
     private final int brokerId;
     private final AtomicInteger unidentified = new AtomicInteger();
-    private final Map<Long, Expected> expected = new ConcurrentHashMap<>();
+    private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
                                  int sendQueueDepth, int receiveQueueDepth, int maxUnidentified, int brokerId) {
@@ -154,18 +153,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     @Override
-    public CompletableFuture<RdmaStream> expect(long token, InetAddress peer) {
+    public CompletableFuture<RdmaStream> expect(long token) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
-        Expected e = new Expected(f, peer);
-        if (expected.putIfAbsent(token, e) != null) {
+        if (expected.putIfAbsent(token, f) != null) {
             return CompletableFuture.failedFuture(new IOException("token already expected"));
         }
-        f.whenComplete((s, x) -> expected.remove(token, e));
+        f.whenComplete((s, e) -> expected.remove(token, f));
         return f;
-    }
-
-    /** A token handed out: the stream it is for, and the address of the TCP connection it was handed to. */
-    private record Expected(CompletableFuture<RdmaStream> stream, InetAddress peer) {
     }
 
     @Override
@@ -251,8 +245,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     @Override
     public void close() {
         server.close().awaitUninterruptibly(handshakeTimeoutMs);
-        for (Expected e : expected.values()) {
-            e.stream().cancel(false);
+        for (CompletableFuture<RdmaStream> f : expected.values()) {
+            f.cancel(false);
         }
         group.shutdownGracefully(0, 2, TimeUnit.SECONDS).awaitUninterruptibly(handshakeTimeoutMs);
     }
@@ -381,26 +375,12 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 return;
             }
             uncount();
-            Expected e = expected.get(token);
-            if (e == null) {
+            CompletableFuture<RdmaStream> f = expected.remove(token);
+            if (f == null) {
                 buf.release();
                 reject(ctx, "it presented a token no replication connection expects");
                 return;
             }
-            InetAddress from = ((InetSocketAddress) channel.remoteAddress()).getAddress();
-            if (!e.peer().equals(from)) {
-                // Kept for the follower it was handed to: the token crossed the network in clear.
-                buf.release();
-                reject(ctx, "it presented the token of the replication connection from " + e.peer().getHostAddress()
-                        + " but comes from " + from.getHostAddress());
-                return;
-            }
-            if (!expected.remove(token, e)) {
-                buf.release();
-                reject(ctx, "it presented a token no replication connection expects");
-                return;
-            }
-            CompletableFuture<RdmaStream> f = e.stream();
             RdmaChannelStream stream = new RdmaChannelStream(channel, provider.name(), highBuffers());
             ctx.pipeline().replace(this, "stream", stream);
             if (buf.isReadable()) {

@@ -1,7 +1,6 @@
 package io.rdmabridge.kafka;
 
 import java.io.Closeable;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.concurrent.CompletableFuture;
 
@@ -21,12 +20,10 @@ interface RdmaStreamTransport extends Closeable {
     int listenPort();
 
     /**
-     * Leader side: completes with the stream of the follower presenting {@code token} from {@code peer}, the address
-     * of the TCP connection that was handed the token (a stream from another address is refused and the token kept:
-     * the token crosses the network in clear, before Kafka's own authentication). Cancelling the future forgets the
-     * token; a stream arriving after that is closed.
+     * Leader side: completes with the stream of the follower presenting {@code token}. Cancelling the future
+     * forgets the token; a stream arriving after that is closed.
      */
-    CompletableFuture<RdmaStream> expect(long token, InetAddress peer);
+    CompletableFuture<RdmaStream> expect(long token);
 
     /**
      * Follower side, before anything is sent on the leader's TCP connection: asks whatever listens at
@@ -65,7 +62,7 @@ interface RdmaStreamTransport extends Closeable {
             }
 
             @Override
-            public CompletableFuture<RdmaStream> expect(long token, InetAddress peer) {
+            public CompletableFuture<RdmaStream> expect(long token) {
                 return CompletableFuture.failedFuture(new java.io.IOException(cause));
             }
 

@@ -77,9 +77,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         this.pollSet = new PollSet();
         if (leader) {
             mode = Mode.HANDSHAKE;
-            handshake = new LeaderHandshake(tcp, ((InetSocketAddress) tcp.getRemoteAddress()).getAddress(),
-                    replication.transport(), replication.brokerId(), replication.handshakeAdmission(),
-                    replication.connectionAdmission(), pollSet::signal);
+            handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
+                    replication.handshakeAdmission(), replication.connectionAdmission(), pollSet::signal);
             // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
             countResponses = !replication.config().interBrokerTls();
             responsePrefixLeft = RESPONSE_SIZE_LENGTH;

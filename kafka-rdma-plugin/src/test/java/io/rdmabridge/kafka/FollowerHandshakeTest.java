@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
@@ -165,7 +164,7 @@ class FollowerHandshakeTest {
     @Test
     void shouldSwitchToTheStreamOnAccept() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
-        CompletableFuture<RdmaStream> leaderStream = transport.expect(99, InetAddress.getLoopbackAddress());
+        CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
         CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
         assertEquals(FollowerHandshake.Kind.RDMA, o.kind());

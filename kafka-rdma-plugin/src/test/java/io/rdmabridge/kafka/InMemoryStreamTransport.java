@@ -1,7 +1,6 @@
 package io.rdmabridge.kafka;
 
 import java.io.IOException;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.util.Map;
@@ -41,7 +40,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     }
 
     @Override
-    public CompletableFuture<RdmaStream> expect(long token, InetAddress peer) {
+    public CompletableFuture<RdmaStream> expect(long token) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
         expected.put(token, f);
         f.whenComplete((s, e) -> expected.remove(token, f));

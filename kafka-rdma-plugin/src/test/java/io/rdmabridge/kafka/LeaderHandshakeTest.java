@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.kafka.LeaderHandshake.State;
-import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.concurrent.Semaphore;
@@ -24,7 +23,7 @@ class LeaderHandshakeTest {
     private final AtomicInteger wakeups = new AtomicInteger();
 
     private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
-        return new LeaderHandshake(tcp, InetAddress.getLoopbackAddress(), transport, 7, admission, connections, wakeups::incrementAndGet);
+        return new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
     }
 
     private static byte[] concat(byte[] a, byte[] b) {
@@ -252,7 +251,7 @@ class LeaderHandshakeTest {
                 return n;
             }
         }.arrive(Preamble.hello(3)).arrive(Preamble.DECISION_RDMA);
-        hs[0] = new LeaderHandshake(tcp, InetAddress.getLoopbackAddress(), transport, 7, admission, connections, wakeups::incrementAndGet);
+        hs[0] = new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
         assertEquals(State.FAILED, hs[0].advance(), "an expiry is final");
         assertEquals("RDMA handshake did not complete within 50 ms", hs[0].failure());
         assertEquals(-1, follower[0].read(ByteBuffer.allocate(1)), "the expiry closed the stream");
