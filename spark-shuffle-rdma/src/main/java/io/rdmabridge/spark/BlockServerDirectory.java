@@ -217,10 +217,14 @@ final class BlockServerDirectory {
          */
         @Override
         public InetSocketAddress lookup(String peer) {
-            InetSocketAddress a = cache.computeIfAbsent(peer, id -> {
-                String[] f = ask(LOOKUP + "\t" + id).split("\t");
-                return f.length == 2 ? new InetSocketAddress(f[0], Integer.parseInt(f[1])) : NONE;
-            });
+            InetSocketAddress a = cache.get(peer);
+            if (a == null) {
+                // Not computeIfAbsent: the ask may take spark.rpc.askTimeout, and forget() (on an event loop) would
+                // wait on the map's bin lock for it. Two tasks asking at once both ask; the answers are the same.
+                String[] f = ask(LOOKUP + "\t" + peer).split("\t");
+                a = f.length == 2 ? new InetSocketAddress(f[0], Integer.parseInt(f[1])) : NONE;
+                cache.putIfAbsent(peer, a);
+            }
             return a == NONE ? null : a;
         }
 

@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import org.apache.spark.SparkConf;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.apache.spark.network.shuffle.BlockStoreClient;
@@ -116,11 +117,15 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
             if (!externalShuffleService) {
                 return false;
             }
+            try {
+                // Not on the transport's event loop, which called this: Spark's client connects blocking.
+                fallbackThreads.execute(() -> sparkClient.fetchBlocks(host, port, execId, blockIds, listener, null));
+            } catch (RejectedExecutionException closed) {
+                return false; // the executor is stopping: the blocks fail here instead
+            }
             LOG.info("{}; fetching {} blocks of executor {} from the external shuffle service at {}:{} instead",
                     unreachable.getMessage(), blockIds.length, execId, host, port);
             metrics.blocksFetchedByFallback.inc(blockIds.length);
-            // Not on the transport's event loop, which called this: Spark's client connects blocking.
-            fallbackThreads.execute(() -> sparkClient.fetchBlocks(host, port, execId, blockIds, listener, null));
             return true;
         });
     }
