@@ -28,11 +28,17 @@ import java.nio.ByteOrder;
  * DECISION (follower to leader, after an ACCEPT reply), 1 byte: 'D' (bytes follow over RDMA) or 'T' (stay on TCP)
  *
  * PROBE ANSWER (leader to follower, on the leader's RDMA port, after the follower presented {@link #PROBE_TOKEN}),
- * 8 bytes
+ * and TOKEN ACKNOWLEDGEMENT (likewise, after the follower presented the token the leader expects), 8 bytes
  * +-------+-------+-------+-------+-------+-------+-------+-------+
  * |  'R'    'D'     'M'     'A'   |        leader broker id       |
  * +-------+-------+-------+-------+-------+-------+-------+-------+
  * </pre>
+ *
+ * The follower decides on RDMA only once the leader has acknowledged its token on its own stream. The token crosses
+ * the network in clear before Kafka's TLS or SASL: without the acknowledgement, a connection that presented a
+ * sniffed token first would take the leader's side of the stream while the follower, whose token the leader then
+ * refuses, had already decided on RDMA, and so on at every reconnect. With it, the follower's stream is refused, it
+ * decides on TCP, and the leader closes the other connection: the connection stays on TCP.
  *
  * A HELLO goes only to a leader whose plugin answered the probe on its RDMA port: a stock broker would read "RDMA" as
  * a 1.38 GB request size and log the connection as invalid, so it must never receive one. The leader tells an
@@ -42,7 +48,8 @@ import java.nio.ByteOrder;
 final class Preamble {
     static final int MAGIC = 0x52444D41; // "RDMA"
     static final byte MAGIC_FIRST_BYTE = 0x52;
-    static final byte VERSION = 1;
+    /** 2: the leader acknowledges the token on the RDMA stream (version 1 did not; its followers are declined). */
+    static final byte VERSION = 2;
 
     static final int HELLO_LENGTH = 16;
     static final int HELLO_VERSION_OFFSET = 4;
@@ -73,6 +80,7 @@ final class Preamble {
     /** The token a follower presents on the leader's RDMA port to ask "which broker's plugin listens here?". */
     static final long PROBE_TOKEN = 0L;
     static final int PROBE_ANSWER_LENGTH = 8;
+    static final int TOKEN_ACK_LENGTH = PROBE_ANSWER_LENGTH;
 
     private Preamble() {
     }
@@ -93,7 +101,7 @@ final class Preamble {
         return b;
     }
 
-    /** The 8-byte answer a leader's plugin gives a probe on its RDMA port. */
+    /** The 8-byte answer a leader's plugin gives a probe on its RDMA port, and its acknowledgement of a token. */
     static ByteBuffer probeAnswer(int brokerId) {
         return ByteBuffer.allocate(PROBE_ANSWER_LENGTH).order(ByteOrder.BIG_ENDIAN).putInt(0, MAGIC).putInt(4, brokerId);
     }

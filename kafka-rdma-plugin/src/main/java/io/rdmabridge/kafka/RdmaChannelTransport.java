@@ -13,6 +13,7 @@ import io.netty.channel.ChannelOption;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
+import io.netty.channel.socket.ChannelInputShutdownEvent;
 import io.netty.util.concurrent.DefaultThreadFactory;
 import io.netty.util.concurrent.ScheduledFuture;
 import io.rdmabridge.netty.RdmaChannelOption;
@@ -36,7 +37,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>The token: the follower's first 8 bytes on the RDMA stream (big-endian) are the one-time token the leader sent in
  * its preamble reply over TCP, or {@link Preamble#PROBE_TOKEN}, which the leader answers with its broker id
- * ({@link Preamble#probeAnswer}) before closing the connection. Until a connection has presented a token the leader expects, it carries no Kafka byte:
+ * ({@link Preamble#probeAnswer}) before closing the connection. The leader acknowledges a token it expects with the
+ * same 8 bytes, and the follower's {@link #connect} completes only then: a connection that presented the token first
+ * (it crosses the network in clear) leaves the follower's connect failing, not succeeding on a stream the leader then
+ * refuses. Until a connection has presented a token the leader expects, it carries no Kafka byte:
  * an unknown token closes it at once, a missing one after the handshake timeout, and at most
  * {@code maxUnidentified} such connections exist at a time (more are closed on arrival). A probe's connection counts
  * as one until it is closed: once its answer is delivered, or at the handshake timeout.
@@ -177,7 +181,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                     @Override
                     protected void initChannel(Channel ch) {
                         stream[0] = new RdmaChannelStream((RdmaSocketChannel) ch, provider.name(), highBuffers());
-                        ch.pipeline().addLast(stream[0]);
+                        ch.pipeline().addLast(new TokenAckReader(leader, stream[0], f), stream[0]);
                     }
                 })
                 .connect(leader);
@@ -192,8 +196,6 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 if (!wf.isSuccess()) {
                     f.completeExceptionally(wf.cause());
                     ch.close();
-                } else if (!f.complete(stream[0])) {
-                    stream[0].close();
                 }
             });
         });
@@ -302,6 +304,87 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         }
     }
 
+    /**
+     * Follower side, first handler of a stream's connection: completes the connect with the stream once the leader
+     * has acknowledged the token, then leaves the connection to the stream; fails it when the leader closes the
+     * connection first (it refused the token) or answers something else. Event loop only.
+     */
+    private static final class TokenAckReader extends ChannelInboundHandlerAdapter {
+        private final InetSocketAddress leader;
+        private final RdmaChannelStream stream;
+        private final CompletableFuture<RdmaStream> result;
+        private long ack;
+        private int ackBytes;
+
+        TokenAckReader(InetSocketAddress leader, RdmaChannelStream stream, CompletableFuture<RdmaStream> result) {
+            this.leader = leader;
+            this.stream = stream;
+            this.result = result;
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            ByteBuf buf = (ByteBuf) msg;
+            while (ackBytes < Preamble.TOKEN_ACK_LENGTH && buf.isReadable()) {
+                ack = ack << 8 | buf.readUnsignedByte();
+                ackBytes++;
+            }
+            if (ackBytes < Preamble.TOKEN_ACK_LENGTH) {
+                buf.release();
+                return;
+            }
+            int magic = (int) (ack >>> 32);
+            if (magic != Preamble.MAGIC) {
+                buf.release();
+                fail(ctx, leader + " acknowledged the RDMA stream's token with magic 0x" + Integer.toHexString(magic)
+                        + " (expected: 0x" + Integer.toHexString(Preamble.MAGIC) + ")");
+                return;
+            }
+            ctx.pipeline().remove(this);
+            if (buf.isReadable()) {
+                stream.offer(buf);
+            } else {
+                buf.release();
+            }
+            if (!result.complete(stream)) {
+                // Given up meanwhile (deadline, cancel): its own listener closes the connection.
+                stream.close();
+            }
+        }
+
+        @Override
+        public void userEventTriggered(ChannelHandlerContext ctx, Object evt) {
+            if (evt instanceof ChannelInputShutdownEvent) {
+                fail(ctx, refused("ended"));
+                return;
+            }
+            ctx.fireUserEventTriggered(evt);
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            result.completeExceptionally(new IOException(refused("closed")));
+            ctx.fireChannelInactive();
+        }
+
+        private String refused(String how) {
+            return leader + " " + how + " the RDMA stream after " + ackBytes + " of " + Preamble.TOKEN_ACK_LENGTH
+                    + " token acknowledgement bytes: it refused the token (another connection presented it first, "
+                    + "or the handshake had expired; the leader's log names it)";
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            result.completeExceptionally(cause);
+            ctx.close();
+        }
+
+        private void fail(ChannelHandlerContext ctx, String why) {
+            result.completeExceptionally(new IOException(why));
+            ctx.close();
+        }
+    }
+
     /** Accepted connections that have not presented a token yet (rdma.handshake.max.in.progress bounds them). */
     int unidentifiedConnections() {
         return unidentified.get();
@@ -388,6 +471,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             } else {
                 buf.release();
             }
+            // Before the stream is handed over, so that the acknowledgement precedes every byte of Kafka's.
+            channel.writeAndFlush(channel.alloc().directBuffer(Preamble.TOKEN_ACK_LENGTH)
+                    .writeBytes(Preamble.probeAnswer(brokerId)));
             if (!f.complete(stream)) {
                 // The handshake gave up meanwhile.
                 stream.close();

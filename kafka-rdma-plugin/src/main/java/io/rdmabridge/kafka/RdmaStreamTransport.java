@@ -34,7 +34,11 @@ interface RdmaStreamTransport extends Closeable {
      */
     CompletableFuture<Integer> probe(InetSocketAddress leaderRdma);
 
-    /** Follower side: connects to the leader's RDMA listener and presents {@code token}. */
+    /**
+     * Follower side: connects to the leader's RDMA listener and presents {@code token}. Completes once the leader has
+     * taken this stream for the token, never merely once the token was sent: exceptionally when the leader refuses it
+     * (unknown, already presented by another connection, or expired).
+     */
     CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token);
 
     /** Provider name, for logs and metrics. */

@@ -22,9 +22,12 @@ import java.nio.channels.spi.SelectorProvider;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicReference;
 import javax.management.ObjectName;
 import org.junit.jupiter.api.AfterEach;
@@ -116,6 +119,67 @@ class ReplicationSocketChannelTest {
         ReplicationMetrics.Peer peer = exchange(transport, false);
         assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum());
         assertEquals(2, RdmaReplication.get().metrics().fellBack(), "follower and leader count the fallback");
+    }
+
+    /**
+     * A sniffer of the clear-text REPLY presents its token on the leader's RDMA port before the follower does. The
+     * follower's stream is refused, so it decides on TCP and the leader closes the sniffer's stream: replication goes
+     * on over TCP, where it used to go to a closed stream at every reconnect.
+     */
+    @Test
+    void shouldStayOnTcpWhenAnotherConnectionPresentedTheTokenFirst() throws Exception {
+        SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
+        RdmaChannelTransport real = RdmaChannelTransport.open(soft, 2, "127.0.0.1", 0, 2000, 64, 64, 16);
+        List<RdmaStream> sniffers = new ArrayList<>();
+        RdmaStreamTransport sniffed = new RdmaStreamTransport() {
+            @Override
+            public boolean isAvailable() {
+                return real.isAvailable();
+            }
+
+            @Override
+            public String unavailabilityCause() {
+                return real.unavailabilityCause();
+            }
+
+            @Override
+            public int listenPort() {
+                return real.listenPort();
+            }
+
+            @Override
+            public CompletableFuture<RdmaStream> expect(long token) {
+                return real.expect(token);
+            }
+
+            @Override
+            public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
+                return real.probe(leaderRdma);
+            }
+
+            @Override
+            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+                sniffers.add(real.connect(leader, token).join());
+                return real.connect(leader, token);
+            }
+
+            @Override
+            public String providerName() {
+                return real.providerName();
+            }
+
+            @Override
+            public void close() {
+                real.close();
+            }
+        };
+        ReplicationMetrics.Peer peer = exchange(sniffed, false);
+        assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum(), "follower-side bytes counted as TCP");
+        assertEquals(1, sniffers.size(), "one upgrade attempted");
+        assertEquals(2, RdmaReplication.get().metrics().fellBack(), "follower and leader count the fallback");
+        sniffers.get(0).close();
+        RdmaReplication.get().pluginClosed();
+        assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
     }
 
     @Test
