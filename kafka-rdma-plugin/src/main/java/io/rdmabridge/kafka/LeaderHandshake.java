@@ -416,8 +416,9 @@ final class LeaderHandshake {
     }
 
     /**
-     * Gives back the connection's place under {@code rdma.max.connections}: called by the owner when the connection
-     * closes, and here when the upgrade ends anywhere but on RDMA. Idempotent; any thread.
+     * Gives back the connection's place under {@code rdma.max.connections}: called by the owner once the connection
+     * is closed (on RDMA: once the stream's queue pair is released), and here when the upgrade ends anywhere but on
+     * RDMA. Idempotent; any thread.
      */
     synchronized void connectionClosed() {
         if (connectionHeld) {

@@ -227,6 +227,12 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
     }
 
     @Override
+    public void whenClosed(Runnable action) {
+        // Netty completes the close future after doClose, which destroys the queue pair and frees its memory.
+        channel.closeFuture().addListener(f -> action.run());
+    }
+
+    @Override
     public String describe() {
         return providerName + " " + channel.localAddress() + " -> " + channel.remoteAddress();
     }

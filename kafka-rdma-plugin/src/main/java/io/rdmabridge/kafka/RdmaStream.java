@@ -38,6 +38,13 @@ interface RdmaStream extends Closeable {
     /** Half-close: the peer reads end of stream after the bytes already written. */
     void shutdownOutput() throws IOException;
 
+    /**
+     * Runs {@code action} once the connection under the stream is closed and its resources (queue pair, registered
+     * memory) are released, which may be a while after {@link #close()} returned: a close first delivers what
+     * {@link #write} took. At once, on the calling thread, when that has happened already. Any thread.
+     */
+    void whenClosed(Runnable action);
+
     /** A short description for logs: provider and queue pair. */
     String describe();
 }

@@ -106,6 +106,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         return mode == Mode.RDMA;
     }
 
+    /** The RDMA stream once upgraded, else {@code null}. */
+    RdmaStream stream() {
+        return stream;
+    }
+
     // ---- connection set-up -------------------------------------------------------------------------------------
 
     @Override
@@ -668,13 +673,19 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         cancelDeadline();
         if (handshake != null) {
             handshake.expire("channel closed during the RDMA handshake");
-            handshake.connectionClosed();
         }
         try {
             if (stream != null) {
                 // The stream's event loop still reports its own close: nobody polls this channel any more.
                 stream.readinessListener(() -> { });
+                if (handshake != null) {
+                    // The place under rdma.max.connections stands for the queue pair and its memory, which outlive
+                    // this close while the stream delivers what it took (up to its linger).
+                    stream.whenClosed(handshake::connectionClosed);
+                }
                 stream.close();
+            } else if (handshake != null) {
+                handshake.connectionClosed();
             }
         } finally {
             tcp.close();

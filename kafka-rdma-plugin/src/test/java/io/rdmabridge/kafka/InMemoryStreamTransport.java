@@ -132,6 +132,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         private final Pipe in;
         private long copiedIn;
         private long copiedOut;
+        private final CompletableFuture<Void> closed = new CompletableFuture<>();
 
         Stream(Pipe out, Pipe in) {
             this.out = out;
@@ -190,6 +191,12 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
             out.readerListener.run();
         }
 
+        /** A test double has no resources: they are released once this end is closed. */
+        @Override
+        public void whenClosed(Runnable action) {
+            closed.thenRun(action);
+        }
+
         @Override
         public String describe() {
             return "in-memory test stream";
@@ -198,6 +205,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         @Override
         public void close() {
             shutdownOutput();
+            closed.complete(null);
         }
     }
 }
