@@ -36,11 +36,12 @@ final class FollowerHandshake {
     }
 
     /**
-     * @param tcp a connected socket channel in blocking mode; left in blocking mode
+     * @param tcp       a connected socket channel in blocking mode; left in blocking mode
+     * @param deadline  {@link System#nanoTime()} by which the exchange ends, whatever its outcome
+     * @param timeoutMs {@code rdma.handshake.timeout.ms}, which set the deadline, for the messages
      */
     static Outcome negotiate(SocketChannel tcp, int localBrokerId, RdmaStreamTransport transport,
-                             InetSocketAddress leader, long timeoutMs) {
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+                             InetSocketAddress leader, long deadline, long timeoutMs) {
         ByteBuffer reply = ByteBuffer.allocate(Preamble.REPLY_LENGTH);
         try {
             ByteBuffer hello = Preamble.hello(localBrokerId);
@@ -49,8 +50,7 @@ final class FollowerHandshake {
             }
             InputStream in = tcp.socket().getInputStream();
             while (reply.hasRemaining()) {
-                int left = (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
-                tcp.socket().setSoTimeout(left);
+                tcp.socket().setSoTimeout(ReplicationSocketChannel.millisLeft(deadline));
                 int n = in.read(reply.array(), reply.position(), reply.remaining());
                 if (n < 0) {
                     throw new EOFException();

@@ -128,10 +128,12 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
         synchronized (blockingLock()) {
             int timeoutMs = replication.config().handshakeTimeoutMs();
+            // One deadline for every step, so that the fetcher thread waits at most the handshake timeout.
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
             tcp.configureBlocking(true);
-            tcp.socket().connect(leader, timeoutMs);
+            tcp.socket().connect(leader, millisLeft(deadline));
             // Connected first, so that a leader that is down is not taken for one without the plugin.
-            String noPlugin = probeLeader(leader, timeoutMs);
+            String noPlugin = probeLeader(leader, deadline, timeoutMs);
             if (noPlugin != null) {
                 replication.rememberPlainPeer(leader, noPlugin, false);
                 mode = Mode.TCP;
@@ -141,7 +143,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             }
             replication.metrics().upgradeAttempted();
             FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
-                    replication.transport(), leader, timeoutMs);
+                    replication.transport(), leader, deadline, timeoutMs);
             switch (o.kind()) {
                 case RDMA:
                     stream = o.stream();
@@ -160,7 +162,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 default:
                     replication.metrics().upgradeFellBack();
                     replication.rememberPlainPeer(leader, o.reason(), true);
-                    redial(leader, timeoutMs);
+                    redial(leader, millisLeft(deadline));
                     mode = Mode.TCP;
                     break;
             }
@@ -177,7 +179,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
      * @return {@code null} when the plugin of the broker this fetcher follows answered; otherwise why the connection
      *         stays on TCP without a preamble
      */
-    private String probeLeader(InetSocketAddress leader, int timeoutMs) {
+    private String probeLeader(InetSocketAddress leader, long deadline, int timeoutMs) {
         int port = replication.config().rdmaPortOf(leader);
         if (port < 0) {
             return "leader " + peer.id() + "'s inter-broker port " + leader.getPort() + " + "
@@ -187,7 +189,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         InetSocketAddress rdma = new InetSocketAddress(leader.getAddress(), port);
         var answer = replication.transport().probe(rdma);
         try {
-            int id = answer.get(timeoutMs, TimeUnit.MILLISECONDS);
+            int id = answer.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             if (!Integer.toString(id).equals(peer.id())) {
                 return "the RDMA port " + rdma + " answers for broker " + id + ", not for leader " + peer.id()
                         + " (expected: " + RdmaReplicationConfig.RDMA_PORT_OFFSET + " the same on every broker)";
@@ -205,6 +207,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             answer.cancel(false);
             return "interrupted while probing " + rdma;
         }
+    }
+
+    /** Milliseconds until {@code deadline}, at least 1: a socket's connect takes 0 for "no timeout". */
+    static int millisLeft(long deadline) {
+        return (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
     }
 
     /** Replaces a socket the handshake left unusable by a fresh plain one with the same options. */

@@ -70,6 +70,11 @@ class FollowerHandshakeTest {
         void accept(SocketChannel ch) throws IOException;
     }
 
+    /** The deadline {@code ms} from now. */
+    private static long in(long ms) {
+        return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
+    }
+
     @Test
     void shouldRedialWhenAStockLeaderClosesOnThePreamble() throws Exception {
         // What stock Kafka does: reads a 4-byte size of 0x52444d41, rejects it, closes.
@@ -78,7 +83,7 @@ class FollowerHandshakeTest {
             ch.close();
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, 5000);
+                address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().contains("runs without the RDMA plugin"), o.reason());
     }
@@ -88,7 +93,7 @@ class FollowerHandshakeTest {
         leader(ch -> readFully(ch, Preamble.HELLO_LENGTH));
         long start = System.nanoTime();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, 300);
+                address, in(300), 300);
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().endsWith("did not answer the RDMA preamble within 300 ms (rdma.handshake.timeout.ms)"),
@@ -104,7 +109,7 @@ class FollowerHandshakeTest {
             ch.write(reply);
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, 5000);
+                address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().endsWith("sent an invalid RDMA reply: port=70000 (expected: 1..65535)"), o.reason());
     }
@@ -118,7 +123,7 @@ class FollowerHandshakeTest {
             ch.write(Preamble.reply(Preamble.STATUS_DECLINE_UNAVAILABLE, 0, 1, 0));
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, 5000);
+                address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertEquals(1, o.leaderBrokerId());
         assertTrue(o.reason().contains("the leader's RDMA provider is unavailable"), o.reason());
@@ -132,7 +137,7 @@ class FollowerHandshakeTest {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.connectFailure = new IOException("test: no route to RDMA port");
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().contains("test: no route to RDMA port"), o.reason());
         assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
@@ -154,7 +159,7 @@ class FollowerHandshakeTest {
             }
         };
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().endsWith("did not complete within 5000 ms (rdma.handshake.timeout.ms)"), o.reason());
         assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
@@ -166,7 +171,7 @@ class FollowerHandshakeTest {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.RDMA, o.kind());
         assertNotNull(o.stream());
         assertTrue(leaderStream.isDone());

@@ -6,6 +6,7 @@ import java.nio.ByteBuffer;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 
 /**
  * A test double of the RDMA connection core: streams are pairs of bounded in-memory queues, so the channel's switch
@@ -22,6 +23,8 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     volatile int probeAnswer = 2;
     /** When set, probes fail with it, as against a leader without the plugin. */
     volatile IOException probeFailure;
+    /** When positive, how long a probe takes to be answered. */
+    volatile long probeDelayMillis;
     volatile int probes;
 
     @Override
@@ -50,8 +53,12 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     @Override
     public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
         probes++;
-        return probeFailure != null ? CompletableFuture.failedFuture(probeFailure)
-                : CompletableFuture.completedFuture(probeAnswer);
+        if (probeFailure != null) {
+            return CompletableFuture.failedFuture(probeFailure);
+        }
+        return probeDelayMillis <= 0 ? CompletableFuture.completedFuture(probeAnswer)
+                : CompletableFuture.supplyAsync(() -> probeAnswer,
+                        CompletableFuture.delayedExecutor(probeDelayMillis, TimeUnit.MILLISECONDS));
     }
 
     @Override

@@ -187,6 +187,29 @@ class ReplicationSocketChannelTest {
         assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
     }
 
+    /**
+     * rdma.handshake.timeout.ms bounds the whole upgrade, as the docs say: the probe, the preamble and the RDMA connect
+     * share one deadline. Each used to have a timeout of its own, so the fetcher thread could wait several times it.
+     */
+    @Test
+    void shouldBoundTheWholeUpgradeByOneHandshakeTimeout() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeDelayMillis = 1500;
+        // A leader whose plugin answers the probe late, then takes the HELLO and never replies.
+        try (ServerSocketChannel silent = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) silent.getLocalAddress()).getPort();
+            RdmaSelectorProvider provider = configure(port, transport);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            long start = System.nanoTime();
+            assertTrue(onFetcherThread(() -> follower.connect(new InetSocketAddress("127.0.0.1", port))));
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            // 2000 ms of handshake timeout; with a timeout per step it took 1500 + 2000 ms.
+            assertTrue(ms >= 1900 && ms < 3000, "connect() blocked the fetcher thread " + ms + " ms");
+            follower.close();
+        }
+    }
+
     @Test
     void shouldSendALeaderWithoutThePluginNothingButKafkasBytes() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
