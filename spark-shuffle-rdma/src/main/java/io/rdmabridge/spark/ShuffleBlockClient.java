@@ -72,7 +72,10 @@ final class ShuffleBlockClient implements AutoCloseable {
      * As {@link #fetch(String, InetSocketAddress, String[], BlockFetchingListener)}, but when no connection to the
      * server can be made (refused, timed out, or closed before its challenge), nothing was asked of it and
      * {@code unreachable} is offered the cause first: when it answers {@code true} it has taken the fetch elsewhere,
-     * and {@code listener} hears nothing from here.
+     * and {@code listener} hears nothing from here. A server whose challenge shows that this executor's
+     * {@code spark.authenticate} differs from its own was reached: its blocks fail at once with that cause, which is
+     * no {@link IOException}, so that Spark's retries (and a fallback) do not hide the configuration error, as a
+     * failed authentication on Spark's own transport is not retried either.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
@@ -92,6 +95,8 @@ final class ShuffleBlockClient implements AutoCloseable {
                         handler.send(blockIds, listener);
                     }
                 });
+            } else if (f.cause() instanceof AuthenticationMismatch) {
+                failAll(blockIds, listener, f.cause());
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
                         + f.cause().getMessage(), f.cause());
@@ -272,7 +277,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                 byte[] nonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
                 if (authRequired != authenticator.isRequired()) {
                     metrics.authFailures.inc();
-                    throw new PeerFailure("shuffle block server " + server + (authRequired
+                    throw new AuthenticationMismatch("shuffle block server " + server + (authRequired
                             ? " requires authentication but this executor has no secret"
                             : " does not require authentication but this executor does")
                             + " (set spark.authenticate=true on every process of the application)");
@@ -336,7 +341,7 @@ final class ShuffleBlockClient implements AutoCloseable {
             }
             IOException cause = closedCause();
             ctx.channel().attr(CLOSED_CAUSE).set(cause);
-            ready.tryFailure(cause);
+            ready.tryFailure(failure instanceof AuthenticationMismatch ? failure : cause);
             List<Pending> failed = new ArrayList<>(pending.values());
             pending.clear();
             for (Pending p : failed) {
@@ -350,6 +355,13 @@ final class ShuffleBlockClient implements AutoCloseable {
             return failure == null ? new IOException("connection to shuffle block server " + server + " closed")
                     : new IOException("connection to shuffle block server " + server + " failed: "
                     + failure.getMessage(), failure);
+        }
+    }
+
+    /** The server's challenge says its {@code spark.authenticate} differs from this executor's. */
+    private static final class AuthenticationMismatch extends RuntimeException {
+        AuthenticationMismatch(String message) {
+            super(message);
         }
     }
 

@@ -59,12 +59,15 @@ class RoutingBlockStoreClientTest {
         routing = routing(false, 0);
     }
 
-    /** Executor "1" has a block server where nothing listens; "2" runs none. */
+    /** Executor "1"'s block server: where nothing listens, unless a test starts one. */
+    private volatile InetSocketAddress server1 = NO_SERVER;
+
+    /** Executor "1" has a block server at {@link #server1}; "2" runs none. */
     private RoutingBlockStoreClient routing(boolean externalShuffleService, int maxRetries) {
         RoutingBlockStoreClient.BlockServers servers = new RoutingBlockStoreClient.BlockServers() {
             @Override
             public InetSocketAddress lookup(String executorId) {
-                return executorId.equals("1") ? NO_SERVER : null;
+                return executorId.equals("1") ? server1 : null;
             }
 
             @Override
@@ -143,7 +146,9 @@ class RoutingBlockStoreClientTest {
         routing = routing(true, 2);
         routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (sparkFetches.isEmpty() && System.nanoTime() < deadline) {
+        // The fallback thread may call Spark's client before the event loop has counted the blocks it handed over.
+        while ((sparkFetches.isEmpty() || metrics.blocksFetchedByFallback.getCount() < BLOCKS.length)
+                && System.nanoTime() < deadline) {
             Thread.sleep(10);
         }
         assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
@@ -155,6 +160,33 @@ class RoutingBlockStoreClientTest {
         assertEquals(List.of("1"), forgotten, "the unreachable server is looked up afresh next time");
         assertTrue(failures.isEmpty(), "blocks failed: " + failures);
         assertEquals(0, metrics.fetchFailures.getCount());
+    }
+
+    /**
+     * A block server whose challenge shows that this executor's spark.authenticate differs from its own was reached:
+     * the configuration is wrong, and neither Spark's retries nor the external shuffle service may hide it. Such a
+     * server used to count as unreachable: the fetch went to the service, or was retried for 15 s before it failed.
+     */
+    @Test
+    void shouldFailAtOnceWhenTheBlockServerRequiresAuthenticationThisExecutorLacks() throws Exception {
+        routing.close();
+        routing = routing(true, 2);
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
+        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "1", "127.0.0.1", 0, blockId -> {
+            throw new AssertionError("asked for " + blockId);
+        }, new PeerAuthenticator("the application's secret"), conf, new RdmaShuffleMetrics())) {
+            server1 = server.localAddress();
+            routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+            for (int i = 0; i < BLOCKS.length; i++) {
+                Throwable failure = failures.poll(10, TimeUnit.SECONDS);
+                assertNotNull(failure, "block " + i + " was not reported");
+                assertTrue(failure.getMessage().contains("requires authentication but this executor has no secret")
+                        && failure.getMessage().contains("spark.authenticate=true"), failure.getMessage());
+            }
+            assertEquals(BLOCKS.length, metrics.fetchFailures.getCount(), "one attempt, not retried");
+            assertTrue(sparkFetches.isEmpty(), "went to the external shuffle service");
+            assertTrue(forgotten.isEmpty(), "the server was reached: " + forgotten);
+        }
     }
 
     @Test
