@@ -58,8 +58,8 @@ final class FollowerHandshake {
                 reply.position(reply.position() + n);
             }
         } catch (SocketTimeoutException e) {
-            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " did not answer the RDMA preamble within "
-                    + timeoutMs + " ms (rdma.handshake.timeout.ms)");
+            return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " did not answer the RDMA preamble "
+                    + "within the upgrade's " + timeoutMs + " ms (rdma.handshake.timeout.ms)");
         } catch (EOFException e) {
             return new Outcome(Kind.REDIAL, null, -1, "leader " + leader + " closed the connection on the RDMA "
                     + "preamble after " + reply.position() + " reply bytes: it runs without the RDMA plugin, or with "
@@ -88,8 +88,8 @@ final class FollowerHandshake {
             cause = null;
         } catch (TimeoutException e) {
             abandon(future);
-            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within " + timeoutMs
-                    + " ms (rdma.handshake.timeout.ms)";
+            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within the upgrade's "
+                    + timeoutMs + " ms (rdma.handshake.timeout.ms)";
         } catch (ExecutionException e) {
             cause = "RDMA connect to " + leader.getAddress() + ":" + port + " failed: " + e.getCause();
         } catch (InterruptedException e) {

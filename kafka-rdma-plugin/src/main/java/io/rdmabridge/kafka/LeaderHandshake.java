@@ -57,6 +57,11 @@ final class LeaderHandshake {
     private boolean admitted;
     /** Holds one of {@code connections}: from the accepting reply until the upgrade fails or the connection closes. */
     private boolean connectionHeld;
+    /**
+     * A stream this handshake took and then closed holds the place until its queue pair is released: its close first
+     * delivers what was written (the token's acknowledgement), for up to its linger.
+     */
+    private boolean placeHeldByClosingStream;
     private int peerBrokerId = -1;
     private String fallbackReason;
 
@@ -223,7 +228,7 @@ final class LeaderHandshake {
                     }
                     release();
                     if (!enter(State.RDMA)) {
-                        closeQuietly(stream);
+                        closeTaken(stream);
                     }
                     return state;
                 }
@@ -394,7 +399,7 @@ final class LeaderHandshake {
         if (p != null && !p.cancel(false) && p.isDone() && !p.isCompletedExceptionally()) {
             RdmaStream s = p.join();
             if (s != stream || state == State.FAILED) {
-                closeQuietly(s);
+                closeTaken(s);
             }
         }
         release();
@@ -418,9 +423,29 @@ final class LeaderHandshake {
     /**
      * Gives back the connection's place under {@code rdma.max.connections}: called by the owner once the connection
      * is closed (on RDMA: once the stream's queue pair is released), and here when the upgrade ends anywhere but on
-     * RDMA. Idempotent; any thread.
+     * RDMA, unless a stream it took and closed still holds the place. Idempotent; any thread.
      */
     synchronized void connectionClosed() {
+        if (!placeHeldByClosingStream) {
+            givePlaceBack();
+        }
+    }
+
+    /** Closes a stream the handshake took but does not use; the place goes back once its queue pair is released. */
+    private void closeTaken(RdmaStream s) {
+        synchronized (this) {
+            placeHeldByClosingStream = connectionHeld;
+        }
+        s.whenClosed(this::closedStreamReleased);
+        closeQuietly(s);
+    }
+
+    private synchronized void closedStreamReleased() {
+        placeHeldByClosingStream = false;
+        givePlaceBack();
+    }
+
+    private synchronized void givePlaceBack() {
         if (connectionHeld) {
             connectionHeld = false;
             connections.release();

@@ -228,8 +228,13 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
 
     @Override
     public void whenClosed(Runnable action) {
-        // Netty completes the close future after doClose, which destroys the queue pair and frees its memory.
-        channel.closeFuture().addListener(f -> action.run());
+        // Netty completes the close future after doClose, which destroys the queue pair and frees its memory. A
+        // listener added to a completed future would run on the event loop, which may have stopped by then.
+        if (channel.closeFuture().isDone()) {
+            action.run();
+        } else {
+            channel.closeFuture().addListener(f -> action.run());
+        }
     }
 
     @Override

@@ -471,14 +471,15 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             } else {
                 buf.release();
             }
-            // Before the stream is handed over, so that the acknowledgement precedes every byte of Kafka's.
-            channel.writeAndFlush(channel.alloc().directBuffer(Preamble.TOKEN_ACK_LENGTH)
-                    .writeBytes(Preamble.probeAnswer(brokerId)));
             if (!f.complete(stream)) {
-                // The handshake gave up meanwhile.
+                // The handshake gave up meanwhile: no acknowledgement, so the follower's connect fails.
                 stream.close();
                 return;
             }
+            // Still ahead of every byte of Kafka's: the leader writes only in answer to the follower's requests, which
+            // follow this acknowledgement, and a write from another thread would queue behind this task anyway.
+            channel.writeAndFlush(channel.alloc().directBuffer(Preamble.TOKEN_ACK_LENGTH)
+                    .writeBytes(Preamble.probeAnswer(brokerId)));
             channel.config().setAutoRead(true);
         }
 

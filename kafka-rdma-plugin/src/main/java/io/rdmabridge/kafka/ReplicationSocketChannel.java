@@ -128,10 +128,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
         synchronized (blockingLock()) {
             int timeoutMs = replication.config().handshakeTimeoutMs();
-            // One deadline for every step, so that the fetcher thread waits at most the handshake timeout.
-            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
             tcp.configureBlocking(true);
-            tcp.socket().connect(leader, millisLeft(deadline));
+            tcp.socket().connect(leader, timeoutMs);
+            // One deadline for the upgrade's steps (probe, preamble, RDMA connect), so that they hold the fetcher
+            // thread at most the handshake timeout beyond Kafka's own connect.
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
             // Connected first, so that a leader that is down is not taken for one without the plugin.
             String noPlugin = probeLeader(leader, deadline, timeoutMs);
             if (noPlugin != null) {
@@ -162,7 +163,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 default:
                     replication.metrics().upgradeFellBack();
                     replication.rememberPlainPeer(leader, o.reason(), true);
-                    redial(leader, millisLeft(deadline));
+                    // Kafka's own plain connect, which the upgrade's deadline must not cut short.
+                    redial(leader, timeoutMs);
                     mode = Mode.TCP;
                     break;
             }
@@ -197,7 +199,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             return null;
         } catch (TimeoutException e) {
             answer.cancel(false);
-            return "no RDMA probe answer from " + rdma + " within " + timeoutMs + " ms (rdma.handshake.timeout.ms)";
+            return "no RDMA probe answer from " + rdma + " within the upgrade's " + timeoutMs
+                    + " ms (rdma.handshake.timeout.ms)";
         } catch (ExecutionException e) {
             return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
                     + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "

@@ -96,7 +96,8 @@ class FollowerHandshakeTest {
                 address, in(300), 300);
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
-        assertTrue(o.reason().endsWith("did not answer the RDMA preamble within 300 ms (rdma.handshake.timeout.ms)"),
+        assertTrue(o.reason().endsWith(
+                "did not answer the RDMA preamble within the upgrade's 300 ms (rdma.handshake.timeout.ms)"),
                 o.reason());
         assertTrue(ms >= 250 && ms < 5000, "bounded by the timeout: " + ms + " ms");
     }
@@ -161,7 +162,8 @@ class FollowerHandshakeTest {
         CompletableFuture<SocketChannel> leader = acceptingLeader();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
-        assertTrue(o.reason().endsWith("did not complete within 5000 ms (rdma.handshake.timeout.ms)"), o.reason());
+        assertTrue(o.reason().endsWith("did not complete within the upgrade's 5000 ms (rdma.handshake.timeout.ms)"),
+                o.reason());
         assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
         assertEquals(-1, leaderSide.read(ByteBuffer.allocate(1)), "the follower closed the stream it gave up on");
     }

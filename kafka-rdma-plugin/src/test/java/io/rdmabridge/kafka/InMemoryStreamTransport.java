@@ -23,6 +23,13 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     volatile int probeAnswer = 2;
     /** When set, probes fail with it, as against a leader without the plugin. */
     volatile IOException probeFailure;
+    /**
+     * When set, a leader-side stream's close does not release it: {@link Stream#release()} does, as a queue pair
+     * outlives its channel's close while the close delivers what was written.
+     */
+    volatile boolean holdLeaderReleases;
+    /** The leader's side of the last stream connected. */
+    volatile Stream lastLeaderStream;
     /** When positive, how long a probe takes to be answered. */
     volatile long probeDelayMillis;
     volatile int probes;
@@ -77,6 +84,8 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         Pipe b = new Pipe();
         Stream follower = new Stream(a, b);
         Stream leaderStream = new Stream(b, a);
+        leaderStream.holdRelease = holdLeaderReleases;
+        lastLeaderStream = leaderStream;
         leaderSide.complete(leaderStream);
         return CompletableFuture.completedFuture(follower);
     }
@@ -140,6 +149,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         private long copiedIn;
         private long copiedOut;
         private final CompletableFuture<Void> closed = new CompletableFuture<>();
+        private volatile boolean holdRelease;
 
         Stream(Pipe out, Pipe in) {
             this.out = out;
@@ -198,7 +208,7 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
             out.readerListener.run();
         }
 
-        /** A test double has no resources: they are released once this end is closed. */
+        /** Released once this end is closed, or, when held, once {@link #release()} runs. */
         @Override
         public void whenClosed(Runnable action) {
             closed.thenRun(action);
@@ -212,6 +222,13 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         @Override
         public void close() {
             shutdownOutput();
+            if (!holdRelease) {
+                release();
+            }
+        }
+
+        /** The stream's resources are gone: runs the actions {@link #whenClosed} registered. */
+        void release() {
             closed.complete(null);
         }
     }

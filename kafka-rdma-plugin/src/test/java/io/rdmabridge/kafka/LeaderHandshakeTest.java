@@ -173,6 +173,30 @@ class LeaderHandshakeTest {
         assertEquals(0, connections.availablePermits());
     }
 
+    /**
+     * A stream the leader took and then dropped (the follower decided on TCP, or the handshake failed) keeps its queue
+     * pair while its close delivers what was written (the token's acknowledgement), for up to its linger: its place
+     * under rdma.max.connections comes back only then. It used to come back at once, so a peer that presented the
+     * token and then decided on TCP, again and again, held queue pairs beyond the cap.
+     */
+    @Test
+    void shouldHoldThePlaceOfAStreamItDroppedUntilTheStreamIsReleased() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.holdLeaderReleases = true;
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake hs = handshake(tcp, transport);
+        assertEquals(State.DECISION, hs.advance());
+        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        tcp.arrive(Preamble.DECISION_TCP);
+        assertEquals(State.TCP, hs.advance());
+        hs.connectionClosed();
+        assertEquals(1, connections.availablePermits(), "the dropped stream's queue pair still holds its place");
+        transport.lastLeaderStream.release();
+        assertEquals(2, connections.availablePermits(), "its place comes back once it is released");
+        hs.connectionClosed();
+        assertEquals(2, connections.availablePermits(), "once");
+    }
+
     /** A handshake taken to RDMA. */
     private LeaderHandshake upgraded(InMemoryStreamTransport transport) throws Exception {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
