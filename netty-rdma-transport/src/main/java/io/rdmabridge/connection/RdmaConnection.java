@@ -1029,7 +1029,8 @@ public final class RdmaConnection {
             }
             if (status != WcStatus.WR_FLUSH_ERR) {
                 fail(new RdmaException(WcOpcode.name(WrOpcode.completionOpcode(opcodeOf(seq))) + " failed: "
-                        + WcStatus.name(status) + (vendorError != 0 ? " (vendor error " + vendorError + ")" : "")));
+                        + WcStatus.name(status) + (vendorError != 0 ? " (vendor error " + vendorError + ")" : "")
+                        + WcStatus.meaning(status)));
             }
         }
     }

@@ -38,6 +38,25 @@ public final class WcStatus {
     private WcStatus() {
     }
 
+    /**
+     * What a failed status says about the connection and what to check, for error messages: {@code ": ..."}, or
+     * empty for the statuses that speak for themselves.
+     */
+    public static String meaning(int status) {
+        switch (status) {
+            case RETRY_EXC_ERR:
+                return ": the peer acknowledged nothing within the transport's retries (its host is down or cut off, "
+                        + "or its adapter or process stopped); check the peer and the network path to it";
+            case RNR_RETRY_EXC_ERR:
+                return ": the peer had no receive posted within its receiver-not-ready retries (it stopped taking "
+                        + "messages)";
+            case REM_ACCESS_ERR:
+                return ": the peer refused the remote key, address range or access right of a one-sided request";
+            default:
+                return "";
+        }
+    }
+
     /** The {@code IBV_WC_*} name of a status, e.g. {@code REM_ACCESS_ERR}; unknown values print as a number. */
     public static String name(int status) {
         return status >= 0 && status < NAMES.length ? NAMES[status] : "UNKNOWN(" + status + ")";

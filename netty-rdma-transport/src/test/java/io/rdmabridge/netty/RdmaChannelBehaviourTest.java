@@ -462,6 +462,45 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         assertFalse(client.isActive());
     }
 
+    /**
+     * A peer host that vanishes without a reset (power lost, cable cut): the channel's write waits for an
+     * acknowledgement that never comes, so the channel closes once the transport's retries would have run out on a NIC
+     * (RETRY_EXC_ERR), naming it. It used to wait for TCP's own retransmission timeout, about 15 minutes.
+     */
+    @Test
+    @Timeout(30)
+    void shouldCloseNamingRetryExceededWhenThePeerHostVanishes() throws Exception {
+        String loopback = System.getProperty("rdmabridge.soft.loopback");
+        String timeout = System.getProperty("rdmabridge.soft.transportTimeoutMillis");
+        // Only a peer across a wire can vanish: the TCP path, even in this JVM.
+        System.setProperty("rdmabridge.soft.loopback", "tcp");
+        System.setProperty("rdmabridge.soft.transportTimeoutMillis", "1000");
+        try {
+            Sink serverSink = new Sink();
+            Channel server = server(serverSink, true);
+            Sink clientSink = new Sink();
+            RdmaSocketChannel client = client(server, clientSink);
+            RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
+            provider.faults().silence(child.queuePair());
+            client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100));
+            assertTrue(clientSink.inactive.await(10, TimeUnit.SECONDS), "the client waited on for its vanished peer");
+            Throwable failure = clientSink.failure.get();
+            assertTrue(failure != null && failure.getMessage().contains("RETRY_EXC_ERR")
+                    && failure.getMessage().contains("host is down"), String.valueOf(failure));
+        } finally {
+            restore("rdmabridge.soft.loopback", loopback);
+            restore("rdmabridge.soft.transportTimeoutMillis", timeout);
+        }
+    }
+
+    private static void restore(String property, String value) {
+        if (value == null) {
+            System.clearProperty(property);
+        } else {
+            System.setProperty(property, value);
+        }
+    }
+
     @Test
     @Timeout(30)
     void shouldSeeChannelInactiveWhenThePeerCloses() throws Exception {

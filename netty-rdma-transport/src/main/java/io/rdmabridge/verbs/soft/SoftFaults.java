@@ -116,6 +116,23 @@ public final class SoftFaults {
         }
     }
 
+    /**
+     * Silences the TCP link under {@code qp} as if its host vanished without a reset (power lost, cable cut,
+     * partition): that side stops reading and writing, its socket stays open, and its peer hears nothing more. The
+     * peer's waiting work requests then end by its transport timeout ({@code rdmabridge.soft.transportTimeoutMillis}).
+     * The silenced side closes as usual when its queue pair or id is closed.
+     *
+     * @throws IllegalArgumentException when {@code qp} is not connected over TCP (an in-JVM peer cannot vanish; use
+     *                                  {@code rdmabridge.soft.loopback=tcp})
+     */
+    public void silence(QueuePair qp) {
+        if (!(qp instanceof SoftQueuePair) || !(((SoftQueuePair) qp).link instanceof TcpLink)) {
+            throw new IllegalArgumentException("qp: " + qp + " (expected: a soft queue pair connected over TCP; set "
+                    + "rdmabridge.soft.loopback=tcp for peers in one JVM)");
+        }
+        ((TcpLink) ((SoftQueuePair) qp).link).silence();
+    }
+
     /** Cuts every live link of this JVM's software device, as {@link #dropConnection(QueuePair)} does. */
     public void dropAllConnections() {
         for (SoftLink link : engine.links) {

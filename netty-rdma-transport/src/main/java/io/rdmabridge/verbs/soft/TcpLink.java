@@ -11,6 +11,8 @@ import io.rdmabridge.verbs.WcOpcode;
 import io.rdmabridge.verbs.WcStatus;
 import io.rdmabridge.verbs.WrOpcode;
 import java.io.IOException;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.net.ConnectException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -93,6 +95,32 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int CONNECTED = 4;
     static final int CLOSING = 5;
     static final int CLOSED = 6;
+
+    /**
+     * How long a connected link may go without a sign of its peer while work requests wait for it, before the oldest
+     * fails with {@code RETRY_EXC_ERR} and the connection ends, as on a NIC whose transport retries ran out (its
+     * local ACK timeout times its retry count: seconds to tens of seconds). A sign is a frame from the peer or bytes
+     * of ours it took (its kernel acknowledges them). Without it a peer host that vanished without a reset (power
+     * lost, cable cut, partition) left those requests to TCP's own retransmission timeout, about 15 minutes. Longer
+     * than a NIC's, since here the peer's signs come from its process (a pause in it counts), not from its adapter.
+     * Milliseconds; {@code 0} turns it off; read when a connection is established.
+     */
+    static final String TRANSPORT_TIMEOUT_PROPERTY = "rdmabridge.soft.transportTimeoutMillis";
+    static final long DEFAULT_TRANSPORT_TIMEOUT_MILLIS = 30_000;
+    /** The timeout is checked this many times over its length: it fires within a quarter of it late. */
+    private static final int LIVENESS_CHECKS = 4;
+    private static final VarHandle HEARD;
+    private static final VarHandle DELIVERED;
+
+    static {
+        try {
+            MethodHandles.Lookup l = MethodHandles.lookup();
+            HEARD = l.findVarHandle(TcpLink.class, "heard", long.class);
+            DELIVERED = l.findVarHandle(TcpLink.class, "delivered", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
 
     /** Most one-sided requests one DIRECT frame reports; more wait for the next one. */
     static final int MAX_DIRECT = 1 << 24;
@@ -193,6 +221,20 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private final Runnable writeInterestTask = this::watchWritable;
     private final Runnable lingerTask = this::linger;
     private final Runnable closeTask = this::closeNow;
+    private final Runnable livenessTask = this::checkLiveness;
+
+    // ---- liveness: plain counters on the hot paths, read by the engine's check (opaque)
+    /** Frames taken from the peer; by the consumer. */
+    private long heard;
+    /** Times the peer took bytes of ours (socket writes that went out, ring head moves); by the drainer. */
+    private long delivered;
+    private long transportTimeoutNanos;
+    /** The next liveness check; cancelled at close, so that no timer pins a closed link. */
+    private volatile ScheduledFuture<?> livenessCheck;
+    private long lastSigns;
+    private int quietChecks;
+    /** {@link SoftFaults#silence}: this side neither reads nor writes, as a host that vanished. */
+    private volatile boolean silenced;
 
     // ---- writer side (owned by the drainer of pump())
     private volatile byte[] handshakeOut;
@@ -396,6 +438,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     localToken, sameHost ? engine.sharedMemory.pid() : 0);
             phase = CONNECTED;
             engine.links.add(this);
+            watchLiveness();
             q.markReadyToSend(this);
             if (q.state == QpState.DESTROYED) {
                 // Destroyed meanwhile: its close() may have looked for the link before markReadyToSend set it.
@@ -536,6 +579,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     @Override
     public void onSelected(SelectionKey k) {
+        if (silenced) {
+            k.interestOps(0);
+            return;
+        }
         int ready = k.readyOps();
         if ((ready & SelectionKey.OP_CONNECT) != 0) {
             try {
@@ -869,7 +916,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      * thread polling the queue pair's completion queues is at it ({@link #progress(boolean)}).
      */
     boolean pollRing() {
-        if (!consumer.compareAndSet(null, Thread.currentThread())) {
+        if (silenced || !consumer.compareAndSet(null, Thread.currentThread())) {
             return false;
         }
         try {
@@ -898,7 +945,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      *                 doorbell for frames the poller executes anyway
      */
     void progress(boolean takePark) {
-        if (!consumer.compareAndSet(null, Thread.currentThread())) {
+        if (silenced || !consumer.compareAndSet(null, Thread.currentThread())) {
             return;
         }
         boolean failed;
@@ -1154,6 +1201,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         attach(q, q.localParams, params, true);
         phase = CONNECTED;
         engine.links.add(this);
+        watchLiveness();
         if (q.state == QpState.DESTROYED) {
             teardown("queue pair " + q.qpn + " destroyed before the connection was up", SoftFrame.DISCONNECT, 0, 0);
             return false;
@@ -1167,6 +1215,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     // ------------------------------------------------------------------ frame execution (engine thread)
 
     private void dispatch(SoftFrame f, long payloadAddress) {
+        heard++;
         int op = f.opcode();
         switch (op) {
             case SoftFrame.SEND:
@@ -1556,6 +1605,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     /** Drains everything ready to go into the socket; one drainer at a time, any thread. */
     void pump() {
+        if (silenced && phase != CLOSED) {
+            return;
+        }
         for (;;) {
             try {
                 pumpOnce();
@@ -1686,7 +1738,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             if (writeBuf.position() > 0) {
                 writeBuf.flip();
-                c.write(writeBuf);
+                if (c.write(writeBuf) > 0) {
+                    delivered++;
+                }
                 writeBuf.compact();
                 if (writeBuf.position() > 0) {
                     engine.execute(writeInterestTask);
@@ -1720,6 +1774,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             long head = r.head();
             if (head < outHead || head > outTail) {
                 throw new RingFailure("head of our ring=" + head + " (expected: " + outHead + ".." + outTail + ")");
+            }
+            if (head != outHead) {
+                delivered++;
             }
             outHead = head;
             int at = (int) outTail & r.mask;
@@ -2167,6 +2224,90 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
+    // ------------------------------------------------------------------ liveness (engine thread)
+
+    private void watchLiveness() {
+        long millis = Long.getLong(TRANSPORT_TIMEOUT_PROPERTY, DEFAULT_TRANSPORT_TIMEOUT_MILLIS);
+        if (millis > 0) {
+            transportTimeoutNanos = millis * 1_000_000L;
+            scheduleLivenessCheck();
+        }
+    }
+
+    /** Counts the checks in a row that found work requests waiting and no sign of the peer since the last. */
+    private void checkLiveness() {
+        if (phase != CONNECTED || torn.get()) {
+            return;
+        }
+        long signs = (long) HEARD.getOpaque(this) + (long) DELIVERED.getOpaque(this);
+        if (signs != lastSigns || !awaitsPeer()) {
+            lastSigns = signs;
+            quietChecks = 0;
+        } else if (++quietChecks >= LIVENESS_CHECKS) {
+            transportTimedOut();
+            return;
+        }
+        scheduleLivenessCheck();
+    }
+
+    private void scheduleLivenessCheck() {
+        livenessCheck = engine.schedule(() -> engine.execute(livenessTask), transportTimeoutNanos / LIVENESS_CHECKS);
+    }
+
+    /** Whether a work request waits for the peer (posted, and not yet acknowledged or answered). */
+    private boolean awaitsPeer() {
+        SoftQueuePair q = qp;
+        q.sqLock.lock();
+        try {
+            for (long s = q.sqHead; s < q.sqTail; s++) {
+                int i = q.sIndex(s);
+                if (!q.sDone[i] && q.sStatus[i] == WcStatus.SUCCESS) {
+                    return true;
+                }
+            }
+            return false;
+        } finally {
+            q.sqLock.unlock();
+        }
+    }
+
+    /** The oldest waiting work request fails with RETRY_EXC_ERR, the rest are flushed, and the connection ends. */
+    private void transportTimedOut() {
+        SoftQueuePair q = qp;
+        q.sqLock.lock();
+        try {
+            if (q.state == QpState.RTS) {
+                for (long s = q.sqHead; s < q.sqTail; s++) {
+                    int i = q.sIndex(s);
+                    if (!q.sDone[i] && q.sStatus[i] == WcStatus.SUCCESS) {
+                        q.sStatus[i] = WcStatus.RETRY_EXC_ERR;
+                        break;
+                    }
+                }
+                q.retireLocked();
+            }
+        } finally {
+            q.sqLock.unlock();
+        }
+        String reason = "no sign of peer " + peer + " for " + transportTimeoutNanos / 1_000_000L + " ms while work "
+                + "requests waited for it (" + TRANSPORT_TIMEOUT_PROPERTY + "): its host is down or cut off, or its "
+                + "process is stopped; a NIC ends such a connection with RETRY_EXC_ERR once its retries run out";
+        SoftEngine.logger.warn("soft0: closing the connection with {}: {}", peer, reason);
+        teardown(reason, 0, 0, 0);
+        closeNow();
+    }
+
+    /** {@link SoftFaults#silence}: from now on this side neither reads nor writes, without closing its socket. */
+    void silence() {
+        silenced = true;
+        engine.execute(() -> {
+            SelectionKey k = key;
+            if (k != null && k.isValid()) {
+                k.interestOps(0);
+            }
+        });
+    }
+
     // ------------------------------------------------------------------ teardown
 
     /**
@@ -2246,6 +2387,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         handshakeDone();
         phase = CLOSED;
+        ScheduledFuture<?> liveness = livenessCheck;
+        if (liveness != null) {
+            livenessCheck = null;
+            liveness.cancel(false);
+        }
         if (inRing != null) {
             // A poller may be reading the ring: unmap it once the poller is done and before another can start.
             boolean locked = lockConsumer();

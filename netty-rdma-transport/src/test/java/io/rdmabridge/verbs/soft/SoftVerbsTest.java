@@ -462,6 +462,48 @@ class SoftVerbsTest {
         }
     }
 
+    /**
+     * A peer host that vanishes without a reset (power lost, cable cut): a NIC fails the oldest waiting request with
+     * RETRY_EXC_ERR once its transport retries run out, and flushes the rest. Over TCP such requests used to wait for
+     * TCP's own retransmission timeout, about 15 minutes. A peer that is only quiet, with nothing waiting for it, is no
+     * such case: the link stays up past the timeout.
+     */
+    @Test
+    void shouldFailWaitingRequestsWithRetryExceededWhenThePeerHostVanishes() throws Exception {
+        String old = System.getProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY);
+        System.setProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, "1000");
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer src = p.buffer(p.client, 4096);
+            SoftPair.Buffer dst = p.buffer(p.server, 4096);
+            Thread.sleep(2500);
+            postRecv(p.server, 1, dst, 0, 100);
+            p.client.qp.postSend(swr.reset().wrId(1).flags(SendWorkRequest.SIGNALED)
+                    .addSge(src.address(), 10, src.mr().lkey()));
+            assertCompletion(pollOne(p.client.sendCq, null), 1, WcStatus.SUCCESS, WcOpcode.SEND);
+            assertCompletion(pollOne(p.server.recvCq, null), 1, WcStatus.SUCCESS, WcOpcode.RECV);
+
+            postRecv(p.server, 2, dst, 0, 100);
+            provider.faults().silence(p.server.qp);
+            long start = System.nanoTime();
+            for (long wrId = 2; wrId <= 3; wrId++) {
+                p.client.qp.postSend(swr.reset().wrId(wrId).flags(SendWorkRequest.SIGNALED)
+                        .addSge(src.address(), 10, src.mr().lkey()));
+            }
+            assertCompletion(pollOne(p.client.sendCq, null), 2, WcStatus.RETRY_EXC_ERR, 0);
+            long millis = (System.nanoTime() - start) / 1_000_000;
+            assertTrue(millis >= 900 && millis < 5000, "timed out after " + millis + " ms (expected: 1000 to 1250)");
+            assertCompletion(pollOne(p.client.sendCq, null), 3, WcStatus.WR_FLUSH_ERR, 0);
+            assertEquals(QpState.ERROR, p.client.qp.state());
+            awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
+        } finally {
+            if (old == null) {
+                System.clearProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY);
+            } else {
+                System.setProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, old);
+            }
+        }
+    }
+
     @Test
     void shouldFailInjectedRegistrations() throws Exception {
         ProtectionDomain pd = provider.devices().get(0).allocProtectionDomain();
