@@ -46,7 +46,8 @@ public final class WcStatus {
         switch (status) {
             case RETRY_EXC_ERR:
                 return ": the peer acknowledged nothing within the transport's retries (its host is down or cut off, "
-                        + "or its adapter or process stopped); check the peer and the network path to it";
+                        + "or its adapter stopped; on the soft provider also a stopped peer process); check the peer "
+                        + "and the network path to it";
             case RNR_RETRY_EXC_ERR:
                 return ": the peer had no receive posted within its receiver-not-ready retries (it stopped taking "
                         + "messages)";

@@ -38,8 +38,9 @@ import java.util.Locale;
  * {@code tcp}: whether processes on one host move their frames through shared-memory rings and run RDMA WRITE and
  * READ one-sided (see the package javadoc); {@code rdmabridge.soft.handshakeTimeoutMillis} (default 10000)
  * bounds how long an accepted socket may take to send its connect request;
- * {@code rdmabridge.soft.transportTimeoutMillis} (default 30000, 0 off) how long a connection's waiting work requests go without a sign of the peer before they fail
- * with {@code RETRY_EXC_ERR}, as a NIC's do once its transport retries run out. Thread-safe.
+ * {@code rdmabridge.soft.transportTimeoutMillis} (default 30000, 0 off) how long a connection between hosts may have
+ * work requests waiting without a sign of the peer before they fail with {@code RETRY_EXC_ERR}, as a NIC's do once
+ * its transport retries run out. Thread-safe.
  */
 public final class SoftProvider implements RdmaProvider {
     /** The name users choose it by: {@code rdmabridge.provider=soft}. */

@@ -466,6 +466,29 @@ final class SoftQueuePair implements QueuePair {
         return false;
     }
 
+    /**
+     * The queue pair fails at the first slot whose status is not SUCCESS: the acknowledged slots before it complete
+     * successfully now (also those whose completion {@link SoftFaults#delaySendCompletions} holds back, which the
+     * flush would report as flushed), then that slot with its status, after the state has become ERROR; the flush
+     * that follows completes the rest with WR_FLUSH_ERR. Caller holds {@code sqLock}.
+     */
+    void retireFailingLocked() {
+        long tail = sqTail;
+        for (long head = sqHead; head < tail; head++) {
+            int i = sIndex(head);
+            int st = sStatus[i];
+            if (st != WcStatus.SUCCESS) {
+                markError();
+                retireSlotLocked(head, st);
+                return;
+            }
+            if (!sDone[i]) {
+                return;
+            }
+            retireSlotLocked(head, WcStatus.SUCCESS);
+        }
+    }
+
     /** The timer's retire of completions {@link SoftFaults#delaySendCompletions} held back. */
     private void retireDelayed() {
         boolean failed;

@@ -23,6 +23,7 @@ import java.nio.channels.DatagramChannel;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
@@ -97,13 +98,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     static final int CLOSED = 6;
 
     /**
-     * How long a connected link may go without a sign of its peer while work requests wait for it, before the oldest
-     * fails with {@code RETRY_EXC_ERR} and the connection ends, as on a NIC whose transport retries ran out (its
-     * local ACK timeout times its retry count: seconds to tens of seconds). A sign is a frame from the peer or bytes
-     * of ours it took (its kernel acknowledges them). Without it a peer host that vanished without a reset (power
-     * lost, cable cut, partition) left those requests to TCP's own retransmission timeout, about 15 minutes. Longer
-     * than a NIC's, since here the peer's signs come from its process (a pause in it counts), not from its adapter.
-     * Milliseconds; {@code 0} turns it off; read when a connection is established.
+     * How long a connected link between hosts may go without a sign of its peer while work requests wait for it,
+     * before the oldest fails with {@code RETRY_EXC_ERR} and the connection ends, as on a NIC whose transport retries
+     * ran out (its local ACK timeout times its retry count: seconds to tens of seconds). A sign is a byte read from
+     * the peer, or room coming back in our full socket (the peer's TCP acknowledged data). Without it a peer host that
+     * vanished without a reset (power lost, cable cut, partition) left those requests to TCP's own retransmission
+     * timeout, about 15 minutes. Longer than a NIC's, since here the signs come from the peer's process (a pause in
+     * it counts), not from its adapter; for the same reason it is off on same-host links, whose peer cannot vanish
+     * without its kernel resetting the socket, and whose adapter, were it a NIC, would keep answering for a stopped
+     * process. Milliseconds, at least 100; {@code 0} turns it off; read when a connection is established.
      */
     static final String TRANSPORT_TIMEOUT_PROPERTY = "rdmabridge.soft.transportTimeoutMillis";
     static final long DEFAULT_TRANSPORT_TIMEOUT_MILLIS = 30_000;
@@ -224,10 +227,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private final Runnable livenessTask = this::checkLiveness;
 
     // ---- liveness: plain counters on the hot paths, read by the engine's check (opaque)
-    /** Frames taken from the peer; by the consumer. */
+    /** Reads that brought bytes from the peer; by the consumer. */
     private long heard;
-    /** Times the peer took bytes of ours (socket writes that went out, ring head moves); by the drainer. */
+    /** Times room came back in our full socket; by the drainer. */
     private long delivered;
+    /** Our last socket write left bytes behind: the socket was full; drainer. */
+    private boolean socketFull;
     private long transportTimeoutNanos;
     /** The next liveness check; cancelled at close, so that no timer pins a closed link. */
     private volatile ScheduledFuture<?> livenessCheck;
@@ -680,6 +685,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             peerGone(reason != null ? reason : "peer " + peer + " closed the connection");
             return;
         }
+        if (n > 0) {
+            heard++;
+        }
         if (phase == CLOSING) {
             readBuf.clear();
             return;
@@ -1064,7 +1072,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      */
     boolean parkRing() {
         ShmRing r = inRing;
-        if (r == null || phase != CONNECTED) {
+        if (r == null || phase != CONNECTED || silenced) {
             return false;
         }
         try {
@@ -1215,7 +1223,6 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     // ------------------------------------------------------------------ frame execution (engine thread)
 
     private void dispatch(SoftFrame f, long payloadAddress) {
-        heard++;
         int op = f.opcode();
         switch (op) {
             case SoftFrame.SEND:
@@ -1738,9 +1745,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             }
             if (writeBuf.position() > 0) {
                 writeBuf.flip();
-                if (c.write(writeBuf) > 0) {
+                if (c.write(writeBuf) > 0 && socketFull) {
                     delivered++;
                 }
+                socketFull = writeBuf.hasRemaining();
                 writeBuf.compact();
                 if (writeBuf.position() > 0) {
                     engine.execute(writeInterestTask);
@@ -1774,9 +1782,6 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             long head = r.head();
             if (head < outHead || head > outTail) {
                 throw new RingFailure("head of our ring=" + head + " (expected: " + outHead + ".." + outTail + ")");
-            }
-            if (head != outHead) {
-                delivered++;
             }
             outHead = head;
             int at = (int) outTail & r.mask;
@@ -2228,67 +2233,71 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
 
     private void watchLiveness() {
         long millis = Long.getLong(TRANSPORT_TIMEOUT_PROPERTY, DEFAULT_TRANSPORT_TIMEOUT_MILLIS);
-        if (millis > 0) {
-            transportTimeoutNanos = millis * 1_000_000L;
+        if (millis > 0 && !sameHost) {
+            transportTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(Math.max(100, millis));
             scheduleLivenessCheck();
         }
     }
 
-    /** Counts the checks in a row that found work requests waiting and no sign of the peer since the last. */
+    private long signs() {
+        return (long) HEARD.getOpaque(this) + (long) DELIVERED.getOpaque(this);
+    }
+
+    /**
+     * Counts the checks in a row that found a work request waiting and no sign of the peer since the last; at
+     * {@value #LIVENESS_CHECKS} the transport times out. The last look and the failure are one hold of the send
+     * queue's lock, so that an acknowledgement executed meanwhile (its bytes were read first) cancels it.
+     */
     private void checkLiveness() {
         if (phase != CONNECTED || torn.get()) {
             return;
         }
-        long signs = (long) HEARD.getOpaque(this) + (long) DELIVERED.getOpaque(this);
-        if (signs != lastSigns || !awaitsPeer()) {
+        long signs = signs();
+        if (signs != lastSigns) {
             lastSigns = signs;
             quietChecks = 0;
-        } else if (++quietChecks >= LIVENESS_CHECKS) {
-            transportTimedOut();
+            scheduleLivenessCheck();
             return;
         }
-        scheduleLivenessCheck();
+        SoftQueuePair q = qp;
+        boolean timedOut = false;
+        q.sqLock.lock();
+        try {
+            long waiting = oldestWaitingLocked(q);
+            if (waiting < 0 || q.state != QpState.RTS) {
+                quietChecks = 0;
+            } else if (++quietChecks >= LIVENESS_CHECKS && signs() == lastSigns) {
+                q.sStatus[q.sIndex(waiting)] = WcStatus.RETRY_EXC_ERR;
+                q.retireFailingLocked();
+                timedOut = true;
+            }
+        } finally {
+            q.sqLock.unlock();
+        }
+        if (timedOut) {
+            transportTimedOut();
+        } else {
+            scheduleLivenessCheck();
+        }
     }
 
     private void scheduleLivenessCheck() {
         livenessCheck = engine.schedule(() -> engine.execute(livenessTask), transportTimeoutNanos / LIVENESS_CHECKS);
     }
 
-    /** Whether a work request waits for the peer (posted, and not yet acknowledged or answered). */
-    private boolean awaitsPeer() {
-        SoftQueuePair q = qp;
-        q.sqLock.lock();
-        try {
-            for (long s = q.sqHead; s < q.sqTail; s++) {
-                int i = q.sIndex(s);
-                if (!q.sDone[i] && q.sStatus[i] == WcStatus.SUCCESS) {
-                    return true;
-                }
+    /** The oldest work request that waits for the peer (posted, not yet acknowledged or answered), or -1. */
+    private static long oldestWaitingLocked(SoftQueuePair q) {
+        for (long s = q.sqHead; s < q.sqTail; s++) {
+            int i = q.sIndex(s);
+            if (!q.sDone[i] && q.sStatus[i] == WcStatus.SUCCESS) {
+                return s;
             }
-            return false;
-        } finally {
-            q.sqLock.unlock();
         }
+        return -1;
     }
 
-    /** The oldest waiting work request fails with RETRY_EXC_ERR, the rest are flushed, and the connection ends. */
+    /** The oldest waiting work request has failed with RETRY_EXC_ERR: the rest are flushed, the connection ends. */
     private void transportTimedOut() {
-        SoftQueuePair q = qp;
-        q.sqLock.lock();
-        try {
-            if (q.state == QpState.RTS) {
-                for (long s = q.sqHead; s < q.sqTail; s++) {
-                    int i = q.sIndex(s);
-                    if (!q.sDone[i] && q.sStatus[i] == WcStatus.SUCCESS) {
-                        q.sStatus[i] = WcStatus.RETRY_EXC_ERR;
-                        break;
-                    }
-                }
-                q.retireLocked();
-            }
-        } finally {
-            q.sqLock.unlock();
-        }
         String reason = "no sign of peer " + peer + " for " + transportTimeoutNanos / 1_000_000L + " ms while work "
                 + "requests waited for it (" + TRANSPORT_TIMEOUT_PROPERTY + "): its host is down or cut off, or its "
                 + "process is stopped; a NIC ends such a connection with RETRY_EXC_ERR once its retries run out";

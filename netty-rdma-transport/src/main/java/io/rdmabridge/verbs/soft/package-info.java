@@ -14,9 +14,9 @@
  *   <li>{@link io.rdmabridge.verbs.soft.TcpLink}: one TCP connection per queue pair, the
  *       {@link io.rdmabridge.verbs.soft.SoftHandshake} then {@link io.rdmabridge.verbs.soft.SoftFrame}s, validated
  *       field by field; bounded buffers; cumulative ACKs; RNR NAK with go-back retransmission; a transport timeout
- *       ({@code rdmabridge.soft.transportTimeoutMillis}, 30 s): waiting work requests that see no sign of the peer
- *       that long fail with {@code RETRY_EXC_ERR}, as a NIC's do once its retries run out, where a vanished host
- *       would otherwise leave them to TCP's retransmission timeout.</li>
+ *       ({@code rdmabridge.soft.transportTimeoutMillis}, 30 s, between hosts): waiting work requests that see no
+ *       sign of the peer that long fail with {@code RETRY_EXC_ERR}, as a NIC's do once its retries run out, where a
+ *       vanished host would otherwise leave them to TCP's retransmission timeout.</li>
  *   <li>{@link io.rdmabridge.verbs.soft.SoftCompletionQueue}: lock-free many-producer, single-consumer ring.</li>
  *   <li>Same-host path ({@code rdmabridge.soft.sameHost=shm}, below): {@link io.rdmabridge.verbs.soft.SharedMemoryFiles}
  *       (registered memory in shared files, the same-host token), {@link io.rdmabridge.verbs.soft.SharedKeyTable}

@@ -471,7 +471,10 @@ class SoftVerbsTest {
     @Test
     void shouldFailWaitingRequestsWithRetryExceededWhenThePeerHostVanishes() throws Exception {
         String old = System.getProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY);
+        String sameHost = System.getProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
         System.setProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, "1000");
+        // As between hosts: a same-host peer cannot vanish without its kernel resetting the socket.
+        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
         try (SoftPair p = SoftPair.tcp()) {
             SoftPair.Buffer src = p.buffer(p.client, 4096);
             SoftPair.Buffer dst = p.buffer(p.server, 4096);
@@ -496,11 +499,16 @@ class SoftVerbsTest {
             assertEquals(QpState.ERROR, p.client.qp.state());
             awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
         } finally {
-            if (old == null) {
-                System.clearProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY);
-            } else {
-                System.setProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, old);
-            }
+            restore(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, old);
+            restore(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
+        }
+    }
+
+    private static void restore(String property, String value) {
+        if (value == null) {
+            System.clearProperty(property);
+        } else {
+            System.setProperty(property, value);
         }
     }
 
