@@ -117,23 +117,64 @@ final class PollSet implements AutoCloseable {
         if (UNAVAILABILITY_CAUSE != null) {
             throw new IOException(UNAVAILABILITY_CAUSE.getMessage(), UNAVAILABILITY_CAUSE);
         }
+        int ep;
         try {
-            epfd = (int) EPOLL_CREATE.invokeExact();
-            Object fd;
-            try {
-                fd = (Object) EVENTFD_NEW.invokeExact();
-            } catch (Throwable t) {
-                CLOSE_INT_FD.invokeExact(epfd);
-                throw t;
-            }
-            eventFd = fd;
-            efd = (int) EVENTFD_FD.invokeExact(fd);
-            pollArray = (long) EPOLL_ALLOC.invokeExact(2);
-            ctl(CTL_ADD, efd, POLLIN);
-        } catch (IOException | RuntimeException | Error e) {
-            throw e;
+            ep = (int) EPOLL_CREATE.invokeExact();
         } catch (Throwable t) {
-            throw new IOException(t);
+            throw asIoException(t);
+        }
+        Object fd = null;
+        long array = 0;
+        int e;
+        try {
+            fd = (Object) EVENTFD_NEW.invokeExact();
+            e = (int) EVENTFD_FD.invokeExact(fd);
+            array = (long) EPOLL_ALLOC.invokeExact(2);
+            int rc = (int) EPOLL_CTL.invokeExact(ep, CTL_ADD, e, POLLIN);
+            if (rc != 0) {
+                throw new IOException("epoll_ctl(op=" + CTL_ADD + ", eventfd " + e + ") failed: errno " + rc);
+            }
+        } catch (Throwable t) {
+            // Whatever was made before the failure goes with it: a connection that fails here leaks no descriptor.
+            releaseQuietly(ep, fd, array);
+            throw asIoException(t);
+        }
+        epfd = ep;
+        eventFd = fd;
+        efd = e;
+        pollArray = array;
+    }
+
+    /** Rethrows an unchecked throwable as it is; wraps anything checked in an {@link IOException}. */
+    private static IOException asIoException(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            throw r;
+        }
+        if (t instanceof Error err) {
+            throw err;
+        }
+        return t instanceof IOException io ? io : new IOException(t);
+    }
+
+    private static void releaseQuietly(int ep, Object fd, long array) {
+        try {
+            if (array != 0) {
+                EPOLL_FREE.invokeExact(array);
+            }
+        } catch (Throwable ignored) {
+            // Native memory free cannot fail in practice.
+        }
+        try {
+            if (fd != null) {
+                EVENTFD_CLOSE.invokeExact(fd);
+            }
+        } catch (Throwable ignored) {
+            // Nothing left to release.
+        }
+        try {
+            CLOSE_INT_FD.invokeExact(ep);
+        } catch (Throwable ignored) {
+            // As above.
         }
     }
 
