@@ -72,10 +72,11 @@ final class ShuffleBlockClient implements AutoCloseable {
      * As {@link #fetch(String, InetSocketAddress, String[], BlockFetchingListener)}, but when no connection to the
      * server can be made (refused, timed out, or closed before its challenge), nothing was asked of it and
      * {@code unreachable} is offered the cause first: when it answers {@code true} it has taken the fetch elsewhere,
-     * and {@code listener} hears nothing from here. A server whose challenge shows that this executor's
-     * {@code spark.authenticate} differs from its own was reached: its blocks fail at once with that cause, which is
-     * no {@link IOException}, so that Spark's retries (and a fallback) do not hide the configuration error, as a
-     * failed authentication on Spark's own transport is not retried either.
+     * and {@code listener} hears nothing from here. So is a server whose challenge shows that its
+     * {@code spark.authenticate} differs from this executor's: Spark gives every executor of an application the same
+     * settings, so that is most likely another application's block server on a port the executor held before it
+     * went. Declined, its blocks fail at once with that cause, which is no {@link IOException}: Spark does not retry
+     * it, as it does not retry a failed authentication on its own transport.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
@@ -95,8 +96,10 @@ final class ShuffleBlockClient implements AutoCloseable {
                         handler.send(blockIds, listener);
                     }
                 });
-            } else if (f.cause() instanceof AuthenticationMismatch) {
-                failAll(blockIds, listener, f.cause());
+            } else if (f.cause() instanceof AuthenticationMismatch mismatch) {
+                if (unreachable == null || !unreachable.test(new IOException(mismatch.getMessage(), mismatch))) {
+                    failAll(blockIds, listener, mismatch);
+                }
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
                         + f.cause().getMessage(), f.cause());
