@@ -110,7 +110,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      */
     static final String TRANSPORT_TIMEOUT_PROPERTY = "rdmabridge.soft.transportTimeoutMillis";
     static final long DEFAULT_TRANSPORT_TIMEOUT_MILLIS = 30_000;
-    /** The timeout is checked this many times over its length: it fires within a quarter of it late. */
+    /**
+     * The timeout is checked this many times over its length; it fires at the check after the last of them, so
+     * between one and one and a quarter timeouts after the first request left unanswered.
+     */
     private static final int LIVENESS_CHECKS = 4;
     private static final VarHandle HEARD;
     private static final VarHandle DELIVERED;
@@ -2244,8 +2247,8 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     }
 
     /**
-     * Counts the checks in a row that found a work request waiting and no sign of the peer since the last; at
-     * {@value #LIVENESS_CHECKS} the transport times out. The last look and the failure are one hold of the send
+     * Counts the checks in a row that found a work request waiting and no sign of the peer since the last; past
+     * {@value #LIVENESS_CHECKS} the transport times out (the first such check may come just after the request). The last look and the failure are one hold of the send
      * queue's lock, so that an acknowledgement executed meanwhile (its bytes were read first) cancels it.
      */
     private void checkLiveness() {
@@ -2266,7 +2269,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             long waiting = oldestWaitingLocked(q);
             if (waiting < 0 || q.state != QpState.RTS) {
                 quietChecks = 0;
-            } else if (++quietChecks >= LIVENESS_CHECKS && signs() == lastSigns) {
+            } else if (++quietChecks > LIVENESS_CHECKS && signs() == lastSigns) {
                 q.sStatus[q.sIndex(waiting)] = WcStatus.RETRY_EXC_ERR;
                 q.retireFailingLocked();
                 timedOut = true;
