@@ -438,6 +438,19 @@ final class SoftQueuePair implements QueuePair {
      * lock.
      */
     boolean retireLocked() {
+        return retireLocked(false);
+    }
+
+    /**
+     * As {@link #retireLocked()} when the caller has just failed the oldest slot that was not done: the acknowledged
+     * slots before it complete successfully now, also those whose completion {@link SoftFaults#delaySendCompletions}
+     * holds back (the flush that follows the failure would report them as flushed), then the failed one.
+     */
+    void retireFailingLocked() {
+        retireLocked(true);
+    }
+
+    private boolean retireLocked(boolean failing) {
         long tail = sqTail;
         for (long head = sqHead; head < tail; head++) {
             int i = sIndex(head);
@@ -451,7 +464,7 @@ final class SoftQueuePair implements QueuePair {
                 break;
             }
             long due = sCompletionDue[i];
-            if (due != 0) {
+            if (due != 0 && !failing) {
                 long wait = due - System.nanoTime();
                 if (wait > 0) {
                     if (!retireScheduled) {
@@ -464,29 +477,6 @@ final class SoftQueuePair implements QueuePair {
             retireSlotLocked(head, WcStatus.SUCCESS);
         }
         return false;
-    }
-
-    /**
-     * The queue pair fails at the first slot whose status is not SUCCESS: the acknowledged slots before it complete
-     * successfully now (also those whose completion {@link SoftFaults#delaySendCompletions} holds back, which the
-     * flush would report as flushed), then that slot with its status, after the state has become ERROR; the flush
-     * that follows completes the rest with WR_FLUSH_ERR. Caller holds {@code sqLock}.
-     */
-    void retireFailingLocked() {
-        long tail = sqTail;
-        for (long head = sqHead; head < tail; head++) {
-            int i = sIndex(head);
-            int st = sStatus[i];
-            if (st != WcStatus.SUCCESS) {
-                markError();
-                retireSlotLocked(head, st);
-                return;
-            }
-            if (!sDone[i]) {
-                return;
-            }
-            retireSlotLocked(head, WcStatus.SUCCESS);
-        }
     }
 
     /** The timer's retire of completions {@link SoftFaults#delaySendCompletions} held back. */

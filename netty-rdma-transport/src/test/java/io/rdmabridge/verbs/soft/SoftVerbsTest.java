@@ -37,6 +37,7 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -485,17 +486,25 @@ class SoftVerbsTest {
             assertCompletion(pollOne(p.client.sendCq, null), 1, WcStatus.SUCCESS, WcOpcode.SEND);
             assertCompletion(pollOne(p.server.recvCq, null), 1, WcStatus.SUCCESS, WcOpcode.RECV);
 
+            // Acknowledged, with its completion held back: it still completes successfully, ahead of the failure.
+            provider.faults().delaySendCompletions(TimeUnit.SECONDS.toNanos(60));
             postRecv(p.server, 2, dst, 0, 100);
+            p.client.qp.postSend(swr.reset().wrId(2).flags(SendWorkRequest.SIGNALED)
+                    .addSge(src.address(), 10, src.mr().lkey()));
+            assertCompletion(pollOne(p.server.recvCq, null), 2, WcStatus.SUCCESS, WcOpcode.RECV);
+
+            postRecv(p.server, 3, dst, 0, 100);
             provider.faults().silence(p.server.qp);
             long start = System.nanoTime();
-            for (long wrId = 2; wrId <= 3; wrId++) {
+            for (long wrId = 3; wrId <= 4; wrId++) {
                 p.client.qp.postSend(swr.reset().wrId(wrId).flags(SendWorkRequest.SIGNALED)
                         .addSge(src.address(), 10, src.mr().lkey()));
             }
-            assertCompletion(pollOne(p.client.sendCq, null), 2, WcStatus.RETRY_EXC_ERR, 0);
+            assertCompletion(pollOne(p.client.sendCq, null), 2, WcStatus.SUCCESS, WcOpcode.SEND);
+            assertCompletion(pollOne(p.client.sendCq, null), 3, WcStatus.RETRY_EXC_ERR, 0);
             long millis = (System.nanoTime() - start) / 1_000_000;
             assertTrue(millis >= 900 && millis < 5000, "timed out after " + millis + " ms (expected: 1000 to 1250)");
-            assertCompletion(pollOne(p.client.sendCq, null), 3, WcStatus.WR_FLUSH_ERR, 0);
+            assertCompletion(pollOne(p.client.sendCq, null), 4, WcStatus.WR_FLUSH_ERR, 0);
             assertEquals(QpState.ERROR, p.client.qp.state());
             awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
         } finally {
