@@ -72,11 +72,12 @@ final class ShuffleBlockClient implements AutoCloseable {
      * As {@link #fetch(String, InetSocketAddress, String[], BlockFetchingListener)}, but when no connection to the
      * server can be made (refused, timed out, or closed before its challenge), nothing was asked of it and
      * {@code unreachable} is offered the cause first: when it answers {@code true} it has taken the fetch elsewhere,
-     * and {@code listener} hears nothing from here. So is a server whose challenge shows that its
-     * {@code spark.authenticate} differs from this executor's: Spark gives every executor of an application the same
-     * settings, so that is most likely another application's block server on a port the executor held before it
-     * went. Declined, its blocks fail at once with that cause, which is no {@link IOException}: Spark does not retry
-     * it, as it does not retry a failed authentication on its own transport.
+     * and {@code listener} hears nothing from here. So is a server that is not the one meant: its challenge shows a
+     * {@code spark.authenticate} other than this executor's (Spark gives every executor of an application the same
+     * settings), or it fails to prove that it serves {@code executorId} with the application's secret. That is most
+     * likely another application's or executor's block server on a port the executor held before it went. Declined,
+     * its blocks fail at once with that cause, which is no {@link IOException}: Spark does not retry it, as it does
+     * not retry a failed authentication on its own transport. Fetches are sent only once the server has proven itself.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
@@ -96,9 +97,9 @@ final class ShuffleBlockClient implements AutoCloseable {
                         handler.send(blockIds, listener);
                     }
                 });
-            } else if (f.cause() instanceof AuthenticationMismatch mismatch) {
-                if (unreachable == null || !unreachable.test(new IOException(mismatch.getMessage(), mismatch))) {
-                    failAll(blockIds, listener, mismatch);
+            } else if (f.cause() instanceof WrongServer wrong) {
+                if (unreachable == null || !unreachable.test(new IOException(wrong.getMessage(), wrong))) {
+                    failAll(blockIds, listener, wrong);
                 }
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
@@ -185,7 +186,9 @@ final class ShuffleBlockClient implements AutoCloseable {
         /** Both nonces of the handshake, kept from the CHALLENGE to check the server's PROOF. */
         private byte[] serverNonce;
         private byte[] clientNonce;
-        /** Set once the server's PROOF has verified (or, with no secret here, arrived): blocks are taken from here. */
+        /** Set once this side has answered the server's CHALLENGE. */
+        private boolean challenged;
+        /** Set once the server's PROOF has verified (or, with no secret here, arrived): fetches go from here. */
         private boolean proven;
 
         ConnectionHandler(Target server, Promise<Channel> ready) {
@@ -220,7 +223,8 @@ final class ShuffleBlockClient implements AutoCloseable {
                 // Fetches wait for the challenge outside pending: without this, a peer that never sends one holds
                 // them (and Spark's reader) for ever.
                 if (!ready.isDone() && now - activeNanos > fetchTimeoutNanos) {
-                    exceptionCaught(ctx, new IOException("no CHALLENGE from shuffle block server " + server
+                    exceptionCaught(ctx, new IOException("no " + (challenged ? "PROOF" : "CHALLENGE")
+                            + " from shuffle block server " + server
                             + " within " + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms ("
                             + RdmaShuffleConf.FETCH_TIMEOUT + "): it is not an rdma-bridge block server, or it is "
                             + "stalled"));
@@ -238,7 +242,7 @@ final class ShuffleBlockClient implements AutoCloseable {
          * to 2 GiB before it has even sent its challenge, for a request never made, or as a failure message.
          */
         void checkHeader(int length, byte type, long requestId) {
-            if (!ready.isDone()) {
+            if (!challenged) {
                 if (type == BlockFrame.CHALLENGE ? length != BlockFrame.CHALLENGE_FRAME_LENGTH
                         : type != BlockFrame.FAILURE) {
                     throw new CorruptedFrameException("type=" + type + " length=" + length + " from " + server
@@ -280,7 +284,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                 byte[] nonce = BlockFrame.readExact(frame, BlockFrame.NONCE_LENGTH, "nonce");
                 if (authRequired != authenticator.isRequired()) {
                     metrics.authFailures.inc();
-                    throw new AuthenticationMismatch("shuffle block server " + server + (authRequired
+                    throw new WrongServer("shuffle block server " + server + (authRequired
                             ? " requires authentication but this executor has no secret"
                             : " does not require authentication but this executor does")
                             + " (set spark.authenticate=true on every process of the application)");
@@ -289,19 +293,21 @@ final class ShuffleBlockClient implements AutoCloseable {
                 clientNonce = PeerAuthenticator.newNonce();
                 ctx.writeAndFlush(BlockFrame.response(ctx.alloc(), authenticator.clientAnswer(server.executorId(),
                         serverNonce, clientNonce), clientNonce));
-                // Fetches may follow the answer at once; their blocks are taken only after the server's PROOF.
-                ready.trySuccess(ctx.channel());
+                challenged = true;
             } else if (type == BlockFrame.PROOF) {
                 byte[] proof = BlockFrame.readExact(frame, BlockFrame.MAC_LENGTH, "proof");
                 if (authenticator.isRequired()
                         && !authenticator.verifyServer(server.executorId(), serverNonce, clientNonce, proof)) {
                     metrics.authFailures.inc();
-                    throw new PeerFailure("shuffle block server " + server + " failed to prove it holds this "
+                    throw new WrongServer("shuffle block server " + server + " failed to prove it holds this "
                             + "application's secret and serves executor " + server.executorId() + ": it is another "
                             + "application's block server, another executor's, or a process that took the port of an "
                             + "executor that is gone (spark.authenticate=true)");
                 }
                 proven = true;
+                // Only now: a fetch sent before would tell a server that is not the one meant which blocks we want,
+                // and, failed with the connection, be retried against it.
+                ready.trySuccess(ctx.channel());
             } else if (type == BlockFrame.BLOCK) {
                 Pending p = pending.remove(BlockFrame.readRequestId(frame));
                 FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice());
@@ -344,7 +350,7 @@ final class ShuffleBlockClient implements AutoCloseable {
             }
             IOException cause = closedCause();
             ctx.channel().attr(CLOSED_CAUSE).set(cause);
-            ready.tryFailure(failure instanceof AuthenticationMismatch ? failure : cause);
+            ready.tryFailure(failure instanceof WrongServer ? failure : cause);
             List<Pending> failed = new ArrayList<>(pending.values());
             pending.clear();
             for (Pending p : failed) {
@@ -361,9 +367,12 @@ final class ShuffleBlockClient implements AutoCloseable {
         }
     }
 
-    /** The server's challenge says its {@code spark.authenticate} differs from this executor's. */
-    private static final class AuthenticationMismatch extends RuntimeException {
-        AuthenticationMismatch(String message) {
+    /**
+     * The server is not the one meant: its challenge says its {@code spark.authenticate} differs from this
+     * executor's, or it failed to prove that it serves the executor asked for with the application's secret.
+     */
+    private static final class WrongServer extends RuntimeException {
+        WrongServer(String message) {
             super(message);
         }
     }

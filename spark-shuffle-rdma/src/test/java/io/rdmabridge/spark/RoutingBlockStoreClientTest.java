@@ -190,6 +190,41 @@ class RoutingBlockStoreClientTest {
         }
     }
 
+    /**
+     * Under dynamic allocation a removed executor's port may be taken by another executor's block server (or another
+     * application's), which cannot prove that it serves the executor meant. With the external shuffle service, which
+     * still holds that executor's blocks, the fetch goes there and the address is forgotten. Fetches used to go out
+     * before the proof, failed with the connection, and were retried against the same server until Spark gave up and
+     * ran the map stage again.
+     */
+    @Test
+    void shouldFetchFromTheExternalShuffleServiceWhenAnotherExecutorsServerHoldsThePort() throws Exception {
+        routing.close();
+        blockClient.close();
+        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator("secret"), 5_000, 10_000, metrics);
+        routing = routing(true, 2);
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
+        RdmaShuffleMetrics otherMetrics = new RdmaShuffleMetrics();
+        try (ShuffleBlockServer other = new ShuffleBlockServer(transport, "9", "127.0.0.1", 0, blockId -> {
+            throw new AssertionError("asked for " + blockId);
+        }, new PeerAuthenticator("secret"), conf, otherMetrics)) {
+            server1 = other.localAddress();
+            routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while ((sparkFetches.isEmpty() || metrics.blocksFetchedByFallback.getCount() < BLOCKS.length)
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
+            assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+            assertEquals(List.of("1"), forgotten, "the address is looked up afresh next time");
+            assertTrue(failures.isEmpty(), "blocks failed: " + failures);
+            assertEquals(0, metrics.fetchFailures.getCount());
+            // The other server refused our answer, which names executor 1: it asked for nothing.
+            assertEquals(1, otherMetrics.authFailures.getCount());
+        }
+    }
+
     @Test
     void shouldLeaveExecutorsWithoutABlockServerToSpark() {
         routing.fetchBlocks("127.0.0.1", 7337, "2", BLOCKS, listener, null);

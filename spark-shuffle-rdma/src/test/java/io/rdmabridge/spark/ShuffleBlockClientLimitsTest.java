@@ -1,6 +1,7 @@
 package io.rdmabridge.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
@@ -14,6 +15,7 @@ import java.util.Arrays;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterEach;
@@ -121,21 +123,28 @@ class ShuffleBlockClientLimitsTest {
         }
     }
 
+    /**
+     * Asks for authentication, takes the answer and sends a block instead of its proof: what a process on a dead
+     * executor's port that knows nothing of the secret could do. The block is refused, and the fetch was never sent:
+     * fetches wait for the proof, so a server that is not the one meant never learns which blocks a reducer wants.
+     */
     @Test
-    void shouldRefuseABlockBeforeTheServersProof() throws Exception {
-        // Asks for authentication, ignores the answer and sends the block: what a process on a dead executor's port
-        // that knows nothing of the secret would do.
+    void shouldRefuseABlockBeforeTheServersProofAndSendItNoFetch() throws Exception {
+        AtomicBoolean fetched = new AtomicBoolean();
         try (FakeServer server = new FakeServer(ch -> ch.writeAndFlush(BlockFrame.challenge(ch.alloc(), true,
                 PeerAuthenticator.newNonce())), (ch, frame) -> {
-            if (frame.type == BlockFrame.FETCH) {
-                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, 10));
+            if (frame.type == BlockFrame.RESPONSE) {
+                ch.write(BlockFrame.blockHeader(ch.alloc(), 0, 10));
                 ch.writeAndFlush(ch.alloc().buffer().writeZero(10));
+            } else if (frame.type == BlockFrame.FETCH) {
+                fetched.set(true);
             }
         }); ShuffleBlockClient client = client("right", LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             assertTrue(cause.getMessage().contains("type=4 length=19 from") && cause.getMessage()
                     .contains("before its PROOF"), cause.getMessage());
             server.awaitClosedByClient();
+            assertFalse(fetched.get(), "a fetch went to a server that had not proven itself");
         }
     }
 
