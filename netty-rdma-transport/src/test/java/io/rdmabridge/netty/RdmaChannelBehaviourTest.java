@@ -20,6 +20,7 @@ import io.rdmabridge.connection.ConnectionConfig;
 import io.rdmabridge.verbs.RdmaException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junitpioneer.jupiter.SetSystemProperty;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.io.ByteArrayOutputStream;
@@ -469,40 +470,23 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
      */
     @Test
     @Timeout(30)
+    // Only a peer on another host can vanish: the TCP path as between hosts, even in this JVM.
+    @SetSystemProperty(key = "rdmabridge.soft.loopback", value = "tcp")
+    @SetSystemProperty(key = "rdmabridge.soft.sameHost", value = "tcp")
+    @SetSystemProperty(key = "rdmabridge.soft.transportTimeoutMillis", value = "1000")
     void shouldCloseNamingRetryExceededWhenThePeerHostVanishes() throws Exception {
-        String loopback = System.getProperty("rdmabridge.soft.loopback");
-        String timeout = System.getProperty("rdmabridge.soft.transportTimeoutMillis");
-        String sameHost = System.getProperty("rdmabridge.soft.sameHost");
-        // Only a peer on another host can vanish: the TCP path as between hosts, even in this JVM.
-        System.setProperty("rdmabridge.soft.loopback", "tcp");
-        System.setProperty("rdmabridge.soft.sameHost", "tcp");
-        System.setProperty("rdmabridge.soft.transportTimeoutMillis", "1000");
-        try {
-            Sink serverSink = new Sink();
-            Channel server = server(serverSink, true);
-            Sink clientSink = new Sink();
-            RdmaSocketChannel client = client(server, clientSink);
-            RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
-            provider.faults().silence(child.queuePair());
-            client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100));
-            assertTrue(clientSink.inactive.await(10, TimeUnit.SECONDS), "the client waited on for its vanished peer");
-            Throwable failure = clientSink.failure.get();
-            // The work completion's status, with what it means, not only the link's teardown reason.
-            assertTrue(failure != null && failure.getMessage().contains("RETRY_EXC_ERR")
-                    && failure.getMessage().contains("acknowledged nothing"), String.valueOf(failure));
-        } finally {
-            restore("rdmabridge.soft.loopback", loopback);
-            restore("rdmabridge.soft.sameHost", sameHost);
-            restore("rdmabridge.soft.transportTimeoutMillis", timeout);
-        }
-    }
-
-    private static void restore(String property, String value) {
-        if (value == null) {
-            System.clearProperty(property);
-        } else {
-            System.setProperty(property, value);
-        }
+        Sink serverSink = new Sink();
+        Channel server = server(serverSink, true);
+        Sink clientSink = new Sink();
+        RdmaSocketChannel client = client(server, clientSink);
+        RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
+        provider.faults().silence(child.queuePair());
+        client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100));
+        assertTrue(clientSink.inactive.await(10, TimeUnit.SECONDS), "the client waited on for its vanished peer");
+        Throwable failure = clientSink.failure.get();
+        // The work completion's status, with what it means, not only the link's teardown reason.
+        assertTrue(failure != null && failure.getMessage().contains("RETRY_EXC_ERR")
+                && failure.getMessage().contains("acknowledged nothing"), String.valueOf(failure));
     }
 
     @Test

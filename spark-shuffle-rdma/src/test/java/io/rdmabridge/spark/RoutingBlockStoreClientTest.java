@@ -93,6 +93,18 @@ class RoutingBlockStoreClientTest {
         assertTrue(transport.provider().resourceUsage().isZero(), "leaked: " + transport.provider().resourceUsage());
     }
 
+    /**
+     * Waits up to 10 s for a fetch handed to Spark's client and its blocks counted: the fallback thread may call
+     * Spark's client before the event loop has counted the blocks it handed over.
+     */
+    private void awaitFallback() throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while ((sparkFetches.isEmpty() || metrics.blocksFetchedByFallback.getCount() < BLOCKS.length)
+                && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+    }
+
     private final BlockFetchingListener listener = new BlockFetchingListener() {
         @Override
         public void onBlockFetchSuccess(String blockId, ManagedBuffer data) {
@@ -145,12 +157,7 @@ class RoutingBlockStoreClientTest {
         routing.close();
         routing = routing(true, 2);
         routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        // The fallback thread may call Spark's client before the event loop has counted the blocks it handed over.
-        while ((sparkFetches.isEmpty() || metrics.blocksFetchedByFallback.getCount() < BLOCKS.length)
-                && System.nanoTime() < deadline) {
-            Thread.sleep(10);
-        }
+        awaitFallback();
         assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
         assertEquals("1", sparkFetches.get(0)[0]);
         assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
@@ -210,11 +217,7 @@ class RoutingBlockStoreClientTest {
         }, new PeerAuthenticator("secret"), conf, otherMetrics)) {
             server1 = other.localAddress();
             routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while ((sparkFetches.isEmpty() || metrics.blocksFetchedByFallback.getCount() < BLOCKS.length)
-                    && System.nanoTime() < deadline) {
-                Thread.sleep(10);
-            }
+            awaitFallback();
             assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
             assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
             assertEquals(List.of("1"), forgotten, "the address is looked up afresh next time");

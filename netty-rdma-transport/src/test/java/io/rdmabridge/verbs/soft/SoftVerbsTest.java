@@ -43,6 +43,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.junitpioneer.jupiter.RestoreSystemProperties;
+import org.junitpioneer.jupiter.SetSystemProperty;
 
 /** The soft provider's verbs semantics on both paths: in-JVM direct ({@code false}) and TCP ({@code true}). */
 class SoftVerbsTest {
@@ -470,12 +471,10 @@ class SoftVerbsTest {
      * such case: the link stays up past the timeout.
      */
     @Test
+    @SetSystemProperty(key = TcpLink.TRANSPORT_TIMEOUT_PROPERTY, value = "1000")
+    // As between hosts: a same-host peer cannot vanish without its kernel resetting the socket.
+    @SetSystemProperty(key = SharedMemoryFiles.SAME_HOST_PROPERTY, value = "tcp")
     void shouldFailWaitingRequestsWithRetryExceededWhenThePeerHostVanishes() throws Exception {
-        String old = System.getProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY);
-        String sameHost = System.getProperty(SharedMemoryFiles.SAME_HOST_PROPERTY);
-        System.setProperty(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, "1000");
-        // As between hosts: a same-host peer cannot vanish without its kernel resetting the socket.
-        System.setProperty(SharedMemoryFiles.SAME_HOST_PROPERTY, "tcp");
         try (SoftPair p = SoftPair.tcp()) {
             SoftPair.Buffer src = p.buffer(p.client, 4096);
             SoftPair.Buffer dst = p.buffer(p.server, 4096);
@@ -507,17 +506,6 @@ class SoftVerbsTest {
             assertCompletion(pollOne(p.client.sendCq, null), 4, WcStatus.WR_FLUSH_ERR, 0);
             assertEquals(QpState.ERROR, p.client.qp.state());
             awaitEvent(p.client.channel, CmEventType.DISCONNECTED);
-        } finally {
-            restore(TcpLink.TRANSPORT_TIMEOUT_PROPERTY, old);
-            restore(SharedMemoryFiles.SAME_HOST_PROPERTY, sameHost);
-        }
-    }
-
-    private static void restore(String property, String value) {
-        if (value == null) {
-            System.clearProperty(property);
-        } else {
-            System.setProperty(property, value);
         }
     }
 
