@@ -1358,6 +1358,48 @@ public abstract class AbstractProviderConformanceTest {
     }
 
     @Test
+    public void shouldSurviveAcceptedQueuePairsClosedWhileTheirConnectorGivesUp() throws Exception {
+        // The passive side of the case above: a connector that goes away before or just after the accept makes its
+        // connection manager reject the reply, and on DiSNI librdmacm moves the accepted queue pair to ERROR inside
+        // rdma_get_cm_event on the event thread when that REJ arrives, while this thread closes the queue pair at
+        // varying points. The process and the provider carry on, and the listener then accepts a working connection.
+        RdmaCmId listener = local.newId();
+        InetSocketAddress bound = listener.listen(new InetSocketAddress(address(), 0), 32);
+        InetSocketAddress addr = new InetSocketAddress(address(), bound.getPort());
+        for (int i = 0; i < 20; i++) {
+            Connection c = local.startConnect(addr, ConnectionParameters.DEFAULT, 4, 4);
+            RdmaCmId passive = local.track(local.awaitCm(listener, CmEventType.CONNECT_REQUEST, WAIT_MS).id());
+            Connection accepted = local.createQueuePair(passive, 4, 4, null, null);
+            boolean leavesFirst = i % 2 == 0;
+            if (leavesFirst) {
+                c.qp.close();
+                c.id.close();
+            }
+            try {
+                passive.accept(ConnectionParameters.DEFAULT);
+            } catch (RdmaException gone) {
+                // The connector's reject came first: nothing left to accept.
+            }
+            if (!leavesFirst) {
+                c.qp.close();
+                c.id.close();
+            }
+            if (i % 4 > 1) {
+                Thread.sleep(i % 4 - 1);
+            }
+            accepted.qp.close();
+            passive.close();
+        }
+        Connection c = local.startConnect(addr, ConnectionParameters.DEFAULT, 4, 4);
+        RdmaCmId passive = local.track(local.awaitCm(listener, CmEventType.CONNECT_REQUEST, WAIT_MS).id());
+        Connection accepted = local.createQueuePair(passive, 4, 4, null, null);
+        passive.accept(ConnectionParameters.DEFAULT);
+        local.awaitCm(c.id, CmEventType.ESTABLISHED, WAIT_MS);
+        assertEquals(QpState.RTS, c.qp.state(), "the connector's queue pair after the closed ones");
+        assertEquals(QpState.RTS, accepted.qp.state(), "the accepted queue pair after the closed ones");
+    }
+
+    @Test
     public void shouldRejectConnectWithoutListener() throws Exception {
         int port;
         try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getByName(address()))) {

@@ -43,9 +43,10 @@ final class DisniCmId implements RdmaCmId {
     private Object attachment;
     private boolean disconnected;
     /**
-     * From {@code rdma_connect} until the event thread has taken this id's answer to it: while set, librdmacm may
-     * modify the queue pair inside {@code rdma_get_cm_event} on the event thread (to RTR and RTS on a connect
-     * response, to ERROR on a reject), so the queue pair is destroyed only while that thread is outside the call.
+     * From {@code rdma_connect} or {@code rdma_accept} until the event thread has taken this id's answer to it: while
+     * set, librdmacm may modify the queue pair inside {@code rdma_get_cm_event} on the event thread (to RTR and RTS
+     * on a connect response; to ERROR on a reject, which reaches an accepted id too when its connector gave up), so
+     * the queue pair is destroyed only while that thread is outside the call.
      */
     volatile boolean connectPending;
     /**
@@ -243,8 +244,8 @@ final class DisniCmId implements RdmaCmId {
             return;
         }
         if (connectPending) {
-            // Closed while connecting: librdmacm may be modifying this queue pair on the event thread right now
-            // (it crashed the JVM in ibv_query_ece on rxe when the queue pair went in between).
+            // Closed while connecting or accepting: librdmacm may be modifying this queue pair on the event thread
+            // right now (it crashed the JVM in ibv_query_ece on rxe when the queue pair went in between).
             channel.outsideEventWait(this::destroyQp);
         } else {
             destroyQp();
@@ -317,9 +318,11 @@ final class DisniCmId implements RdmaCmId {
             throw new RdmaException("privateData: " + length + " bytes on accept (expected: 0 with the disni provider:"
                     + " DiSNI 2.1's rdma_accept sends no private data; exchange it in the first message instead)");
         }
+        connectPending = true;
         try {
             id.accept(connParam(parameters));
         } catch (IOException e) {
+            connectPending = false;
             throw new RdmaException("rdma_accept failed: " + DisniErrors.clean(e), e);
         }
         // librdmacm's rdma_accept moves the passive side's queue pair through RTR to RTS before it replies, so work

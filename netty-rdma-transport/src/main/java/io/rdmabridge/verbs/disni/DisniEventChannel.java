@@ -165,7 +165,10 @@ final class DisniEventChannel implements RdmaEventChannel {
         }
     }
 
-    /** Whether an event of {@code type} ends an active connect: librdmacm touches the queue pair no more after it. */
+    /**
+     * Whether an event of {@code type} answers a connect or an accept: librdmacm touches the queue pair no more after
+     * it.
+     */
     private static boolean answersConnect(int type) {
         return type == ESTABLISHED || type == CONNECT_RESPONSE || type == CONNECT_ERROR || type == UNREACHABLE
                 || type == REJECTED || type == DISCONNECTED || type == DEVICE_REMOVAL;
