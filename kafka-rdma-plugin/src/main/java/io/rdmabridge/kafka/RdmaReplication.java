@@ -129,7 +129,7 @@ final class RdmaReplication {
     }
 
     private static RdmaStreamTransport openTransport(RdmaReplicationConfig c) {
-        ProviderSelection selection = RdmaProviders.select(c.provider());
+        ProviderSelection selection = RdmaProviders.select(c.provider(), RdmaReplicationConfig.PROVIDER);
         if (!selection.isAvailable()) {
             return RdmaStreamTransport.unavailable("RDMA provider (" + RdmaReplicationConfig.PROVIDER + "="
                     + c.provider() + "): " + selection.reason());

@@ -87,14 +87,23 @@ public final class RdmaProviders {
     }
 
     /**
-     * Chooses according to {@code requested}: {@code auto}, or a provider's name.
+     * Chooses according to {@code requested}: {@code auto}, or a provider's name, given as {@value #PROVIDER_PROPERTY}.
      */
     public static ProviderSelection select(String requested) {
-        return select(requested, all());
+        return select(requested, PROVIDER_PROPERTY);
     }
 
-    /** {@link #select(String)} over an explicit candidate list, ordered as {@link #all()} orders. */
-    static ProviderSelection select(String requested, List<RdmaProvider> candidates) {
+    /**
+     * Chooses according to {@code requested}: {@code auto}, or a provider's name, given as the setting called
+     * {@code setting} (a framework's own key, such as {@code spark.shuffle.rdma.provider}), which the reasons then
+     * name as the one to change.
+     */
+    public static ProviderSelection select(String requested, String setting) {
+        return select(requested, setting, all());
+    }
+
+    /** {@link #select(String, String)} over an explicit candidate list, ordered as {@link #all()} orders. */
+    static ProviderSelection select(String requested, String setting, List<RdmaProvider> candidates) {
         String choice = requested == null || requested.isBlank() ? AUTO : requested.trim().toLowerCase(Locale.ROOT);
         Map<String, String> rejected = new LinkedHashMap<>();
         if (AUTO.equals(choice)) {
@@ -102,8 +111,8 @@ public final class RdmaProviders {
             StringBuilder causes = new StringBuilder();
             for (RdmaProvider p : candidates) {
                 if (!p.isHardware()) {
-                    rejected.put(p.name(), "software provider: chosen only when asked for (" + PROVIDER_PROPERTY
-                            + "=" + p.name() + ")");
+                    rejected.put(p.name(), "software provider: chosen only when asked for (" + setting + "=" + p.name()
+                            + ")");
                 } else if (chosen == null && p.isAvailable()) {
                     chosen = p;
                 } else if (chosen != null) {
@@ -121,7 +130,7 @@ public final class RdmaProviders {
                 causes.append("; no hardware provider is on the class path");
             }
             return new ProviderSelection(choice, null, "auto: no RDMA hardware provider is usable" + causes
-                    + ". Fix the cause above, or set " + PROVIDER_PROPERTY + "=soft to use the software RDMA provider",
+                    + ". Fix the cause above, or set " + setting + "=soft to use the software RDMA provider",
                     rejected);
         }
         RdmaProvider chosen = null;
@@ -134,17 +143,18 @@ public final class RdmaProviders {
         }
         if (chosen == null) {
             return new ProviderSelection(choice, null, "unknown RDMA provider '" + requested
-                    + "' (expected: auto or one of " + names + "; set " + PROVIDER_PROPERTY + " accordingly)",
+                    + "' (expected: auto or one of " + names + "; set " + setting + " accordingly)",
                     rejected);
         }
         if (!chosen.isAvailable()) {
             rejected.put(chosen.name(), describe(chosen.unavailabilityCause()));
-            return new ProviderSelection(choice, null, chosen.name() + " was requested but is unavailable: "
+            return new ProviderSelection(choice, null, chosen.name() + " was requested (" + setting + "=" + choice
+                    + ") but is unavailable: "
                     + describe(chosen.unavailabilityCause()), rejected);
         }
         for (RdmaProvider q : candidates) {
             if (q != chosen) {
-                rejected.put(q.name(), "not requested (" + PROVIDER_PROPERTY + "=" + choice + ")");
+                rejected.put(q.name(), "not requested (" + setting + "=" + choice + ")");
             }
         }
         return new ProviderSelection(choice, chosen, chosen.name() + " was requested and is available", rejected);

@@ -19,7 +19,7 @@ class RdmaProvidersTest {
 
     @Test
     void shouldPickAvailableHardwareProviderUnderAuto() {
-        ProviderSelection s = RdmaProviders.select("auto", List.of(disniMissing, hardwareOk, soft));
+        ProviderSelection s = RdmaProviders.select("auto", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, hardwareOk, soft));
 
         assertSame(hardwareOk, s.provider());
         assertEquals("libdisni not found", s.rejected().get("disni").replace("java.lang.UnsatisfiedLinkError: ", ""));
@@ -28,7 +28,7 @@ class RdmaProvidersTest {
 
     @Test
     void shouldNeverPickSoftProviderSilentlyUnderAuto() throws Exception {
-        ProviderSelection s = RdmaProviders.select(null, List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select(null, RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
 
         assertFalse(s.isAvailable());
         assertNull(s.provider());
@@ -40,14 +40,14 @@ class RdmaProvidersTest {
 
     @Test
     void shouldSayWhenNoHardwareProviderIsOnTheClassPath() {
-        ProviderSelection s = RdmaProviders.select("auto", List.of(soft));
+        ProviderSelection s = RdmaProviders.select("auto", RdmaProviders.PROVIDER_PROPERTY, List.of(soft));
 
         assertTrue(s.reason().contains("no hardware provider is on the class path"), s.reason());
     }
 
     @Test
     void shouldPickProviderByNameCaseInsensitively() {
-        ProviderSelection s = RdmaProviders.select(" SOFT ", List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select(" SOFT ", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
 
         assertSame(soft, s.provider());
         assertEquals("soft", s.requested());
@@ -56,20 +56,39 @@ class RdmaProvidersTest {
 
     @Test
     void shouldReportCauseWhenNamedProviderIsUnavailable() {
-        ProviderSelection s = RdmaProviders.select("disni", List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select("disni", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
 
         assertNull(s.provider());
-        assertEquals("disni was requested but is unavailable: java.lang.UnsatisfiedLinkError: libdisni not found",
-                s.reason());
+        assertEquals("disni was requested (rdmabridge.provider=disni) but is unavailable: "
+                + "java.lang.UnsatisfiedLinkError: libdisni not found", s.reason());
     }
 
     @Test
     void shouldListKnownProvidersForAnUnknownName() {
-        ProviderSelection s = RdmaProviders.select("ucx", List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select("ucx", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
 
         assertNull(s.provider());
         assertEquals("unknown RDMA provider 'ucx' (expected: auto or one of [disni, soft];"
                 + " set rdmabridge.provider accordingly)", s.reason());
+    }
+
+    @Test
+    void shouldNameTheFrameworksOwnSettingInEveryReason() {
+        String key = "spark.shuffle.rdma.provider";
+        ProviderSelection none = RdmaProviders.select("auto", key, List.of(disniMissing, soft));
+        ProviderSelection unavailable = RdmaProviders.select("disni", key, List.of(disniMissing, soft));
+        ProviderSelection unknown = RdmaProviders.select("sof", key, List.of(disniMissing, soft));
+        ProviderSelection chosen = RdmaProviders.select("soft", key, List.of(disniMissing, soft));
+
+        assertTrue(none.reason().endsWith("or set spark.shuffle.rdma.provider=soft to use the software RDMA provider"),
+                none.reason());
+        assertTrue(unavailable.reason().startsWith("disni was requested (spark.shuffle.rdma.provider=disni)"),
+                unavailable.reason());
+        assertTrue(unknown.reason().endsWith("set spark.shuffle.rdma.provider accordingly)"), unknown.reason());
+        assertEquals("not requested (spark.shuffle.rdma.provider=soft)", chosen.rejected().get("disni"));
+        for (ProviderSelection s : List.of(none, unavailable, unknown, chosen)) {
+            assertFalse(s.toString().contains(RdmaProviders.PROVIDER_PROPERTY), s::toString);
+        }
     }
 
     private static final class FakeProvider implements RdmaProvider {

@@ -50,7 +50,7 @@ final class BlockTransport {
      */
     static BlockTransport open(String provider, int ioThreads, int sendQueueDepth, int recvQueueDepth,
                                String threadPrefix) throws UnavailableException {
-        ProviderSelection selection = RdmaProviders.select(provider);
+        ProviderSelection selection = RdmaProviders.select(provider, RdmaShuffleConf.PROVIDER);
         if (!selection.isAvailable()) {
             throw new UnavailableException(selection.reason());
         }

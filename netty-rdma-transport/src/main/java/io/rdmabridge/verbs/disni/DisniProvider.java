@@ -64,7 +64,8 @@ public final class DisniProvider implements RdmaProvider {
     public static final String NAME = "disni";
     static final int PRIORITY = 10;
 
-    private static final String SOFT_FIX = "or set rdmabridge.provider=soft";
+    /** The way out every cause offers; the selection names the setting that chooses it (RdmaProviders). */
+    private static final String SOFT_FIX = "or use the software provider (soft) instead";
 
     private final ResourceUsage usage = new ResourceUsage();
     private final ConcurrentHashMap<Long, DisniDevice> devicesByContext = new ConcurrentHashMap<>();

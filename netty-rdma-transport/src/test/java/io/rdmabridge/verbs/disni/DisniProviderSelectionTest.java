@@ -35,7 +35,7 @@ class DisniProviderSelectionTest {
         ProviderSelection selection = RdmaProviders.select("disni");
         assertFalse(selection.isAvailable());
         assertNull(selection.provider());
-        assertTrue(selection.reason().startsWith("disni was requested but is unavailable: "
+        assertTrue(selection.reason().startsWith("disni was requested (rdmabridge.provider=disni) but is unavailable: "
                 + CAUSE_START), selection.reason());
         assertTrue(selection.rejected().get("disni").contains(CAUSE_START), selection.rejected().toString());
     }

@@ -78,7 +78,7 @@ class DisniProviderTest {
         String message = cause.getMessage();
         assertTrue(message.startsWith("libdisni not found on java.library.path=" + LIBRARY_PATH
                 + ": install DiSNI's native library (libdisni.so, built from github.com/zrlio/disni), or add its"
-                + " directory to java.library.path, or set rdmabridge.provider=soft"), message);
+                + " directory to java.library.path, or use the software provider (soft) instead"), message);
         assertSame(cause, provider.unavailabilityCause(), "the probe runs once and remembers its result");
     }
 
@@ -91,7 +91,7 @@ class DisniProviderTest {
         String message = new DisniProvider().unavailabilityCause().getMessage();
         assertTrue(message.contains("; sun.nio.ch is not exported to DiSNI (it casts buffers to"
                 + " sun.nio.ch.DirectBuffer): add the JVM option --add-exports java.base/sun.nio.ch=ALL-UNNAMED, or"
-                + " set rdmabridge.provider=soft"), message);
+                + " use the software provider (soft) instead"), message);
     }
 
     @Test
