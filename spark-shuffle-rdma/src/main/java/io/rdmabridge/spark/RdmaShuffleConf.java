@@ -14,6 +14,8 @@ final class RdmaShuffleConf {
     static final String PROVIDER = PREFIX + "provider";
     /** Port of each executor's block server; 0 picks a free one (reducers find it through the driver). */
     static final String PORT = PREFIX + "port";
+    /** Spark's own key: how many ports after a taken one a service tries, as each of Spark's services does. */
+    static final String PORT_MAX_RETRIES = "spark.port.maxRetries";
     /** I/O threads (event loops) that the block server and the fetch client share. */
     static final String IO_THREADS = PREFIX + "ioThreads";
     /** Cap on block bytes the server has handed to the transport and not yet seen completed. */
@@ -51,6 +53,7 @@ final class RdmaShuffleConf {
 
     final String provider;
     final int port;
+    final int portMaxRetries;
     final int ioThreads;
     final long pinnedMemoryCap;
     final int connectTimeoutMillis;
@@ -85,6 +88,10 @@ final class RdmaShuffleConf {
         port = (int) conf.getLong(PORT, 0);
         if (port < 0 || port > 65535) {
             throw new IllegalArgumentException(PORT + ": " + port + " (expected: 0-65535, 0 picks a free port)");
+        }
+        portMaxRetries = conf.getInt(PORT_MAX_RETRIES, 16);
+        if (portMaxRetries < 0) {
+            throw new IllegalArgumentException(PORT_MAX_RETRIES + ": " + portMaxRetries + " (expected: >= 0)");
         }
         ioThreads = conf.getInt(IO_THREADS, 1);
         if (ioThreads < 1) {

@@ -4,6 +4,7 @@ import io.netty.bootstrap.ServerBootstrap;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
@@ -106,7 +107,36 @@ final class ShuffleBlockServer implements AutoCloseable {
                         initConnection(ch);
                     }
                 });
-        serverChannel = bootstrap.bind(host, port).syncUninterruptibly().channel();
+        serverChannel = bind(bootstrap, host, port, conf.portMaxRetries);
+    }
+
+    /**
+     * Binds as Spark binds its own services: port 0 picks a free port; a given port that cannot be bound (another
+     * executor of this host holds it) is followed by the next ones, up to {@code maxRetries} more, so that executors
+     * sharing a host share one {@link RdmaShuffleConf#PORT} setting. Any failure counts: DiSNI does not say whether
+     * {@code rdma_bind_addr} failed for a taken port, and trying more ports costs little.
+     */
+    private static Channel bind(ServerBootstrap bootstrap, String host, int port, int maxRetries) {
+        int attempts = port == 0 ? 1 : maxRetries + 1;
+        Throwable cause = null;
+        for (int i = 0; i < attempts; i++) {
+            // Spark's sequence: on from the given port, wrapping from 65535 to 1024.
+            int tryPort = port == 0 ? 0 : (port + i - 1024) % (65536 - 1024) + 1024;
+            ChannelFuture bound = bootstrap.bind(host, tryPort).awaitUninterruptibly();
+            if (bound.isSuccess()) {
+                if (i > 0) {
+                    LOG.info("Shuffle block server: {} port(s) from {} could not be bound; bound {} instead ({})", i,
+                            port, tryPort, RdmaShuffleConf.PORT_MAX_RETRIES);
+                }
+                return bound.channel();
+            }
+            cause = bound.cause();
+        }
+        throw new IllegalStateException("cannot bind the shuffle block server to " + host + ":" + port
+                + (attempts > 1 ? " or the " + (attempts - 1) + " ports after it" : "") + " (" + RdmaShuffleConf.PORT
+                + "=" + port + ", " + RdmaShuffleConf.PORT_MAX_RETRIES + "=" + maxRetries + "): " + cause
+                + "; choose a free port, raise " + RdmaShuffleConf.PORT_MAX_RETRIES + ", or set "
+                + RdmaShuffleConf.PORT + "=0 to pick a free one", cause);
     }
 
     /** Sets up an accepted connection's pipeline; any channel will do (tests use one whose writes complete at once). */

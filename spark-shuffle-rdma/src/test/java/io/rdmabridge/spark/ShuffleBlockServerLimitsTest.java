@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
@@ -95,6 +96,26 @@ class ShuffleBlockServerLimitsTest {
         peers.forEach(RawPeer::close);
         transport.close();
         waitFor(() -> transport.provider().resourceUsage().isZero());
+    }
+
+    @Test
+    void shouldBindTheNextPortWhenTheConfiguredOneIsTakenAsSparksOwnServicesDo() throws Exception {
+        try (ShuffleBlockServer first = server("right")) {
+            int taken = first.localAddress().getPort();
+            try (ShuffleBlockServer second = server("right", taken, RdmaShuffleConf.PORT, Integer.toString(taken));
+                 ShuffleBlockClient client = client("right")) {
+                int port = second.localAddress().getPort();
+                assertTrue(port > taken && port <= taken + 16, () -> "bound " + port + " (expected: one of the 16 "
+                        + "ports after " + taken + ", spark.port.maxRetries' default)");
+                assertFetches(client, second, "b_0_1000");
+            }
+            IllegalStateException refused = assertThrows(IllegalStateException.class, () -> server("right", taken,
+                    RdmaShuffleConf.PORT, Integer.toString(taken), RdmaShuffleConf.PORT_MAX_RETRIES, "0"));
+            assertTrue(refused.getMessage().contains("(spark.shuffle.rdma.port=" + taken
+                    + ", spark.port.maxRetries=0)"), refused::getMessage);
+            assertTrue(refused.getMessage().endsWith("choose a free port, raise spark.port.maxRetries, or set "
+                    + "spark.shuffle.rdma.port=0 to pick a free one"), refused::getMessage);
+        }
     }
 
     @Test
@@ -419,12 +440,16 @@ class ShuffleBlockServerLimitsTest {
     }
 
     private ShuffleBlockServer server(String secret, String... keysAndValues) {
+        return server(secret, 0, keysAndValues);
+    }
+
+    private ShuffleBlockServer server(String secret, int port, String... keysAndValues) {
         SparkConf conf = new SparkConf(false);
         for (int i = 0; i < keysAndValues.length; i += 2) {
             conf.set(keysAndValues[i], keysAndValues[i + 1]);
         }
-        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
-                new RdmaShuffleConf(conf), serverMetrics);
+        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", port, this::open,
+                new PeerAuthenticator(secret), new RdmaShuffleConf(conf), serverMetrics);
     }
 
     private ShuffleBlockClient client(String secret) {
