@@ -88,7 +88,7 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
     @Override
     public void fetchBlocks(String host, int port, String execId, String[] blockIds, BlockFetchingListener listener,
                             DownloadFileManager downloadFileManager) {
-        InetSocketAddress server = downloadFileManager == null ? blockServers.lookup(execId) : null;
+        InetSocketAddress server = downloadFileManager == null ? lookup(execId) : null;
         if (server == null) {
             metrics.blocksFetchedByFallback.inc(blockIds.length);
             sparkClient.fetchBlocks(host, port, execId, blockIds, listener, downloadFileManager);
@@ -101,6 +101,23 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
             new RetryingBlockTransferor(retryConf, starter, blockIds, listener).start();
         } else {
             fetch(host, port, execId, server, blockIds, listener, listener);
+        }
+    }
+
+    /**
+     * Executor {@code execId}'s block server, or {@code null} when it runs none or the driver cannot say (its lookup
+     * timed out or failed): the executor's blocks are then fetched through Spark's own transport, which every executor
+     * runs, rather than the failure thrown into Spark's fetch iterator, where it would fail the task itself instead of
+     * its fetches (Spark's own {@code fetchBlocks} reports every failure to the listener). The next fetch asks again.
+     */
+    private InetSocketAddress lookup(String execId) {
+        try {
+            return blockServers.lookup(execId);
+        } catch (Exception e) {
+            // Checked ones too: Spark's ask throws its RpcTimeoutException and SparkException undeclared.
+            LOG.warn("Cannot look up the RDMA block server of executor {} ({}); fetching its blocks through Spark's "
+                    + "own transport", execId, e.toString());
+            return null;
         }
     }
 

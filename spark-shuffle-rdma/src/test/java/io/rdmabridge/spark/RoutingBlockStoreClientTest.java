@@ -67,6 +67,10 @@ class RoutingBlockStoreClientTest {
         RoutingBlockStoreClient.BlockServers servers = new RoutingBlockStoreClient.BlockServers() {
             @Override
             public InetSocketAddress lookup(String executorId) {
+                if (executorId.equals("3")) {
+                    // As Spark's ask fails when the driver does not answer in time: a checked exception, undeclared.
+                    throw sneaky(new java.util.concurrent.TimeoutException("the driver did not answer within 120s"));
+                }
                 return executorId.equals("1") ? server1 : null;
             }
 
@@ -79,6 +83,11 @@ class RoutingBlockStoreClientTest {
                 .set("spark.shuffle.io.retryWait", "10ms");
         return new RoutingBlockStoreClient(blockClient, servers, sparkClient,
                 RoutingBlockStoreClient.shuffleTransportConf(conf), externalShuffleService, metrics);
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <T extends Throwable> RuntimeException sneaky(Throwable t) throws T {
+        throw (T) t;
     }
 
     @AfterEach
@@ -116,6 +125,18 @@ class RoutingBlockStoreClientTest {
             failures.add(exception);
         }
     };
+
+    @Test
+    void shouldFetchThroughSparksOwnTransportWhenTheDriverCannotSayWhereTheBlockServerIs() {
+        routing.fetchBlocks("host3", 7337, "3", BLOCKS, listener, null);
+
+        assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client, not thrown into Spark's iterator");
+        assertEquals("3", sparkFetches.get(0)[0]);
+        assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+        assertSame(listener, sparkFetches.get(0)[3]);
+        assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
+        assertTrue(failures.isEmpty(), () -> "failed: " + failures);
+    }
 
     @Test
     void shouldFetchFromABlockServerOverTheBlockTransport() throws Exception {
