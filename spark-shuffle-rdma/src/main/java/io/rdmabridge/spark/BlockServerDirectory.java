@@ -1,7 +1,10 @@
 package io.rdmabridge.spark;
 
 import java.net.InetSocketAddress;
+import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.SparkConf;
@@ -31,6 +34,8 @@ final class BlockServerDirectory {
     private static final String FALLBACK = "fallback";
     private static final String LOOKUP = "lookup";
     private static final String METRICS = "metrics";
+    /** How many removed executors the driver remembers, to refuse their late registrations; about 100 bytes each. */
+    static final int REMEMBERED_REMOVALS = 10_000;
 
     private BlockServerDirectory() {
     }
@@ -41,6 +46,17 @@ final class BlockServerDirectory {
         private final Map<String, InetSocketAddress> servers = new ConcurrentHashMap<>();
         private final Map<String, String> fallbacks = new ConcurrentHashMap<>();
         private final Map<String, Report> metrics = new ConcurrentHashMap<>();
+        /**
+         * Executors Spark removed, the latest {@value #REMEMBERED_REMOVALS}: a registration still in flight from one
+         * (a lazy start on Spark 3.5 racing its removal) would otherwise list a server that is gone, which reducers
+         * would then dial on every fetch of its blocks from the external shuffle service.
+         */
+        private final Set<String> removed = Collections.newSetFromMap(new LinkedHashMap<>() {
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
+                return size() > REMEMBERED_REMOVALS;
+            }
+        });
 
         Driver(RpcEnv rpcEnv) {
             this.rpcEnv = rpcEnv;
@@ -58,8 +74,11 @@ final class BlockServerDirectory {
          * Its last counters stay, for operators.
          */
         void executorRemoved(String executorId) {
-            servers.remove(executorId);
-            fallbacks.remove(executorId);
+            synchronized (removed) {
+                removed.add(executorId);
+                servers.remove(executorId);
+                fallbacks.remove(executorId);
+            }
         }
 
         /** Executor id → block server address, for every executor that registered one. */
@@ -124,8 +143,13 @@ final class BlockServerDirectory {
                     if (port < 0) {
                         return "malformed registration: expected register<TAB>executor<TAB>host<TAB>port (1-65535)";
                     }
-                    servers.put(f[1], InetSocketAddress.createUnresolved(f[2], port));
-                    fallbacks.remove(f[1]);
+                    synchronized (removed) {
+                        if (removed.contains(f[1])) {
+                            return "executor " + f[1] + " was removed by Spark (it registered after its removal)";
+                        }
+                        servers.put(f[1], InetSocketAddress.createUnresolved(f[2], port));
+                        fallbacks.remove(f[1]);
+                    }
                     return "";
                 }
                 case FALLBACK -> {

@@ -41,6 +41,23 @@ class BlockServerDirectoryTest {
         assertEquals(Map.of(), driver.fallbacks());
     }
 
+    /** A registration still in flight when Spark removed its executor must not list a server that is gone. */
+    @Test
+    void shouldRefuseTheRegistrationOfAnExecutorSparkAlreadyRemoved() {
+        driver.executorRemoved("1");
+        assertEquals("executor 1 was removed by Spark (it registered after its removal)",
+                driver.handle(new String[] {"register", "1", "host-a", "7001"}));
+        assertEquals("", driver.handle(new String[] {"lookup", "1"}));
+        assertEquals(Map.of(), driver.servers());
+        for (int i = 0; i < BlockServerDirectory.REMEMBERED_REMOVALS; i++) {
+            driver.executorRemoved("gone-" + i);
+        }
+        // Only the latest removals are remembered; the oldest one's id may register again.
+        assertEquals("", driver.handle(new String[] {"register", "1", "host-a", "7001"}));
+        assertEquals("executor gone-0 was removed by Spark (it registered after its removal)",
+                driver.handle(new String[] {"register", "gone-0", "host-a", "7001"}));
+    }
+
     @Test
     void shouldRefuseAMalformedRegistrationNamingTheExpectedForm() {
         String expected = "malformed registration: expected register<TAB>executor<TAB>host<TAB>port (1-65535)";
