@@ -33,7 +33,10 @@ import org.slf4j.LoggerFactory;
  * Spark keeps them and fetches them from the service on the executor's host. So when an executor's block server cannot
  * be reached (the executor is gone, as dynamic allocation removes idle ones), its blocks are fetched from the service
  * through Spark's client, as without this plugin, and the server is looked up afresh next time. Without the service,
- * such blocks are lost with their executor: the fetch fails and Spark recomputes them. Thread-safe.
+ * such blocks are lost with their executor: the fetch fails and Spark recomputes them. A block server that is alive but
+ * refuses the connection (it holds {@code spark.shuffle.rdma.maxConnections} already) has its blocks fetched through
+ * Spark's client too, with or without the service: from the service, or from the executor's own Spark transport,
+ * which every executor runs. Thread-safe.
  */
 final class RoutingBlockStoreClient extends BlockStoreClient {
     private static final Logger LOG = LoggerFactory.getLogger(RoutingBlockStoreClient.class);
@@ -130,9 +133,14 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
     private void fetch(String host, int port, String execId, InetSocketAddress server, String[] blockIds,
                        BlockFetchingListener attemptListener, BlockFetchingListener listener) {
         blockClient.fetch(execId, server, blockIds, attemptListener, unreachable -> {
-            blockServers.forget(execId);
-            if (!externalShuffleService) {
-                return false;
+            // A busy server is alive and stays known: the executor's own Spark transport serves these blocks. Any
+            // other is gone (or is not the one meant), and only an external shuffle service still has its blocks.
+            boolean busy = unreachable instanceof ShuffleBlockClient.ServerBusy;
+            if (!busy) {
+                blockServers.forget(execId);
+                if (!externalShuffleService) {
+                    return false;
+                }
             }
             try {
                 // Not on the transport's event loop, which called this: Spark's client connects blocking.
@@ -140,8 +148,9 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
             } catch (RejectedExecutionException closed) {
                 return false; // the executor is stopping: the blocks fail here instead
             }
-            LOG.info("{}; fetching {} blocks of executor {} from the external shuffle service at {}:{} instead",
-                    unreachable.getMessage(), blockIds.length, execId, host, port);
+            LOG.info("{}; fetching {} blocks of executor {} from {} at {}:{} instead", unreachable.getMessage(),
+                    blockIds.length, execId, externalShuffleService ? "the external shuffle service"
+                            : "its Spark transport", host, port);
             metrics.blocksFetchedByFallback.inc(blockIds.length);
             return true;
         });

@@ -77,7 +77,10 @@ final class ShuffleBlockClient implements AutoCloseable {
      * settings), or it fails to prove that it serves {@code executorId} with the application's secret. That is most
      * likely another application's or executor's block server on a port the executor held before it went. Declined,
      * its blocks fail at once with that cause, which is no {@link IOException}: Spark does not retry it, as it does
-     * not retry a failed authentication on its own transport. Fetches are sent only once the server has proven itself.
+     * not retry a failed authentication on its own transport. A server that refuses the connection before its
+     * challenge (it holds {@code spark.shuffle.rdma.maxConnections} already) is offered as a {@link ServerBusy}: it
+     * is alive, so the executor's own Spark transport can serve the blocks. Fetches are sent only once the server has
+     * proven itself.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
@@ -100,6 +103,10 @@ final class ShuffleBlockClient implements AutoCloseable {
             } else if (f.cause() instanceof WrongServer wrong) {
                 if (unreachable == null || !unreachable.test(new IOException(wrong.getMessage(), wrong))) {
                     failAll(blockIds, listener, wrong);
+                }
+            } else if (f.cause() instanceof ServerBusy busy) {
+                if (unreachable == null || !unreachable.test(busy)) {
+                    failAll(blockIds, listener, busy);
                 }
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
@@ -324,6 +331,11 @@ final class ShuffleBlockClient implements AutoCloseable {
                 long requestId = BlockFrame.readRequestId(frame);
                 String message = BlockFrame.readMessage(frame);
                 if (requestId == BlockFrame.CONNECTION_REQUEST_ID) {
+                    if (!challenged) {
+                        // Before its challenge a server refuses only for its connection cap: it is alive and busy.
+                        throw new PeerFailure(new ServerBusy("shuffle block server " + server + " refused the "
+                                + "connection: " + message));
+                    }
                     throw new PeerFailure("shuffle block server " + server + " closed the connection: " + message);
                 }
                 Pending p = pending.remove(requestId);
@@ -350,7 +362,8 @@ final class ShuffleBlockClient implements AutoCloseable {
             }
             IOException cause = closedCause();
             ctx.channel().attr(CLOSED_CAUSE).set(cause);
-            ready.tryFailure(failure instanceof WrongServer ? failure : cause);
+            ready.tryFailure(failure instanceof WrongServer ? failure
+                    : failure instanceof PeerFailure p && p.getCause() instanceof ServerBusy busy ? busy : cause);
             List<Pending> failed = new ArrayList<>(pending.values());
             pending.clear();
             for (Pending p : failed) {
@@ -377,10 +390,24 @@ final class ShuffleBlockClient implements AutoCloseable {
         }
     }
 
+    /**
+     * The server refused the connection before its challenge, which it does only when it holds as many connections as
+     * {@link RdmaShuffleConf#MAX_CONNECTIONS} allows: it is alive, and nothing was asked of it.
+     */
+    static final class ServerBusy extends IOException {
+        ServerBusy(String message) {
+            super(message);
+        }
+    }
+
     /** A failure reported by the peer or the handshake; unchecked so that it reaches exceptionCaught. */
     private static final class PeerFailure extends RuntimeException {
         PeerFailure(String message) {
             super(message);
+        }
+
+        PeerFailure(ServerBusy busy) {
+            super(busy.getMessage(), busy);
         }
     }
 }

@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelInboundHandlerAdapter;
 import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -246,6 +248,38 @@ class RoutingBlockStoreClientTest {
             assertEquals(0, metrics.fetchFailures.getCount());
             // The other server refused our answer, which names executor 1: it asked for nothing.
             assertEquals(1, otherMetrics.authFailures.getCount());
+        }
+    }
+
+    /**
+     * A block server that holds spark.shuffle.rdma.maxConnections already refuses further connections before its
+     * challenge. It is alive, so even without the external shuffle service the executor's own Spark transport serves
+     * the blocks, and the address stays known. Such a refusal used to fail the fetch as unreachable: Spark retried it
+     * against the same full server and then ran the map stage again.
+     */
+    @Test
+    void shouldFetchThroughSparksOwnTransportWhenTheBlockServerHoldsAllTheConnectionsItTakes() throws Exception {
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false).set(RdmaShuffleConf.MAX_CONNECTIONS, "1"));
+        RdmaShuffleMetrics serverMetrics = new RdmaShuffleMetrics();
+        try (ShuffleBlockServer server = new ShuffleBlockServer(transport, "1", "127.0.0.1", 0, blockId -> {
+            throw new AssertionError("asked for " + blockId);
+        }, new PeerAuthenticator(null), conf, serverMetrics)) {
+            server1 = server.localAddress();
+            // Holds the one connection the server takes.
+            Channel holder = transport.newBootstrap().handler(new ChannelInboundHandlerAdapter()).connect(server1)
+                    .sync().channel();
+            try {
+                routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+                awaitFallback();
+                assertEquals(1, sparkFetches.size(), () -> "fetches handed to Spark's client; failed: " + failures);
+                assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
+                assertSame(listener, sparkFetches.get(0)[3]);
+                assertEquals(List.of(), forgotten, "the busy server stays known");
+                assertTrue(failures.isEmpty(), () -> "blocks failed: " + failures);
+                assertEquals(1, serverMetrics.connectionsRefused.getCount(), "the server refused one connection");
+            } finally {
+                holder.close().sync();
+            }
         }
     }
 
