@@ -50,7 +50,7 @@ public final class WorkCompletions {
         return opcode[i];
     }
 
-    /** Bytes received (receives) or read (RDMA READ); not set for sends and writes. */
+    /** Bytes received (receives) or read (RDMA READ); not set for sends and writes. Only meaningful on success. */
     public int byteLength(int i) {
         return byteLen[i];
     }

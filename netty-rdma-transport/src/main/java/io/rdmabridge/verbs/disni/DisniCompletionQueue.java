@@ -151,10 +151,12 @@ final class DisniCompletionQueue implements CompletionQueue {
             int status = wc.getInt(base + WC_STATUS);
             int opcode = wc.getInt(base + WC_OPCODE);
             int qpNumber = wc.getInt(base + WC_QP_NUM);
-            int flags = wc.getInt(base + WC_FLAGS) & WorkCompletions.WITH_IMM;
+            // ibv_poll_cq(3): an error completion defines only wr_id, status, qp_num and vendor_err.
+            boolean ok = status == WcStatus.SUCCESS;
+            int flags = ok ? wc.getInt(base + WC_FLAGS) & WorkCompletions.WITH_IMM : 0;
             int imm = flags != 0 ? wcBigEndian.getInt(base + WC_IMM_DATA) : 0;
-            out.set(i, wc.getLong(base + WC_WR_ID), status, opcode, wc.getInt(base + WC_BYTE_LEN), qpNumber, flags,
-                    imm, status == WcStatus.SUCCESS ? 0 : wc.getInt(base + WC_VENDOR_ERR));
+            out.set(i, wc.getLong(base + WC_WR_ID), status, opcode, ok ? wc.getInt(base + WC_BYTE_LEN) : 0, qpNumber,
+                    flags, imm, ok ? 0 : wc.getInt(base + WC_VENDOR_ERR));
             DisniQueuePair qp = queuePairs.get(qpNumber);
             if (qp != null) {
                 qp.completed(status, opcode);
