@@ -70,6 +70,15 @@ final class RdmaChannelSetup {
     private ScheduledFuture<?> connectTimeoutFuture;
     // An accepted channel once it has answered the connect request: the peer may count itself connected.
     private boolean acceptIssued;
+    /**
+     * Orders an accepted channel's accept task, which runs on the listener's loop (queue pair on this channel's
+     * completion queue, its receive buffers posted), against this channel's release of them on its own loop: a close
+     * before the listener's loop got to the task used to leave it creating a queue pair on a closed completion queue
+     * and posting freed buffers. Taken once by each, on those paths only.
+     */
+    private final Object acceptLock = new Object();
+    /** Set under {@link #acceptLock} once this channel released what its accept task would use. */
+    private boolean acceptAbandoned;
     private boolean handshakeCounted;
     private InetSocketAddress requestedRemote;
 
@@ -289,14 +298,20 @@ final class RdmaChannelSetup {
                 }
             }, timeout, TimeUnit.MILLISECONDS);
         }
+        RdmaCmId passive = id;
         runOnIdOwner(() -> {
-            try {
-                QueuePair created = id.createQueuePair(d.pd, completionQueue, completionQueue, caps);
-                qp = created;
-                RdmaConnection.postReceives(created, receiveBuffers);
-                id.accept(ConnectionParameters.DEFAULT);
-            } catch (Throwable e) {
-                channel.eventLoop().execute(() -> rejectAndClose(e));
+            synchronized (acceptLock) {
+                if (acceptAbandoned) {
+                    return; // closed meanwhile: its release destroys the id, which rejects the request
+                }
+                try {
+                    QueuePair created = passive.createQueuePair(d.pd, completionQueue, completionQueue, caps);
+                    qp = created;
+                    RdmaConnection.postReceives(created, receiveBuffers);
+                    passive.accept(ConnectionParameters.DEFAULT);
+                } catch (Throwable e) {
+                    channel.eventLoop().execute(() -> rejectAndClose(e));
+                }
             }
         });
     }
@@ -510,7 +525,11 @@ final class RdmaChannelSetup {
             c.closing();
             c.destroy();
         } else {
-            QueuePair q = qp;
+            QueuePair q;
+            synchronized (acceptLock) {
+                acceptAbandoned = true;
+                q = qp;
+            }
             if (q != null) {
                 q.close();
             }

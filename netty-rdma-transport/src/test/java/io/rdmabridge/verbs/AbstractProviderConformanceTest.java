@@ -279,6 +279,33 @@ public abstract class AbstractProviderConformanceTest {
                 () -> "closed completion queues still counted: " + provider.resourceUsage());
     }
 
+    /**
+     * A queue pair is never created on a closed completion queue or protection domain, whose native objects are
+     * freed (on DiSNI a completion queue's by its event thread, shortly after the close): the call is refused and
+     * creates nothing.
+     */
+    @Test
+    public void shouldRefuseAQueuePairOnAClosedCompletionQueueOrProtectionDomain() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(4, 0, 64));
+        RdmaCmId id = local.resolve(addr);
+        RdmaDevice device = id.device();
+        QpCapabilities caps = LocalEnd.caps(device, 4, 4);
+        CompletionQueue open = local.newCq(device, 16);
+        CompletionQueue closed = local.newCq(device, 16);
+        closed.close();
+        ProtectionDomain closedPd = device.allocProtectionDomain();
+        closedPd.close();
+        long queuePairs = provider.resourceUsage().queuePairs();
+        RdmaException onClosedCq = assertThrows(RdmaException.class,
+                () -> id.createQueuePair(local.pd(device), open, closed, caps));
+        assertMessageContains("closed", onClosedCq);
+        RdmaException onClosedPd = assertThrows(RdmaException.class,
+                () -> id.createQueuePair(closedPd, open, open, caps));
+        assertMessageContains("closed", onClosedPd);
+        assertEquals(queuePairs, provider.resourceUsage().queuePairs(), "queue pairs created by refused calls");
+        assertEquals(null, id.queuePair(), "the id's queue pair after refused calls");
+    }
+
     @Test
     public void shouldRegisterWithDistinctNonZeroKeysAndCountUsage() throws Exception {
         RdmaDevice device = local.defaultDevice();

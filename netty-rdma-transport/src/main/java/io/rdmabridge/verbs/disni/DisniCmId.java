@@ -179,6 +179,11 @@ final class DisniCmId implements RdmaCmId {
         DisniProtectionDomain disniPd = own(pd, DisniProtectionDomain.class, "pd", dev);
         DisniCompletionQueue disniSendCq = own(sendCq, DisniCompletionQueue.class, "sendCq", dev);
         DisniCompletionQueue disniRecvCq = own(recvCq, DisniCompletionQueue.class, "recvCq", dev);
+        if (disniPd.isClosed() || disniSendCq.isClosed() || disniRecvCq.isClosed()) {
+            // Their native objects are freed (a completion queue's shortly after its close): never hand them to verbs.
+            throw new RdmaException("createQueuePair with a closed protection domain or completion queue (expected:"
+                    + " open ones)");
+        }
         capabilities.checkAgainst(dev.attributes());
         IbvQPInitAttr attr = new IbvQPInitAttr();
         attr.setQp_type(IbvQP.IBV_QPT_RC);

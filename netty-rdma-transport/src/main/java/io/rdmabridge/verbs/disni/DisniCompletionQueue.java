@@ -78,7 +78,8 @@ final class DisniCompletionQueue implements CompletionQueue {
     private final Thread eventThread;
     private final AtomicInteger events = new AtomicInteger(WAITING);
     private int users;
-    private boolean closed;
+    /** Set by the owner's close; read by {@link DisniCmId#createQueuePair}, which may run on another thread. */
+    private volatile boolean closed;
 
     DisniCompletionQueue(DisniDevice device, IbvCompChannel channel, IbvCQ cq, int capacity, EventNotifier notifier)
             throws IOException {
@@ -200,6 +201,10 @@ final class DisniCompletionQueue implements CompletionQueue {
         } catch (RuntimeException e) {
             logger.warn("Closing a completion queue of {} failed: {}", device.name(), e.getMessage());
         }
+    }
+
+    boolean isClosed() {
+        return closed;
     }
 
     @Override

@@ -87,6 +87,10 @@ final class DisniProtectionDomain implements ProtectionDomain {
         queuePairs.decrementAndGet();
     }
 
+    boolean isClosed() {
+        return closed.get();
+    }
+
     @Override
     public void close() {
         int regions = memoryRegions.get();
