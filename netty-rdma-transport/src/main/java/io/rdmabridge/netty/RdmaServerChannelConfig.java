@@ -5,6 +5,7 @@ import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultChannelConfig;
 import io.netty.channel.MessageSizeEstimator;
 import io.netty.channel.RecvByteBufAllocator;
+import io.netty.channel.ServerChannelRecvByteBufAllocator;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.socket.ServerSocketChannelConfig;
 import io.netty.util.NetUtil;
@@ -23,8 +24,18 @@ final class RdmaServerChannelConfig extends DefaultChannelConfig implements Serv
     private final SocketLevelOptions socketOptions = new SocketLevelOptions(Map.of(
             ChannelOption.SO_RCVBUF, 64 * 1024, ChannelOption.SO_REUSEADDR, true));
 
+    private final RdmaServerSocketChannel serverChannel;
+
     RdmaServerChannelConfig(RdmaServerSocketChannel channel) {
-        super(channel);
+        // As Netty's NIO and epoll server channels: up to MAX_MESSAGES_PER_READ accepted channels per read.
+        super(channel, new ServerChannelRecvByteBufAllocator());
+        serverChannel = channel;
+    }
+
+    /** As Netty's own server channels do: no accepted channel is handed up until the next read. */
+    @Override
+    protected void autoReadCleared() {
+        serverChannel.clearReadPending();
     }
 
     @Override

@@ -17,6 +17,7 @@ import io.rdmabridge.verbs.RdmaException;
 
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
+import java.nio.channels.AlreadyBoundException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayDeque;
 import java.util.Arrays;
@@ -94,6 +95,9 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         if (!(localAddress instanceof InetSocketAddress)) {
             throw new IllegalArgumentException("localAddress: " + localAddress + " (expected: an InetSocketAddress)");
         }
+        if (id != null) {
+            throw new AlreadyBoundException(); // as a JDK server channel: the first listener would be lost
+        }
         RdmaCmId listener = handler.eventChannel().createId();
         try {
             listener.attach(unsafe());
@@ -131,6 +135,15 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
                 readScheduled = false;
                 readAccepted();
             });
+        }
+    }
+
+    /** {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. */
+    void clearReadPending() {
+        if (isRegistered() && !eventLoop().inEventLoop()) {
+            eventLoop().execute(() -> readPending = false);
+        } else {
+            readPending = false;
         }
     }
 

@@ -45,6 +45,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -64,6 +65,38 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     }
 
     /** Counts and drops what arrives. */
+    /**
+     * As with Netty's own server channels, a listener whose autoRead is turned off hands up no accepted channel until
+     * it reads again; ServerBootstrap relies on it to pause accepting for a second after an accept failed. The
+     * listener used to keep handing up every connection.
+     */
+    @Test
+    @Timeout(60)
+    void shouldAcceptNothingWhileTheListenersAutoReadIsOff() throws Exception {
+        ChildRecorder recorder = new ChildRecorder();
+        Channel server = listen(new ServerBootstrap().childHandler(recorder));
+        connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS), "the first connection");
+        server.config().setAutoRead(false);
+        ChannelFuture second = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
+        channels.add(0, second.channel());
+        assertNull(recorder.children.poll(1, TimeUnit.SECONDS), "accepted while the listener's autoRead was off");
+        server.config().setAutoRead(true);
+        assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS), "the second connection, once reading again");
+        assertTrue(second.await(10, TimeUnit.SECONDS) && second.isSuccess(), () -> "second connect: " + second);
+    }
+
+    /** Binding a bound listener again fails as a JDK server channel's does; the first listener used to leak. */
+    @Test
+    void shouldRefuseToBindAListenerTwice() throws Exception {
+        Channel server = listen(new ServerBootstrap().childHandler(new ChannelInboundHandlerAdapter()));
+        ChannelFuture again = server.bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).await();
+        assertTrue(again.cause() instanceof java.nio.channels.AlreadyBoundException, () -> "second bind: "
+                + again.cause());
+        assertTrue(server.isActive(), "the listener after the refused bind");
+    }
+
     private static class Sink extends ChannelInboundHandlerAdapter {
         final AtomicLong bytes = new AtomicLong();
         final AtomicReference<Channel> channel = new AtomicReference<>();

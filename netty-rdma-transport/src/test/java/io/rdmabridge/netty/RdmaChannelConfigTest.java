@@ -85,4 +85,13 @@ class RdmaChannelConfigTest {
         assertFalse(config.setOption(ChannelOption.SO_BACKLOG, 10));
         assertNull(config.getOption(ChannelOption.SO_BACKLOG));
     }
+
+    /** As Netty's NIO and epoll server channels: up to MAX_MESSAGES_PER_READ accepted channels per read. */
+    @Test
+    void shouldAcceptWithNettysServerChannelAllocatorByDefault() {
+        ServerSocketChannelConfig server = new RdmaServerSocketChannel().config();
+        assertTrue(server.getRecvByteBufAllocator() instanceof io.netty.channel.ServerChannelRecvByteBufAllocator,
+                () -> String.valueOf(server.getRecvByteBufAllocator()));
+        assertEquals(16, server.getMaxMessagesPerRead(), "Netty's default for server channels");
+    }
 }
