@@ -31,6 +31,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
 
     private volatile int receiveQueueDepth = ConnectionConfig.DEFAULT.receiveQueueDepth();
     private volatile int rdmaReceiveBufferSize = ConnectionConfig.DEFAULT.receiveBufferSize();
+    /** The largest {@link RdmaChannelOption#SEND_QUEUE_DEPTH}: the channel sizes arrays by it per connection. */
+    static final int MAX_SEND_QUEUE_DEPTH = 1 << 16;
     private volatile int sendQueueDepth = ConnectionConfig.DEFAULT.sendQueueDepth();
     private volatile int inlineThreshold = 256;
     private volatile int rendezvousThreshold = ConnectionConfig.DEFAULT.rendezvousThreshold();
@@ -110,8 +112,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
                     Handshake.MIN_RECEIVE_BUFFER_SIZE, Handshake.MAX_RECEIVE_BUFFER_SIZE);
         } else if (option == RdmaChannelOption.SEND_QUEUE_DEPTH) {
             int depth = (Integer) value;
-            if (depth < 8 || Integer.bitCount(depth) != 1) {
-                throw new IllegalArgumentException("SEND_QUEUE_DEPTH: " + depth + " (expected: a power of 2, >= 8)");
+            if (depth < 8 || depth > MAX_SEND_QUEUE_DEPTH || Integer.bitCount(depth) != 1) {
+                throw new IllegalArgumentException("SEND_QUEUE_DEPTH: " + depth + " (expected: a power of 2, 8-"
+                        + MAX_SEND_QUEUE_DEPTH + "; a device with fewer work requests per queue pair caps it)");
             }
             sendQueueDepth = depth;
         } else if (option == RdmaChannelOption.INLINE_THRESHOLD) {
@@ -145,8 +148,9 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     }
 
     /** The connection parameters these options describe; the signal interval is fitted to the send queue. */
-    ConnectionConfig connectionConfig() {
-        int depth = sendQueueDepth;
+    /** The connection's settings, its send queue depth capped at {@code deviceSendDepth} (a power of two). */
+    ConnectionConfig connectionConfig(int deviceSendDepth) {
+        int depth = Math.min(sendQueueDepth, deviceSendDepth);
         return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,
                 Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, maxMessageSize);
     }

@@ -19,7 +19,10 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
      */
     public static final ChannelOption<Integer> RECEIVE_BUFFER_SIZE = valueOf(RdmaChannelOption.class,
             "RECEIVE_BUFFER_SIZE");
-    /** Outstanding send work requests, a power of two (default 128). */
+    /**
+     * Outstanding send work requests, a power of two from 8 to 65536 (default 128), capped by the device's work
+     * requests per queue pair.
+     */
     public static final ChannelOption<Integer> SEND_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
             "SEND_QUEUE_DEPTH");
     /** Bytes a SEND may carry inline, capped by the device's limit (default 256, 0 disables inline sends). */

@@ -245,9 +245,10 @@ final class RdmaChannelSetup {
     /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
     private void createQueuePair() throws RdmaException {
         RdmaDomain d = channel.domain;
-        connectionConfig = channel.config().connectionConfig();
         DeviceAttributes attributes = d.device.attributes();
-        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        // Capped here once, so that the queue pair, the connection and the outbound arrays agree on the depth.
+        connectionConfig = channel.config().connectionConfig(Integer.highestOneBit(attributes.maxQpWr()));
+        int sendDepth = connectionConfig.sendQueueDepth();
         int recvDepth = connectionConfig.receiveQueueDepth() + CONTROL_CREDITS;
         if (recvDepth > attributes.maxQpWr()) {
             throw new RdmaException("RECEIVE_QUEUE_DEPTH: " + connectionConfig.receiveQueueDepth() + " (expected: <= "
@@ -264,7 +265,7 @@ final class RdmaChannelSetup {
 
     private QpCapabilities capabilities() {
         DeviceAttributes attributes = channel.domain.device.attributes();
-        int sendDepth = Math.min(connectionConfig.sendQueueDepth(), Integer.highestOneBit(attributes.maxQpWr()));
+        int sendDepth = connectionConfig.sendQueueDepth();
         int inline = Math.min(channel.config().inlineThreshold(), attributes.maxInlineData());
         return new QpCapabilities(sendDepth, recv.count(), Math.min(RdmaConnection.MAX_SGE, attributes.maxSge()), 1,
                 inline);

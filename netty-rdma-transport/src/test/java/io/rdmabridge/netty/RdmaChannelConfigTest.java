@@ -94,4 +94,17 @@ class RdmaChannelConfigTest {
                 () -> String.valueOf(server.getRecvByteBufAllocator()));
         assertEquals(16, server.getMaxMessagesPerRead(), "Netty's default for server channels");
     }
+
+    /** The channel sizes arrays by the depth per connection: a huge power of two is refused, naming the range. */
+    @Test
+    void shouldBoundTheSendQueueDepth() {
+        RdmaChannelConfig config = new RdmaSocketChannel().config();
+        assertTrue(config.setOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 1 << 16));
+        IllegalArgumentException huge = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> config.setOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 1 << 30));
+        assertEquals("SEND_QUEUE_DEPTH: 1073741824 (expected: a power of 2, 8-65536; a device with fewer work "
+                + "requests per queue pair caps it)", huge.getMessage());
+        assertEquals(1 << 16, config.getOption(RdmaChannelOption.SEND_QUEUE_DEPTH), "unchanged by the refusal");
+        assertEquals(1 << 10, config.connectionConfig(1 << 10).sendQueueDepth(), "capped by the device");
+    }
 }
