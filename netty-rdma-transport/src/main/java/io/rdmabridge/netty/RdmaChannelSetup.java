@@ -245,6 +245,7 @@ final class RdmaChannelSetup {
     /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
     private void createQueuePair() throws RdmaException {
         RdmaDomain d = channel.domain;
+        d.checkServes(id.device(), id.remoteAddress());
         DeviceAttributes attributes = d.device.attributes();
         // Capped here once, so that the queue pair, the connection and the outbound arrays agree on the depth.
         connectionConfig = channel.config().connectionConfig(Integer.highestOneBit(attributes.maxQpWr()));
