@@ -87,6 +87,24 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         assertTrue(second.await(10, TimeUnit.SECONDS) && second.isSuccess(), () -> "second connect: " + second);
     }
 
+    /**
+     * A channel's completion queue signals, and its connection-manager id reports to, the loop it was first registered
+     * with: registering it again after deregister() is refused by name, and the channel closes and releases everything
+     * (checked after each test). It used to be accepted, and the new loop slept through the channel's completions.
+     */
+    @Test
+    @Timeout(60)
+    void shouldRefuseToRegisterAChannelAgainAfterDeregister() throws Exception {
+        java.util.concurrent.CompletableFuture<Void> echoed = new java.util.concurrent.CompletableFuture<>();
+        RdmaSocketChannel client = connectToEcho(echoed);
+        client.deregister().sync();
+        ChannelFuture again = group.next().register(client).await();
+        assertTrue(again.cause() instanceof UnsupportedOperationException, () -> "register again: " + again.cause());
+        assertTrue(again.cause().getMessage().contains("cannot be registered again"), again.cause()::getMessage);
+        assertTrue(client.closeFuture().await(10, TimeUnit.SECONDS), "the channel closes");
+        channels.remove(client);
+    }
+
     /** Binding a bound listener again fails as a JDK server channel's does; the first listener used to leak. */
     @Test
     void shouldRefuseToBindAListenerTwice() throws Exception {
