@@ -4,7 +4,9 @@ import io.rdmabridge.verbs.ProviderSelection;
 import io.rdmabridge.verbs.RdmaProviders;
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.util.HashMap;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -36,6 +38,8 @@ final class RdmaReplication {
     private volatile boolean active;
     private volatile String status;
     private volatile RdmaReplicationConfig config;
+    /** The broker configuration the plugin was configured with, against which dynamic updates are checked. */
+    private volatile Map<String, ?> applied = Map.of();
     private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
     private volatile ReplicationMetrics metrics;
     private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
@@ -82,12 +86,21 @@ final class RdmaReplication {
         if (configured) {
             return status;
         }
+        for (String key : RdmaReplicationConfig.unknownKeys(props)) {
+            // As Kafka's own warning for a key no configuration defines.
+            LOG.warn("The configuration '{}' was supplied but isn't a known config of the RDMA replication plugin "
+                    + "(known: {})", key, new TreeSet<>(RdmaReplicationConfig.KEYS));
+        }
         RdmaReplicationConfig c = RdmaReplicationConfig.parse(props, false);
         config = c;
+        applied = new HashMap<>(props);
         configured = true;
         if (!c.enabled()) {
             status = "RDMA replication inactive: " + RdmaReplicationConfig.ENABLE + " is not true; the broker behaves "
                     + "as stock Kafka";
+        } else if (controllerOnly(props)) {
+            status = "RDMA replication inactive: this process is a KRaft controller only (process.roles="
+                    + props.get("process.roles") + "), which replicates no partitions; brokers use the plugin";
         } else if (!agentInstalled) {
             status = "RDMA replication inactive: " + (agentProblem != null
                     ? "the agent could not install its NIO provider: " + agentProblem
@@ -128,6 +141,20 @@ final class RdmaReplication {
         return status;
     }
 
+    /** Whether {@code process.roles} is set and names no {@code broker} role. */
+    private static boolean controllerOnly(Map<String, ?> props) {
+        Object roles = props.get("process.roles");
+        if (roles == null || roles.toString().isBlank()) {
+            return false;
+        }
+        for (String role : roles.toString().split(",")) {
+            if (role.trim().equalsIgnoreCase("broker")) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     private static RdmaStreamTransport openTransport(RdmaReplicationConfig c) {
         ProviderSelection selection = RdmaProviders.select(c.provider(), RdmaReplicationConfig.PROVIDER);
         if (!selection.isAvailable()) {
@@ -141,6 +168,11 @@ final class RdmaReplication {
             return RdmaStreamTransport.unavailable("RDMA provider " + selection.provider().name() + " ("
                     + RdmaReplicationConfig.PROVIDER + "=" + c.provider() + "): " + e.getMessage());
         }
+    }
+
+    /** Refuses a dynamic update of a key the plugin read at start ({@link RdmaReplicationConfig#checkUnchanged}). */
+    void checkUnchanged(Map<String, ?> updated) {
+        RdmaReplicationConfig.checkUnchanged(applied, updated);
     }
 
     /** Called by each plugin instance's close(); the last one releases everything. */

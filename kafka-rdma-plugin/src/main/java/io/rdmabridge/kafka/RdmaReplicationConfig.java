@@ -1,8 +1,16 @@
 package io.rdmabridge.kafka;
 
+import io.rdmabridge.verbs.RdmaProviders;
 import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.kafka.common.config.ConfigException;
 
 /**
  * The plugin's broker configuration, read from {@code server.properties} by {@link RdmaReplicationPlugin}: its own
@@ -31,6 +39,9 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static final String RDMA_PORT_OFFSET = "rdma.port.offset";
     /** The key that set an absolute, per-broker RDMA port before followers had to find it on their own. */
     static final String REMOVED_RDMA_PORT = "rdma.port";
+    /** Every key the plugin reads; others under {@code rdma.} are misspellings, warned about as Kafka does. */
+    static final Set<String> KEYS = Set.of(ENABLE, PROVIDER, HANDSHAKE_TIMEOUT_MS, SEND_QUEUE_DEPTH,
+            RECEIVE_QUEUE_DEPTH, MAX_HANDSHAKES, MAX_CONNECTIONS, RDMA_PORT_OFFSET);
 
     static final int DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
     static final int DEFAULT_QUEUE_DEPTH = 64;
@@ -60,7 +71,8 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
                     DEFAULT_RDMA_PORT_OFFSET, false);
         }
         boolean enabled = bool(props, ENABLE);
-        String provider = string(props, PROVIDER, "auto");
+        // Not checked here: a provider that is unknown or unusable leaves the broker on TCP with a WARN naming it.
+        String provider = string(props, PROVIDER, RdmaProviders.AUTO);
         int timeout = integer(props, HANDSHAKE_TIMEOUT_MS, DEFAULT_HANDSHAKE_TIMEOUT_MS, 1, 600_000);
         int sendDepth = integer(props, SEND_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
         int receiveDepth = integer(props, RECEIVE_QUEUE_DEPTH, DEFAULT_QUEUE_DEPTH, 1, 16384);
@@ -123,6 +135,41 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
         boolean tls = protocol.equals("SSL") || protocol.equals("SASL_SSL");
         return new RdmaReplicationConfig(enabled, provider, timeout, sendDepth, receiveDepth, maxHandshakes,
                 maxConnections, brokerId, listener, host, port, offset, tls);
+    }
+
+    /**
+     * The keys of {@code props} under {@code rdma.} that the plugin does not read, sorted: most likely misspelled
+     * ({@code rdma.replication.enabled}), and silently ignored otherwise, since Kafka passes unknown keys on.
+     */
+    static List<String> unknownKeys(Map<String, ?> props) {
+        List<String> unknown = new ArrayList<>();
+        for (String key : props.keySet()) {
+            if (key.startsWith("rdma.") && !KEYS.contains(key) && !key.equals(REMOVED_RDMA_PORT)) {
+                unknown.add(key);
+            }
+        }
+        Collections.sort(unknown);
+        return unknown;
+    }
+
+    /**
+     * Refuses a dynamic update ({@code kafka-configs --alter}) that changes a key the plugin reads: it applies its
+     * configuration when the broker starts, so such a change would be stored, shown by {@code --describe}, and never
+     * take effect.
+     *
+     * @param applied the broker's configuration the plugin was started with
+     * @throws ConfigException naming the first key whose value {@code updated} changes, and the fix
+     */
+    static void checkUnchanged(Map<String, ?> applied, Map<String, ?> updated) {
+        for (String key : new TreeSet<>(KEYS)) {
+            String before = applied.get(key) == null ? null : applied.get(key).toString().trim();
+            String after = updated.get(key) == null ? null : updated.get(key).toString().trim();
+            if (!Objects.equals(before, after)) {
+                throw new ConfigException(key, after, "the RDMA replication plugin reads " + key + " when the broker"
+                        + " starts (it is " + before + " on this broker) and cannot change it while it runs: set it in"
+                        + " the broker's server.properties and restart the broker");
+            }
+        }
     }
 
     /** This broker's RDMA listen port: its inter-broker listener's port + {@code rdma.port.offset}. */

@@ -2,6 +2,8 @@ package io.rdmabridge.kafka;
 
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.metrics.KafkaMetric;
 import org.apache.kafka.common.metrics.MetricsReporter;
 
@@ -31,6 +33,29 @@ public final class RdmaReplicationPlugin implements MetricsReporter {
     public void configure(Map<String, ?> configs) {
         RdmaReplication.get().configure(configs);
         configured = true;
+    }
+
+    /**
+     * The plugin's own keys, so that Kafka asks this reporter before it accepts a dynamic update of one
+     * ({@link #validateReconfiguration}); Kafka would otherwise store it without a word.
+     */
+    @Override
+    public Set<String> reconfigurableConfigs() {
+        return RdmaReplicationConfig.KEYS;
+    }
+
+    /**
+     * Refuses any change of the plugin's keys, naming the key and the fix (a restart): they take effect when the
+     * broker starts.
+     */
+    @Override
+    public void validateReconfiguration(Map<String, ?> configs) throws ConfigException {
+        RdmaReplication.get().checkUnchanged(configs);
+    }
+
+    /** Nothing to do: {@link #validateReconfiguration} admits no change of the plugin's keys. */
+    @Override
+    public void reconfigure(Map<String, ?> configs) {
     }
 
     @Override

@@ -204,7 +204,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         } catch (ExecutionException e) {
             return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
                     + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "
-                    + "without a usable RDMA provider";
+                    + "without a usable RDMA provider, or the port " + leader.getPort() + " it advertises is not the"
+                    + " one it listens on (port mapping), whose + " + RdmaReplicationConfig.RDMA_PORT_OFFSET
+                    + " is where its plugin listens";
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             answer.cancel(false);

@@ -2,6 +2,7 @@ package io.rdmabridge.it.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -12,9 +13,14 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.InvalidRequestException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -96,6 +102,16 @@ class MixedClusterIT {
                     assertTrue(leaderCopies <= 1.0, "leader copies per byte: " + leaderCopies);
                     assertTrue(followerCopies <= 1.0, "follower copies per byte: " + followerCopies);
                 }
+
+                // A dynamic update of a key the plugin reads at start would be stored and never applied: broker 1's
+                // plugin refuses it, naming the key and the restart it needs.
+                ConfigResource broker1 = new ConfigResource(ConfigResource.Type.BROKER, "1");
+                ExecutionException refused = assertThrows(ExecutionException.class, () -> admin.incrementalAlterConfigs(
+                        Map.of(broker1, List.of(new AlterConfigOp(new ConfigEntry("rdma.replication.enable", "false"),
+                                AlterConfigOp.OpType.SET)))).all().get(60, TimeUnit.SECONDS));
+                assertTrue(refused.getCause() instanceof InvalidRequestException, () -> "refused with " + refused);
+                String why = refused.getCause().getMessage();
+                assertTrue(why.contains("rdma.replication.enable") && why.contains("restart the broker"), why);
 
                 // Hostile peers on broker 1's replication port: a HELLO with non-zero flags is cut off at once, a
                 // truncated one when the handshake timeout (5 s) runs out; replication carries on meanwhile.
