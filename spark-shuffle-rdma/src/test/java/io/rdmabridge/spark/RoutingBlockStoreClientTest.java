@@ -128,16 +128,25 @@ class RoutingBlockStoreClientTest {
         }
     };
 
-    @Test
-    void shouldFetchThroughSparksOwnTransportWhenTheDriverCannotSayWhereTheBlockServerIs() {
-        routing.fetchBlocks("host3", 7337, "3", BLOCKS, listener, null);
-
-        assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client, not thrown into Spark's iterator");
-        assertEquals("3", sparkFetches.get(0)[0]);
+    /**
+     * Exactly one fetch reached Spark's client: executor {@code execId}'s {@link #BLOCKS}, reported to Spark's own
+     * listener (Spark's client retries for itself, and calls methods the retries' listener refuses), counted as
+     * fetched by fallback, and no block failed.
+     */
+    private void assertOneFetchHandedToSpark(String execId) {
+        assertEquals(1, sparkFetches.size(), () -> "fetches handed to Spark's client; failed: " + failures);
+        assertEquals(execId, sparkFetches.get(0)[0]);
         assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
         assertSame(listener, sparkFetches.get(0)[3]);
         assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
-        assertTrue(failures.isEmpty(), () -> "failed: " + failures);
+        assertTrue(failures.isEmpty(), () -> "blocks failed: " + failures);
+    }
+
+    @Test
+    void shouldFetchThroughSparksOwnTransportWhenTheDriverCannotSayWhereTheBlockServerIs() {
+        // Not thrown into Spark's fetch iterator, where it would fail the task rather than its fetches.
+        routing.fetchBlocks("host3", 7337, "3", BLOCKS, listener, null);
+        assertOneFetchHandedToSpark("3");
     }
 
     @Test
@@ -181,14 +190,8 @@ class RoutingBlockStoreClientTest {
         routing = routing(true, 2);
         routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
         awaitFallback();
-        assertEquals(1, sparkFetches.size(), "fetches handed to Spark's client");
-        assertEquals("1", sparkFetches.get(0)[0]);
-        assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
-        // Spark's own listener, not the retries' (Spark's client retries for itself, and calls methods it refuses).
-        assertSame(listener, sparkFetches.get(0)[3]);
-        assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
+        assertOneFetchHandedToSpark("1");
         assertEquals(List.of("1"), forgotten, "the unreachable server is looked up afresh next time");
-        assertTrue(failures.isEmpty(), "blocks failed: " + failures);
         assertEquals(0, metrics.fetchFailures.getCount());
     }
 
@@ -271,11 +274,8 @@ class RoutingBlockStoreClientTest {
             try {
                 routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
                 awaitFallback();
-                assertEquals(1, sparkFetches.size(), () -> "fetches handed to Spark's client; failed: " + failures);
-                assertArrayEquals(BLOCKS, (String[]) sparkFetches.get(0)[1]);
-                assertSame(listener, sparkFetches.get(0)[3]);
+                assertOneFetchHandedToSpark("1");
                 assertEquals(List.of(), forgotten, "the busy server stays known");
-                assertTrue(failures.isEmpty(), () -> "blocks failed: " + failures);
                 assertEquals(1, serverMetrics.connectionsRefused.getCount(), "the server refused one connection");
             } finally {
                 holder.close().sync();
