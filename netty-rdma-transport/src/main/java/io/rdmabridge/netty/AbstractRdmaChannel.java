@@ -55,10 +55,10 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
     @Override
     protected void doRegister(ChannelPromise promise) {
         if (registration != null) {
-            // Its completion queue signals, and its connection-manager id reports to, the first loop for good.
+            // Its completion queue signals, and its connection-manager id reports to, the first loop's handler.
             promise.setFailure(new UnsupportedOperationException("an RDMA channel cannot be registered again after "
-                    + "deregister(): its completion queue and connection-manager id stay bound to the event loop it "
-                    + "was first registered with; close it and open a new channel on the other loop"));
+                    + "deregister(): its completion queue and connection-manager id stay bound to the event loop "
+                    + "handler it was first registered with; close it and open a new channel"));
             return;
         }
         ((IoEventLoop) eventLoop()).register((RdmaIoHandle) unsafe()).addListener(f -> {

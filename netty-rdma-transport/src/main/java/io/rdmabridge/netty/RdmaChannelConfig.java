@@ -147,8 +147,10 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         return value;
     }
 
-    /** The connection parameters these options describe; the signal interval is fitted to the send queue. */
-    /** The connection's settings, its send queue depth capped at {@code deviceSendDepth} (a power of two). */
+    /**
+     * The connection parameters these options describe, the send queue depth capped at {@code deviceSendDepth} (a
+     * power of two) and the signal interval fitted to it.
+     */
     ConnectionConfig connectionConfig(int deviceSendDepth) {
         int depth = Math.min(sendQueueDepth, deviceSendDepth);
         return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,

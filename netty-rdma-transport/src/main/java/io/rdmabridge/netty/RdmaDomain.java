@@ -18,7 +18,7 @@ import java.util.List;
  * whose address another device serves fails, naming both devices and that property.
  */
 final class RdmaDomain {
-    /** System property naming the RDMA device the channels use (as {@code ibv_devices} lists it); default: the first. */
+    /** System property naming the RDMA device the channels use (as {@code ibv_devices} lists it); default the first. */
     static final String DEVICE_PROPERTY = "rdmabridge.device";
 
     final RdmaProvider provider;
@@ -39,7 +39,7 @@ final class RdmaDomain {
         List<RdmaDevice> devices = provider.devices();
         if (devices.isEmpty()) {
             throw new RdmaException("RDMA provider " + provider.name() + " has no device: check that a device is up"
-                    + " (ibv_devices) or set rdmabridge.provider=soft");
+                    + " (ibv_devices) or use the software provider (soft)");
         }
         String wanted = System.getProperty(DEVICE_PROPERTY, "").trim();
         RdmaDevice device = wanted.isEmpty() ? devices.get(0) : null;

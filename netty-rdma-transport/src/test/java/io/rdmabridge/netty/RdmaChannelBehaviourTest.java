@@ -64,7 +64,6 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
                 .handler(handler), server);
     }
 
-    /** Counts and drops what arrives. */
     /**
      * As with Netty's own server channels, a listener whose autoRead is turned off hands up no accepted channel until
      * it reads again; ServerBootstrap relies on it to pause accepting for a second after an accept failed. The
@@ -88,9 +87,10 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     }
 
     /**
-     * A channel's completion queue signals, and its connection-manager id reports to, the loop it was first registered
-     * with: registering it again after deregister() is refused by name, and the channel closes and releases everything
-     * (checked after each test). It used to be accepted, and the new loop slept through the channel's completions.
+     * A channel's completion queue signals, and its connection-manager id reports to, the handler of the loop it was
+     * first registered with: registering it again after deregister() is refused by name, and the channel closes and
+     * releases everything (checked after each test). It used to be accepted, and another loop slept through the
+     * channel's completions.
      */
     @Test
     @Timeout(60)
@@ -115,6 +115,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         assertTrue(server.isActive(), "the listener after the refused bind");
     }
 
+    /** Counts and drops what arrives. */
     private static class Sink extends ChannelInboundHandlerAdapter {
         final AtomicLong bytes = new AtomicLong();
         final AtomicReference<Channel> channel = new AtomicReference<>();

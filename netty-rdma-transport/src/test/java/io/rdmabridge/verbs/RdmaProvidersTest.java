@@ -11,6 +11,7 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 
 class RdmaProvidersTest {
+    private static final String SELECTED_BY = RdmaProviders.PROVIDER_PROPERTY;
 
     private final FakeProvider disniMissing =
             new FakeProvider("disni", true, 10, new UnsatisfiedLinkError("libdisni not found"));
@@ -19,7 +20,8 @@ class RdmaProvidersTest {
 
     @Test
     void shouldPickAvailableHardwareProviderUnderAuto() {
-        ProviderSelection s = RdmaProviders.select("auto", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, hardwareOk, soft));
+        ProviderSelection s = RdmaProviders.select("auto", SELECTED_BY,
+                List.of(disniMissing, hardwareOk, soft));
 
         assertSame(hardwareOk, s.provider());
         assertEquals("libdisni not found", s.rejected().get("disni").replace("java.lang.UnsatisfiedLinkError: ", ""));
@@ -28,7 +30,8 @@ class RdmaProvidersTest {
 
     @Test
     void shouldNeverPickSoftProviderSilentlyUnderAuto() throws Exception {
-        ProviderSelection s = RdmaProviders.select(null, RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select(null, SELECTED_BY,
+                List.of(disniMissing, soft));
 
         assertFalse(s.isAvailable());
         assertNull(s.provider());
@@ -40,14 +43,16 @@ class RdmaProvidersTest {
 
     @Test
     void shouldSayWhenNoHardwareProviderIsOnTheClassPath() {
-        ProviderSelection s = RdmaProviders.select("auto", RdmaProviders.PROVIDER_PROPERTY, List.of(soft));
+        ProviderSelection s = RdmaProviders.select("auto", SELECTED_BY,
+                List.of(soft));
 
         assertTrue(s.reason().contains("no hardware provider is on the class path"), s.reason());
     }
 
     @Test
     void shouldPickProviderByNameCaseInsensitively() {
-        ProviderSelection s = RdmaProviders.select(" SOFT ", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select(" SOFT ", SELECTED_BY,
+                List.of(disniMissing, soft));
 
         assertSame(soft, s.provider());
         assertEquals("soft", s.requested());
@@ -56,7 +61,8 @@ class RdmaProvidersTest {
 
     @Test
     void shouldReportCauseWhenNamedProviderIsUnavailable() {
-        ProviderSelection s = RdmaProviders.select("disni", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select("disni", SELECTED_BY,
+                List.of(disniMissing, soft));
 
         assertNull(s.provider());
         assertEquals("disni was requested (rdmabridge.provider=disni) but is unavailable: "
@@ -65,7 +71,8 @@ class RdmaProvidersTest {
 
     @Test
     void shouldListKnownProvidersForAnUnknownName() {
-        ProviderSelection s = RdmaProviders.select("ucx", RdmaProviders.PROVIDER_PROPERTY, List.of(disniMissing, soft));
+        ProviderSelection s = RdmaProviders.select("ucx", SELECTED_BY,
+                List.of(disniMissing, soft));
 
         assertNull(s.provider());
         assertEquals("unknown RDMA provider 'ucx' (expected: auto or one of [disni, soft];"

@@ -43,10 +43,11 @@ final class DisniCmId implements RdmaCmId {
     private Object attachment;
     private boolean disconnected;
     /**
-     * From {@code rdma_connect} or {@code rdma_accept} until the event thread has taken this id's answer to it: while
-     * set, librdmacm may modify the queue pair inside {@code rdma_get_cm_event} on the event thread (to RTR and RTS
-     * on a connect response; to ERROR on a reject, which reaches an accepted id too when its connector gave up), so
-     * the queue pair is destroyed only while that thread is outside the call.
+     * From {@code rdma_connect}, or from the queue pair of a peer's connect request, until the event thread has taken
+     * this id's answer: while set, librdmacm may modify the queue pair inside {@code rdma_get_cm_event} on the event
+     * thread (to RTR and RTS on a connect response; to ERROR on a reject, which reaches a requested id too when its
+     * connector gave up, before or after the accept), so the queue pair is destroyed only while that thread is outside
+     * the call. A failed accept leaves it set: the connector's reject may still be on its way.
      */
     volatile boolean connectPending;
     /**
@@ -61,6 +62,8 @@ final class DisniCmId implements RdmaCmId {
     // What was asked of this id: an event it cannot have caused is a destroyed id's whose address it reuses.
     private boolean resolveIssued;
     private boolean connectIssued;
+    /** Made for a peer's connect request (the passive side). */
+    private boolean requested;
 
     DisniCmId(DisniEventChannel channel, com.ibm.disni.verbs.RdmaCmId id, long handle) {
         this.channel = channel;
@@ -194,6 +197,10 @@ final class DisniCmId implements RdmaCmId {
         attr.cap().setMax_send_sge(capabilities.maxSendSge());
         attr.cap().setMax_recv_sge(capabilities.maxRecvSge());
         attr.cap().setMax_inline_data(capabilities.maxInlineData());
+        if (requested) {
+            // From now on a reject of the request makes librdmacm move this queue pair to ERROR on the event thread.
+            connectPending = true;
+        }
         IbvQP qp;
         try {
             qp = id.createQP(disniPd.pd(), attr);
@@ -323,11 +330,9 @@ final class DisniCmId implements RdmaCmId {
             throw new RdmaException("privateData: " + length + " bytes on accept (expected: 0 with the disni provider:"
                     + " DiSNI 2.1's rdma_accept sends no private data; exchange it in the first message instead)");
         }
-        connectPending = true;
         try {
             id.accept(connParam(parameters));
         } catch (IOException e) {
-            connectPending = false;
             throw new RdmaException("rdma_accept failed: " + DisniErrors.clean(e), e);
         }
         // librdmacm's rdma_accept moves the passive side's queue pair through RTR to RTS before it replies, so work
@@ -438,6 +443,7 @@ final class DisniCmId implements RdmaCmId {
     /** An id made for a peer's connect request is part of a connection from the start. */
     void requested() {
         connectIssued = true;
+        requested = true;
     }
 
     /** The connection is up; called on the owner thread. */
