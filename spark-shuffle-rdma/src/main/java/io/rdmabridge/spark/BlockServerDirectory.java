@@ -156,7 +156,11 @@ final class BlockServerDirectory {
                     if (f.length != 3) {
                         return "malformed fallback report: expected fallback<TAB>executor<TAB>cause";
                     }
-                    fallbacks.put(f[1], f[2]);
+                    synchronized (removed) {
+                        if (!removed.contains(f[1])) {
+                            fallbacks.put(f[1], f[2]);
+                        }
+                    }
                     return "";
                 }
                 case LOOKUP -> {

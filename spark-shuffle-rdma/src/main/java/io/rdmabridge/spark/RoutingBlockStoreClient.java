@@ -117,7 +117,11 @@ final class RoutingBlockStoreClient extends BlockStoreClient {
         try {
             return blockServers.lookup(execId);
         } catch (Exception e) {
-            // Checked ones too: Spark's ask throws its RpcTimeoutException and SparkException undeclared.
+            // Checked ones too: Spark's ask throws its RpcTimeoutException and SparkException undeclared, and the
+            // InterruptedException of a task being killed, whose interrupt Spark's client must still see.
+            if (e instanceof InterruptedException) {
+                Thread.currentThread().interrupt();
+            }
             LOG.warn("Cannot look up the RDMA block server of executor {} ({}); fetching its blocks through Spark's "
                     + "own transport", execId, e.toString());
             return null;

@@ -39,6 +39,8 @@ import org.slf4j.LoggerFactory;
  */
 final class ShuffleBlockClient implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockClient.class);
+    /** How long a server that refused a connection for its cap is not dialled again; its fetches go elsewhere. */
+    static final long BUSY_BACKOFF_NANOS = TimeUnit.SECONDS.toNanos(5);
     /** Why a connection closed, kept on the channel for fetches that reach it after its handlers are gone. */
     private static final AttributeKey<IOException> CLOSED_CAUSE = AttributeKey.valueOf(ShuffleBlockClient.class,
             "closedCause");
@@ -49,6 +51,8 @@ final class ShuffleBlockClient implements AutoCloseable {
     private final RdmaShuffleMetrics metrics;
     private final long fetchTimeoutNanos;
     private final Map<Target, Future<Channel>> connections = new ConcurrentHashMap<>();
+    /** Servers that refused a connection for their cap, until when ({@link System#nanoTime}) they are not dialled. */
+    private final Map<Target, Long> busyUntil = new ConcurrentHashMap<>();
 
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
                        long fetchTimeoutMillis, RdmaShuffleMetrics metrics) {
@@ -85,6 +89,20 @@ final class ShuffleBlockClient implements AutoCloseable {
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
         Target server = new Target(executorId, address);
+        Long busy = busyUntil.get(server);
+        if (busy != null) {
+            if (System.nanoTime() - busy < 0) {
+                // Not dialled again so soon: each refused connection costs the full server a queue pair.
+                ServerBusy refused = new ServerBusy("shuffle block server " + server + " refused a connection less "
+                        + "than " + TimeUnit.NANOSECONDS.toMillis(BUSY_BACKOFF_NANOS) + " ms ago for its connection "
+                        + "cap (" + RdmaShuffleConf.MAX_CONNECTIONS + ")");
+                if (unreachable == null || !unreachable.test(refused)) {
+                    failAll(blockIds, listener, refused);
+                }
+                return;
+            }
+            busyUntil.remove(server, busy);
+        }
         connection(server).addListener(f -> {
             if (f.isSuccess()) {
                 Channel ch = (Channel) f.getNow();
@@ -104,9 +122,10 @@ final class ShuffleBlockClient implements AutoCloseable {
                 if (unreachable == null || !unreachable.test(new IOException(wrong.getMessage(), wrong))) {
                     failAll(blockIds, listener, wrong);
                 }
-            } else if (f.cause() instanceof ServerBusy busy) {
-                if (unreachable == null || !unreachable.test(busy)) {
-                    failAll(blockIds, listener, busy);
+            } else if (f.cause() instanceof ServerBusy refused) {
+                busyUntil.put(server, System.nanoTime() + BUSY_BACKOFF_NANOS);
+                if (unreachable == null || !unreachable.test(refused)) {
+                    failAll(blockIds, listener, refused);
                 }
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
@@ -350,7 +369,12 @@ final class ShuffleBlockClient implements AutoCloseable {
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
             if (failure == null) {
                 failure = cause;
-                LOG.warn("Closing connection to shuffle block server {}", server, cause);
+                if (cause instanceof PeerFailure p && p.getCause() instanceof ServerBusy) {
+                    // Expected when a server is full; the server warns, rate-limited, and the fetch goes elsewhere.
+                    LOG.debug("Closing connection to shuffle block server {}: {}", server, cause.getMessage());
+                } else {
+                    LOG.warn("Closing connection to shuffle block server {}", server, cause);
+                }
             }
             ctx.close();
         }

@@ -49,6 +49,9 @@ class BlockServerDirectoryTest {
                 driver.handle(new String[] {"register", "1", "host-a", "7001"}));
         assertEquals("", driver.handle(new String[] {"lookup", "1"}));
         assertEquals(Map.of(), driver.servers());
+        // The refused executor falls back and says so: a gone executor is not listed as running on Spark's transport.
+        assertEquals("", driver.handle(new String[] {"fallback", "1", "the driver refused block server ..."}));
+        assertEquals(Map.of(), driver.fallbacks());
         for (int i = 0; i < BlockServerDirectory.REMEMBERED_REMOVALS; i++) {
             driver.executorRemoved("gone-" + i);
         }

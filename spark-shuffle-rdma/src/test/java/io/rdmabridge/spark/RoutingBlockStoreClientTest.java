@@ -69,6 +69,10 @@ class RoutingBlockStoreClientTest {
         RoutingBlockStoreClient.BlockServers servers = new RoutingBlockStoreClient.BlockServers() {
             @Override
             public InetSocketAddress lookup(String executorId) {
+                if (executorId.equals("4")) {
+                    // A reduce task killed while it asks the driver.
+                    throw sneaky(new InterruptedException());
+                }
                 if (executorId.equals("3")) {
                     // As Spark's ask fails when the driver does not answer in time: a checked exception, undeclared.
                     throw sneaky(new java.util.concurrent.TimeoutException("the driver did not answer within 120s"));
@@ -140,6 +144,14 @@ class RoutingBlockStoreClientTest {
         assertSame(listener, sparkFetches.get(0)[3]);
         assertEquals(BLOCKS.length, metrics.blocksFetchedByFallback.getCount());
         assertTrue(failures.isEmpty(), () -> "blocks failed: " + failures);
+    }
+
+    /** A task killed while it asks the driver keeps its interrupt, for Spark's client to see. */
+    @Test
+    void shouldKeepTheInterruptOfATaskKilledWhileItAsksTheDriver() {
+        routing.fetchBlocks("host4", 7337, "4", BLOCKS, listener, null);
+        assertTrue(Thread.interrupted(), "the interrupt was swallowed");
+        assertOneFetchHandedToSpark("4");
     }
 
     @Test
@@ -277,6 +289,15 @@ class RoutingBlockStoreClientTest {
                 assertOneFetchHandedToSpark("1");
                 assertEquals(List.of(), forgotten, "the busy server stays known");
                 assertEquals(1, serverMetrics.connectionsRefused.getCount(), "the server refused one connection");
+                // Not dialled again at once (a refused connection costs the full server a queue pair): the next
+                // fetch goes straight to Spark's client.
+                routing.fetchBlocks("127.0.0.1", 7337, "1", BLOCKS, listener, null);
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (sparkFetches.size() < 2 && System.nanoTime() < deadline) {
+                    Thread.sleep(10);
+                }
+                assertEquals(2, sparkFetches.size(), () -> "fetches handed to Spark's client; failed: " + failures);
+                assertEquals(1, serverMetrics.connectionsRefused.getCount(), "connections the full server refused");
             } finally {
                 holder.close().sync();
             }
