@@ -5,6 +5,7 @@ import io.rdmabridge.verbs.RdmaProviders;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
@@ -158,8 +159,7 @@ final class RdmaReplication {
     private static RdmaStreamTransport openTransport(RdmaReplicationConfig c) {
         ProviderSelection selection = RdmaProviders.select(c.provider(), RdmaReplicationConfig.PROVIDER);
         if (!selection.isAvailable()) {
-            return RdmaStreamTransport.unavailable("RDMA provider (" + RdmaReplicationConfig.PROVIDER + "="
-                    + c.provider() + "): " + selection.reason());
+            return RdmaStreamTransport.unavailable(selection.reason()); // it names rdma.provider and its value
         }
         try {
             return RdmaChannelTransport.open(selection.provider(), c.brokerId(), c.interBrokerHost(), c.rdmaPort(),
@@ -170,9 +170,11 @@ final class RdmaReplication {
         }
     }
 
-    /** Refuses a dynamic update of a key the plugin read at start ({@link RdmaReplicationConfig#checkUnchanged}). */
-    void checkUnchanged(Map<String, ?> updated) {
-        RdmaReplicationConfig.checkUnchanged(applied, updated);
+    /** Warns of each key a dynamic update changed, which the plugin does not apply; returns the lines, for tests. */
+    List<String> dynamicUpdate(Map<String, ?> updated) {
+        List<String> lines = RdmaReplicationConfig.ignoredUpdates(applied, updated);
+        lines.forEach(LOG::warn);
+        return lines;
     }
 
     /** Called by each plugin instance's close(); the last one releases everything. */

@@ -10,7 +10,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.TreeSet;
-import org.apache.kafka.common.config.ConfigException;
 
 /**
  * The plugin's broker configuration, read from {@code server.properties} by {@link RdmaReplicationPlugin}: its own
@@ -153,23 +152,27 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     }
 
     /**
-     * Refuses a dynamic update ({@code kafka-configs --alter}) that changes a key the plugin reads: it applies its
-     * configuration when the broker starts, so such a change would be stored, shown by {@code --describe}, and never
-     * take effect.
+     * What a dynamic update ({@code kafka-configs --alter}) changes among the keys the plugin reads: one line per key,
+     * saying that the change is not applied and what to do instead. The plugin applies its configuration when the
+     * broker starts, so such a change is stored and shown by {@code --describe} without taking effect. It is not
+     * refused: a refusal would also make Kafka drop every other key of the update, and of each update after it, when
+     * the value came in some other way (written by a broker without the plugin, or through a controller).
      *
      * @param applied the broker's configuration the plugin was started with
-     * @throws ConfigException naming the first key whose value {@code updated} changes, and the fix
      */
-    static void checkUnchanged(Map<String, ?> applied, Map<String, ?> updated) {
+    static List<String> ignoredUpdates(Map<String, ?> applied, Map<String, ?> updated) {
+        List<String> lines = new ArrayList<>();
         for (String key : new TreeSet<>(KEYS)) {
             String before = applied.get(key) == null ? null : applied.get(key).toString().trim();
             String after = updated.get(key) == null ? null : updated.get(key).toString().trim();
             if (!Objects.equals(before, after)) {
-                throw new ConfigException(key, after, "the RDMA replication plugin reads " + key + " when the broker"
-                        + " starts (it is " + before + " on this broker) and cannot change it while it runs: set it in"
-                        + " the broker's server.properties and restart the broker");
+                lines.add(key + " was updated dynamically to " + after + ", which the RDMA replication plugin does not"
+                        + " apply: it reads " + key + " when the broker starts and goes on with " + before + "; set it"
+                        + " in the broker's server.properties and restart the broker, and remove the dynamic value"
+                        + " (kafka-configs --alter --delete-config " + key + ")");
             }
         }
+        return lines;
     }
 
     /** This broker's RDMA listen port: its inter-broker listener's port + {@code rdma.port.offset}. */

@@ -3,7 +3,6 @@ package io.rdmabridge.kafka;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.metrics.KafkaMetric;
 import org.apache.kafka.common.metrics.MetricsReporter;
 
@@ -36,8 +35,8 @@ public final class RdmaReplicationPlugin implements MetricsReporter {
     }
 
     /**
-     * The plugin's own keys, so that Kafka asks this reporter before it accepts a dynamic update of one
-     * ({@link #validateReconfiguration}); Kafka would otherwise store it without a word.
+     * The plugin's own keys, so that Kafka tells this reporter of a dynamic update of one ({@link #reconfigure}),
+     * which it would otherwise store without a word.
      */
     @Override
     public Set<String> reconfigurableConfigs() {
@@ -45,17 +44,17 @@ public final class RdmaReplicationPlugin implements MetricsReporter {
     }
 
     /**
-     * Refuses any change of the plugin's keys, naming the key and the fix (a restart): they take effect when the
-     * broker starts.
+     * Accepts every update: a refusal would make Kafka drop the update's other keys too, and every later update's,
+     * where the value came in another way ({@link RdmaReplicationConfig#ignoredUpdates}).
      */
     @Override
-    public void validateReconfiguration(Map<String, ?> configs) throws ConfigException {
-        RdmaReplication.get().checkUnchanged(configs);
+    public void validateReconfiguration(Map<String, ?> configs) {
     }
 
-    /** Nothing to do: {@link #validateReconfiguration} admits no change of the plugin's keys. */
+    /** Warns, naming each changed key, that the plugin does not apply it, and what to do instead. */
     @Override
     public void reconfigure(Map<String, ?> configs) {
+        RdmaReplication.get().dynamicUpdate(configs);
     }
 
     @Override

@@ -205,8 +205,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
                     + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "
                     + "without a usable RDMA provider, or the port " + leader.getPort() + " it advertises is not the"
-                    + " one it listens on (port mapping), whose + " + RdmaReplicationConfig.RDMA_PORT_OFFSET
-                    + " is where its plugin listens";
+                    + " one it listens on (port mapping): its plugin listens at that listener's port + "
+                    + RdmaReplicationConfig.RDMA_PORT_OFFSET;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             answer.cancel(false);

@@ -56,24 +56,4 @@ class RdmaReplicationConfigTest {
                 RdmaReplicationConfig.unknownKeys(broker("rdma.replication.enabled", "true", "rdma.max.connection",
                         "5", "rdma.max.connections", "5", "replica.fetch.max.bytes", "1")));
     }
-
-    /** A dynamic update of a key read at start would be stored and never applied: it is refused, naming the fix. */
-    @Test
-    void shouldRefuseADynamicChangeOfAKeyItReadsAtStart() {
-        Map<String, String> started = broker("rdma.replication.enable", "true", "rdma.max.connections", "64");
-        RdmaReplicationConfig.checkUnchanged(started, broker("rdma.replication.enable", " true",
-                "rdma.max.connections", "64", "log.retention.ms", "1000"));
-        org.apache.kafka.common.config.ConfigException changed = assertThrows(
-                org.apache.kafka.common.config.ConfigException.class, () -> RdmaReplicationConfig.checkUnchanged(
-                        started, broker("rdma.replication.enable", "false", "rdma.max.connections", "64")));
-        assertEquals("Invalid value false for configuration rdma.replication.enable: the RDMA replication plugin "
-                + "reads rdma.replication.enable when the broker starts (it is true on this broker) and cannot change "
-                + "it while it runs: set it in the broker's server.properties and restart the broker",
-                changed.getMessage());
-        assertThrows(org.apache.kafka.common.config.ConfigException.class, () -> RdmaReplicationConfig.checkUnchanged(
-                started, broker("rdma.replication.enable", "true")), "a key removed");
-        assertThrows(org.apache.kafka.common.config.ConfigException.class, () -> RdmaReplicationConfig.checkUnchanged(
-                started, broker("rdma.replication.enable", "true", "rdma.max.connections", "64", "rdma.provider",
-                        "soft")), "a key added");
-    }
 }

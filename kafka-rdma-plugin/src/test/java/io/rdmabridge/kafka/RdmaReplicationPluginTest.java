@@ -1,31 +1,32 @@
 package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.List;
 import java.util.Map;
-import org.apache.kafka.common.config.ConfigException;
 import org.junit.jupiter.api.Test;
 
 /** What Kafka's dynamic broker configuration gets from the reporter: its keys, and a refusal to change them. */
 class RdmaReplicationPluginTest {
 
     @Test
-    void shouldRefuseADynamicUpdateOfItsKeysAfterTheBrokerStarted() {
+    void shouldWarnOfADynamicUpdateOfItsKeysItDoesNotApply() {
         Map<String, String> started = Map.of("node.id", "1", "listeners", "PLAINTEXT://:9092",
                 "rdma.replication.enable", "false");
         RdmaReplicationPlugin plugin = new RdmaReplicationPlugin();
         plugin.configure(started);
         try {
-            // Kafka asks a reporter to validate an update only of the keys it declares.
+            // Kafka tells a reporter of an update only of the keys it declares.
             assertEquals(RdmaReplicationConfig.KEYS, plugin.reconfigurableConfigs());
-            plugin.validateReconfiguration(Map.of("node.id", "1", "listeners", "PLAINTEXT://:9092",
-                    "rdma.replication.enable", "false", "log.retention.ms", "5"));
-            ConfigException e = assertThrows(ConfigException.class, () -> plugin.validateReconfiguration(Map.of(
-                    "node.id", "1", "listeners", "PLAINTEXT://:9092", "rdma.replication.enable", "true")));
-            assertTrue(e.getMessage().startsWith("Invalid value true for configuration rdma.replication.enable"),
-                    e::getMessage);
+            Map<String, String> updated = Map.of("node.id", "1", "listeners", "PLAINTEXT://:9092",
+                    "rdma.replication.enable", "true", "log.retention.ms", "5");
+            plugin.validateReconfiguration(updated);
+            assertEquals(List.of("rdma.replication.enable was updated dynamically to true, which the RDMA replication "
+                    + "plugin does not apply: it reads rdma.replication.enable when the broker starts and goes on with "
+                    + "false; set it in the broker's server.properties and restart the broker, and remove the dynamic "
+                    + "value (kafka-configs --alter --delete-config rdma.replication.enable)"),
+                    RdmaReplication.get().dynamicUpdate(updated));
+            assertEquals(List.of(), RdmaReplication.get().dynamicUpdate(started), "nothing changed");
         } finally {
             plugin.close();
         }
