@@ -7,7 +7,6 @@ import java.net.InetSocketAddress;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -90,7 +89,7 @@ final class RdmaReplication {
         for (String key : RdmaReplicationConfig.unknownKeys(props)) {
             // As Kafka's own warning for a key no configuration defines.
             LOG.warn("The configuration '{}' was supplied but isn't a known config of the RDMA replication plugin "
-                    + "(known: {})", key, new TreeSet<>(RdmaReplicationConfig.KEYS));
+                    + "(known: {})", key, RdmaReplicationConfig.KEYS);
         }
         RdmaReplicationConfig c = RdmaReplicationConfig.parse(props, false);
         config = c;

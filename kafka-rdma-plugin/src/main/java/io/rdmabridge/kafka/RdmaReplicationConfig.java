@@ -38,9 +38,10 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
     static final String RDMA_PORT_OFFSET = "rdma.port.offset";
     /** The key that set an absolute, per-broker RDMA port before followers had to find it on their own. */
     static final String REMOVED_RDMA_PORT = "rdma.port";
-    /** Every key the plugin reads; others under {@code rdma.} are misspellings, warned about as Kafka does. */
-    static final Set<String> KEYS = Set.of(ENABLE, PROVIDER, HANDSHAKE_TIMEOUT_MS, SEND_QUEUE_DEPTH,
-            RECEIVE_QUEUE_DEPTH, MAX_HANDSHAKES, MAX_CONNECTIONS, RDMA_PORT_OFFSET);
+    /** Every key the plugin reads, sorted; others under {@code rdma.} are misspellings, warned about as Kafka does. */
+    static final Set<String> KEYS = Collections.unmodifiableSortedSet(new TreeSet<>(List.of(ENABLE, PROVIDER,
+            HANDSHAKE_TIMEOUT_MS, SEND_QUEUE_DEPTH, RECEIVE_QUEUE_DEPTH, MAX_HANDSHAKES, MAX_CONNECTIONS,
+            RDMA_PORT_OFFSET)));
 
     static final int DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
     static final int DEFAULT_QUEUE_DEPTH = 64;
@@ -162,7 +163,7 @@ record RdmaReplicationConfig(boolean enabled, String provider, int handshakeTime
      */
     static List<String> ignoredUpdates(Map<String, ?> applied, Map<String, ?> updated) {
         List<String> lines = new ArrayList<>();
-        for (String key : new TreeSet<>(KEYS)) {
+        for (String key : KEYS) {
             String before = applied.get(key) == null ? null : applied.get(key).toString().trim();
             String after = updated.get(key) == null ? null : updated.get(key).toString().trim();
             if (!Objects.equals(before, after)) {

@@ -81,6 +81,18 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
         promise.setSuccess();
     }
 
+    /**
+     * Runs {@code task} on this channel's event loop: at once when called there or when the channel has no loop (not
+     * registered), otherwise as a task of the loop.
+     */
+    void runOnLoop(Runnable task) {
+        if (isRegistered() && !eventLoop().inEventLoop()) {
+            eventLoop().execute(task);
+        } else {
+            task.run();
+        }
+    }
+
     @Override
     protected void doDeregister() {
         IoRegistration r = registration;

@@ -118,13 +118,7 @@ final class RdmaChannelInbound {
 
     /** {@code autoRead} was turned off (any thread). */
     void clearReadPending() {
-        if (channel.isRegistered() && channel.eventLoop().inEventLoop()) {
-            readPending = false;
-        } else if (channel.isRegistered()) {
-            channel.eventLoop().execute(() -> readPending = false);
-        } else {
-            readPending = false;
-        }
+        channel.runOnLoop(() -> readPending = false);
     }
 
     private void scheduledRead() {

@@ -140,11 +140,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
 
     /** {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. */
     void clearReadPending() {
-        if (isRegistered() && !eventLoop().inEventLoop()) {
-            eventLoop().execute(() -> readPending = false);
-        } else {
-            readPending = false;
-        }
+        runOnLoop(() -> readPending = false);
     }
 
     private void readAccepted() {

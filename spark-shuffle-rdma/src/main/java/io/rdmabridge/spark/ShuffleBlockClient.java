@@ -96,9 +96,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                 ServerBusy refused = new ServerBusy("shuffle block server " + server + " refused a connection less "
                         + "than " + TimeUnit.NANOSECONDS.toMillis(BUSY_BACKOFF_NANOS) + " ms ago for its connection "
                         + "cap (" + RdmaShuffleConf.MAX_CONNECTIONS + ")");
-                if (unreachable == null || !unreachable.test(refused)) {
-                    failAll(blockIds, listener, refused);
-                }
+                elsewhereOrFail(unreachable, refused, refused, blockIds, listener);
                 return;
             }
             busyUntil.remove(server, busy);
@@ -119,20 +117,14 @@ final class ShuffleBlockClient implements AutoCloseable {
                     }
                 });
             } else if (f.cause() instanceof WrongServer wrong) {
-                if (unreachable == null || !unreachable.test(new IOException(wrong.getMessage(), wrong))) {
-                    failAll(blockIds, listener, wrong);
-                }
+                elsewhereOrFail(unreachable, new IOException(wrong.getMessage(), wrong), wrong, blockIds, listener);
             } else if (f.cause() instanceof ServerBusy refused) {
                 busyUntil.put(server, System.nanoTime() + BUSY_BACKOFF_NANOS);
-                if (unreachable == null || !unreachable.test(refused)) {
-                    failAll(blockIds, listener, refused);
-                }
+                elsewhereOrFail(unreachable, refused, refused, blockIds, listener);
             } else {
                 IOException cause = new IOException("cannot reach shuffle block server " + server + ": "
                         + f.cause().getMessage(), f.cause());
-                if (unreachable == null || !unreachable.test(cause)) {
-                    failAll(blockIds, listener, cause);
-                }
+                elsewhereOrFail(unreachable, cause, cause, blockIds, listener);
             }
         });
     }
@@ -169,6 +161,14 @@ final class ShuffleBlockClient implements AutoCloseable {
                 connected.channel().closeFuture().addListener(c -> connections.remove(server, ready));
             }
         });
+    }
+
+    /** Offers {@code offered} to {@code unreachable}; unless it took the fetch elsewhere, fails every block. */
+    private void elsewhereOrFail(Predicate<IOException> unreachable, IOException offered, Throwable failure,
+                                 String[] blockIds, BlockFetchingListener listener) {
+        if (unreachable == null || !unreachable.test(offered)) {
+            failAll(blockIds, listener, failure);
+        }
     }
 
     private void failAll(String[] blockIds, BlockFetchingListener listener, Throwable cause) {
