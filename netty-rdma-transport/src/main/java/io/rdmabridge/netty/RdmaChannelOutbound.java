@@ -119,6 +119,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         if (c.failure() != null) {
             throw c.failure();
         }
+        channel.handler.sendPosted(channel.config().sendCompletionPollNanos());
         long copied = processor.copiedPrefix();
         if (copied > 0 && c.queuePair().state() == QpState.RTS && !channel.setup.connectionEventsMayWait()) {
             // The device reads only the copies: these messages are written, as a socket's are once in the kernel.

@@ -20,6 +20,9 @@ interface RdmaIoHandle extends IoHandle {
     /** Nanoseconds this handle wants the loop to busy-poll before sleeping. */
     long busyPollBudgetNanos();
 
+    /** Whether a send this handle posted still awaits its completion (the peer's acknowledgement). */
+    boolean awaitsSendCompletion();
+
     /**
      * Polling this handle, or handling one of its events, threw (an {@link Error} included, such as running out of
      * direct memory): fail this channel alone, abortively, so the loop and its other channels carry on. Reported to

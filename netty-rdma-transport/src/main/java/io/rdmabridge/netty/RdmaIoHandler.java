@@ -33,10 +33,12 @@ import org.slf4j.LoggerFactory;
  * EventLoopGroup group = new MultiThreadIoEventLoopGroup(RdmaIoHandler.newFactory());
  * </pre>
  * Each loop polls the completion queues of its channels and one connection-manager event channel. When idle it
- * busy-polls for the largest {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of its channels, then arms every
- * completion queue, polls once more (a completion may have landed before the arm), and waits on the provider's
- * {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier. Before it
- * sleeps, it returns registered memory that has been idle for a while ({@link RegisteredMemory#trimIdle}).
+ * busy-polls for the largest {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of its channels (longer, up to
+ * {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} after a channel's last write, while a send awaits its
+ * completion: the peer's answer usually comes with that acknowledgement, sooner than a sleep and a wake-up), then
+ * arms every completion queue, polls once more (a completion may have landed before the arm), and waits on the
+ * provider's {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier.
+ * Before it sleeps, it returns registered memory that has been idle for a while ({@link RegisteredMemory#trimIdle}).
  *
  * <p>Threading: everything but {@link #wakeup()} runs on the loop's thread, which owns the queue pairs, completion
  * queues and event channel of its channels. Polling completions (the hot path) allocates nothing and takes no
@@ -83,6 +85,11 @@ public final class RdmaIoHandler implements IoHandler {
     private final Runnable closeOnShutdown = this::closeAll;
     private boolean closeOnShutdownAdded;
     private long busyPollBudgetNanos;
+    // Until when the loop polls rather than sleeps while a send awaits its completion (valid while sendPolling).
+    private long sendPollDeadline;
+    private boolean sendPolling;
+    // Times the loop waited on its notifier: tests compare them with the exchanges served.
+    private long sleeps;
     private boolean shuttingDown;
     private final long rendezvousBudget = rendezvousBudgetProperty();
     private volatile long rendezvousCommitted;
@@ -161,8 +168,16 @@ public final class RdmaIoHandler implements IoHandler {
         if (handled > 0 || !context.canBlock()) {
             return handled;
         }
-        if (busyPollBudgetNanos > 0) {
-            long end = System.nanoTime() + busyPollBudgetNanos;
+        long now = System.nanoTime();
+        long end = now + busyPollBudgetNanos;
+        if (sendPolling) {
+            if (sendPollDeadline - now <= 0) {
+                sendPolling = false;
+            } else if (sendPollDeadline - end > 0 && awaitsSendCompletion()) {
+                end = sendPollDeadline;
+            }
+        }
+        if (end - now > 0) {
             do {
                 handled = pollOnce();
                 if (handled > 0) {
@@ -186,7 +201,7 @@ public final class RdmaIoHandler implements IoHandler {
         if (handled > 0) {
             return handled;
         }
-        long now = System.nanoTime();
+        now = System.nanoTime();
         try {
             domain.memory.trimIdle(now);
         } catch (Throwable t) {
@@ -198,8 +213,37 @@ public final class RdmaIoHandler implements IoHandler {
         // (nobody else wakes us for those).
         long sleep = Math.min(context.delayNanos(now),
                 Math.min(domain.memory.nanosUntilTrim(now), nanosUntilReadTimeout(now)));
+        sleeps++;
         notifier.await(Math.max(0, sleep));
         return pollOnce();
+    }
+
+    /**
+     * A channel of this loop posted a write: for {@code windowNanos} from now the loop polls, rather than sleeps,
+     * while a send of its channels awaits its completion ({@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS}).
+     */
+    void sendPosted(long windowNanos) {
+        if (windowNanos > 0) {
+            long deadline = System.nanoTime() + windowNanos;
+            if (!sendPolling || deadline - sendPollDeadline > 0) {
+                sendPollDeadline = deadline;
+                sendPolling = true;
+            }
+        }
+    }
+
+    private boolean awaitsSendCompletion() {
+        for (RdmaIoHandle h : handles) {
+            if (h.awaitsSendCompletion()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Times this loop has slept on its notifier. Loop thread, or tests once the loop is idle. */
+    long sleeps() {
+        return sleeps;
     }
 
     private static long rendezvousBudgetProperty() {

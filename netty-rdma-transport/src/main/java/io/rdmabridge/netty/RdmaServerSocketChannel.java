@@ -270,5 +270,10 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         public long busyPollBudgetNanos() {
             return 0;
         }
+
+        @Override
+        public boolean awaitsSendCompletion() {
+            return false;
+        }
     }
 }

@@ -479,6 +479,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
 
         @Override
+        public boolean awaitsSendCompletion() {
+            RdmaConnection c = connection;
+            return c != null && !c.isSendQueueIdle();
+        }
+
+        @Override
         void abort() {
             // Without end of stream: the peer sees a reset, never a clean end of a stream that lost bytes.
             closing.forceClose();

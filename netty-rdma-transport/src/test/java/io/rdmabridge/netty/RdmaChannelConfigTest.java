@@ -11,6 +11,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The socket-level options both RDMA channel configs accept: defaults, round trips, and the ones they refuse. */
@@ -100,11 +101,27 @@ class RdmaChannelConfigTest {
     void shouldBoundTheSendQueueDepth() {
         RdmaChannelConfig config = new RdmaSocketChannel().config();
         assertTrue(config.setOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 1 << 16));
-        IllegalArgumentException huge = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+        IllegalArgumentException huge = assertThrows(IllegalArgumentException.class,
                 () -> config.setOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 1 << 30));
         assertEquals("SEND_QUEUE_DEPTH: 1073741824 (expected: a power of 2, 8-65536; a device with fewer work "
                 + "requests per queue pair caps it)", huge.getMessage());
         assertEquals(1 << 16, config.getOption(RdmaChannelOption.SEND_QUEUE_DEPTH), "unchanged by the refusal");
         assertEquals(1 << 10, config.connectionConfig(1 << 10).sendQueueDepth(), "capped by the device");
+    }
+
+    @Test
+    void shouldPollForASendsCompletionFor50MicrosecondsByDefaultAndAtMostOneMillisecond() {
+        RdmaChannelConfig config = new RdmaSocketChannel().config();
+        assertEquals(50_000L, config.getOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS));
+        assertTrue(config.getOptions().containsKey(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS), "listed option");
+        assertTrue(config.setOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, 0L));
+        assertEquals(0L, config.sendCompletionPollNanos());
+        IllegalArgumentException busy = assertThrows(IllegalArgumentException.class,
+                () -> config.setOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, 1_000_001L));
+        assertEquals("SEND_COMPLETION_POLL_NANOS: 1000001 (expected: 0..1000000; for longer polling use "
+                + "BUSY_POLL_BUDGET_NANOS)", busy.getMessage());
+        assertThrows(IllegalArgumentException.class,
+                () -> config.setOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, -1L));
+        assertEquals(0L, config.sendCompletionPollNanos(), "unchanged by the refusals");
     }
 }

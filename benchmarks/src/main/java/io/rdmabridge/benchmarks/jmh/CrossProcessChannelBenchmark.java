@@ -45,6 +45,20 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     public int ringSpinMicros;
 
     /**
+     * {@link io.rdmabridge.netty.RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} at both ends (RDMA only; -1: the
+     * channel's default, 0: off).
+     */
+    @Param("-1")
+    public long sendCompletionPollNanos;
+
+    /**
+     * The soft provider's held acknowledgements at both ends ({@code rdmabridge.soft.holdAcknowledgements}; RDMA
+     * only): {@code true} (the default) lets a poller's answer carry the acknowledgement of what it answers.
+     */
+    @Param("true")
+    public String holdAcknowledgements;
+
+    /**
      * The soft provider's copy helper at both ends ({@code rdmabridge.soft.copyHelper}): {@code true} (the default)
      * shares large one-sided copies between the requester's drainer and a second thread, {@code false} leaves them to
      * the drainer alone.
@@ -69,6 +83,10 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
         }
         System.setProperty(RdmaTuning.SAME_HOST, sameHost);
         System.setProperty(RdmaTuning.COPY_HELPER, copyHelper);
+        System.setProperty(RdmaTuning.HOLD_ACKNOWLEDGEMENTS, holdAcknowledgements);
+        if (sendCompletionPollNanos >= 0) {
+            System.setProperty(RdmaTuning.SEND_COMPLETION_POLL_NANOS, Long.toString(sendCompletionPollNanos));
+        }
         return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
     }
 }

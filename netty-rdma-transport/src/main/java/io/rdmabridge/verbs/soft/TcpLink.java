@@ -115,6 +115,15 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      * between one and one and a quarter timeouts after the first request left unanswered.
      */
     private static final int LIVENESS_CHECKS = 4;
+    /**
+     * System property: {@code false} makes a poller that executes ring frames publish their acknowledgement at once.
+     * By default ({@code true}) an acknowledgement due for messages the poller is about to hand up is held until the
+     * poller posts (its answer then carries it), arms its completion queue, or polls again, and at most until the
+     * engine's next ring poll ({@link SoftEngine#PARK_MILLIS}), so the requester is woken once for the answer and the
+     * acknowledgement instead of twice. Read once. For comparison and diagnosis.
+     */
+    static final String HOLD_ACKS_PROPERTY = "rdmabridge.soft.holdAcknowledgements";
+    static final boolean HOLD_ACKS = !"false".equalsIgnoreCase(System.getProperty(HOLD_ACKS_PROPERTY, "true").trim());
     private static final VarHandle HEARD;
     private static final VarHandle DELIVERED;
 
@@ -275,6 +284,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private int discardPsn;
     private volatile int ackPsn;
     private volatile boolean ackPending;
+    // Receives this link completed from the peer's requests; the holder of the consumer slot compares it.
+    private int receivesCompleted;
+    // A poller's drain left the acknowledgement for the poller's answer to carry (consumer slot).
+    private boolean ackHeld;
     private volatile int rnrNakPsn;
     private volatile boolean rnrNakPending;
     private int[] rrPsn = new int[1];
@@ -935,7 +948,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 return false;
             }
             boolean consumed = drainInRing();
-            if (consumed || failReason != null || doorbellPending) {
+            if (consumed || failReason != null || doorbellPending || ackHeld) {
+                // A held acknowledgement waits no longer than the engine's park: its poller may not poll again.
+                ackHeld = false;
                 afterInput();
             }
             return consumed;
@@ -978,10 +993,22 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             } catch (InternalError e) {
                 fail(ringFaultReason(e), 0, 0, 0);
             }
+            int received = receivesCompleted;
             boolean consumed = failReason == null && drainInRing();
             failed = failReason != null;
-            if (!failed && (consumed || doorbellPending)) {
-                pump();
+            if (!failed) {
+                if (consumed && HOLD_ACKS && receivesCompleted != received && !doorbellPending && !rnrNakPending
+                        && rrHead == rrTail) {
+                    // Only an acknowledgement is due, for a message this poller is about to hand up: the answer it
+                    // may post goes with it, so the requester wakes once for both (a device's acknowledgement comes
+                    // before the requester sleeps; ours comes after our own wake-up, when it does sleep).
+                    ackHeld = true;
+                } else if (consumed || doorbellPending || (ackHeld && ackPending)) {
+                    ackHeld = false;
+                    pump();
+                } else {
+                    ackHeld = false;
+                }
             }
         } finally {
             unlockConsumer();
@@ -1007,6 +1034,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             return;
         }
         try {
+            if (ackHeld) {
+                ackHeld = false;
+                pump();
+            }
             ShmRing r = inRing;
             if (r != null && phase == CONNECTED) {
                 long wake = ShmRing.wakeAddress(wakePort);
@@ -1446,6 +1477,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             boolean imm = op != SoftFrame.SEND;
             int wcOp = write ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV;
             q.consumeRecvLocked(msgRecv, WcStatus.SUCCESS, wcOp, msgLength, imm, f.imm());
+            receivesCompleted++;
         }
         ackPsn = psn;
         ackPending = true;

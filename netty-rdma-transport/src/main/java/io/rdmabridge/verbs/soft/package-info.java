@@ -97,6 +97,16 @@
  *       bounds the delay of a lost datagram. {@code rdmabridge.soft.directWake=false} turns it off.
  *       {@code SoftRingTest} checks that a sleeping poller is woken with the engine thread held, and that a wake
  *       socket in another namespace gets a DOORBELL instead.</li>
+ *   <li>Acknowledgements with the answer (issue 13's 64 B latency): a device acknowledges a message within
+ *       microseconds, while the requester's loop is still awake; here the acknowledgement is written by the
+ *       responder's poller after its own wake-up, when the requester has gone to sleep, so a ping-pong woke each loop
+ *       twice per message. A poller that executes ring frames which complete receives, and owes nothing but their
+ *       acknowledgement, now holds it until it posts (the answer then carries it), arms its completion queue, or polls
+ *       again, and at most until the engine's next ring poll (10 ms), which publishes whatever a poller left held
+ *       ({@code rdmabridge.soft.holdAcknowledgements=false} turns it off). With the channel's
+ *       {@code SEND_COMPLETION_POLL_NANOS}, a loop that awaits a send's completion polls instead of sleeping, and the
+ *       answer arrives with it. {@code SoftRingTest} checks each release with the engine thread held, and the
+ *       engine's.</li>
  *   <li>{@code SoftSameHostConformanceTest} runs the conformance suite with both processes on this path and
  *       {@code RdmaSameHostEchoTest} the channel's cross-process echo (and peer kill), each checking that frames
  *       crossed rings and RDMA ran one-sided; {@code SoftSameHostTest} covers files, cleanup, tokens, the
@@ -149,17 +159,11 @@
  *
  * <p>Next:
  * <ul>
- *   <li>Acknowledgements sooner: a parked poller is woken for every publication, an acknowledgement alone included,
- *       and in a ping-pong that wake-up is about a fifth of the round trip (docs/benchmarks.md, "Two levers measured
- *       and not taken"), because the acknowledgement is written by the peer's loop after its own wake-up, when this
- *       loop has gone to sleep; a device acknowledges within microseconds, while the loop is still awake. A SEND the
- *       requester executes itself, straight into the peer's posted receive (one copy instead of two; the peer's
- *       posted receives published in shared memory, each claimed by one side, a flush waiting out a copy in progress),
- *       would give the requester its completion at once; it would not meet the 64 KiB throughput target here
- *       (docs/benchmarks.md: with the receiver's copy skipped, an upper bound, 1.42x-1.57x epoll against 2x). Deferring
- *       the wake-up of an acknowledgement alone instead (measured: 7 % off the ping-pong's p50) would stall a
- *       requester whose loop sleeps while it waits on one (a one-sided request held for RC order, a full send queue),
- *       so it was not taken.</li>
+ *   <li>A SEND the requester executes itself, straight into the peer's posted receive (one copy instead of two; the
+ *       peer's posted receives published in shared memory, each claimed by one side, a flush waiting out a copy in
+ *       progress): the requester would know the outcome at once, as a device's quick acknowledgement lets it. It would
+ *       not meet the 64 KiB throughput target here (docs/benchmarks.md: with the receiver's copy skipped, an upper
+ *       bound, 1.42x-1.57x epoll against 2x).</li>
  *   <li>Completions through shared rings, so a same-host requester need not wait for an ACK frame.</li>
  *   <li>Faults on truncated files: HotSpot 17 raises a fault of compiled code late, at the thread's next safepoint, so
  *       on the engine thread it can interrupt (and close) another link, and on a posting thread that wrote into its

@@ -131,6 +131,9 @@ class SoftRingTest {
                 ByteBuffer got = dst.buf().slice(slot * SLOT, sizes[k]);
                 assertEquals(-1, sent.mismatch(got), "bytes of message " + n);
             }
+            // The receiver looks once more, as an event loop does before it sleeps: the acknowledgement it held for
+            // an answer goes now (the engine, when held, would not send it).
+            assertEquals(0, to.recvCq.poll(wc), "a receive completion nobody sent");
             for (int k = 0; k < sizes.length; k++) {
                 wc = SoftPair.pollOne(from.sendCq, wc);
                 SoftPair.assertCompletion(wc, next + k, WcStatus.SUCCESS, WcOpcode.SEND);
@@ -514,6 +517,53 @@ class SoftRingTest {
             }
             assertTrue(t.provider.ringFrames() - before >= 10 * (SLOTS + 4),
                     "frames through rings while the engine was held: " + (t.provider.ringFrames() - before));
+        }
+    }
+
+    @Test
+    void shouldHoldTheAcknowledgementOfWhatAPollerReceivesUntilItAnswersArmsPollsAgainOrTheEngineLooks()
+            throws Exception {
+        try (HeldEngine t = new HeldEngine()) {
+            // With the engine held only polls move frames: whatever completes the client's SEND below is something
+            // the server did.
+            SoftPair.Side client = t.pair.client;
+            SoftPair.Side server = t.pair.server;
+            WorkCompletions wc = new WorkCompletions(1);
+            int[] one = {64};
+
+            // The server's answer carries the acknowledgement.
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            SoftPair.assertQuiet(client.sendCq, 20);
+            t.down.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(client.recvCq, wc), t.down.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            // The client holds the answer's acknowledgement in turn, until it polls again (any of its queues): then
+            // it finds the acknowledgement of its own SEND, which came with the answer, and sends what it held.
+            SoftPair.assertQuiet(server.sendCq, 20);
+            assertEquals(1, client.sendCq.poll(wc), "the acknowledgement did not come with the answer");
+            SoftPair.assertCompletion(wc, t.up.next++, WcStatus.SUCCESS, WcOpcode.SEND);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.sendCq, wc), t.down.next++, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
+
+            // A poller about to sleep sends it when it arms its queue.
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            SoftPair.assertQuiet(client.sendCq, 20);
+            server.recvCq.requestNotify();
+            SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
+
+            // A poller that neither answers, nor arms, nor polls again: the engine sends it on its next look.
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            SoftPair.assertQuiet(client.sendCq, 20);
+            t.releaseEngine();
+            SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
         }
     }
 

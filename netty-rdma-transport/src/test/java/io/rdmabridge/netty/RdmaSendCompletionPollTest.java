@@ -1,0 +1,102 @@
+package io.rdmabridge.netty;
+
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.util.ReferenceCountUtil;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.RestoreSystemProperties;
+
+/**
+ * {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS}: in a ping-pong whose peers answer on their event loops, a loop
+ * whose send awaits its completion polls instead of sleeping, and the answer, which carries that completion's
+ * acknowledgement (the soft provider holds it for the answer), arrives before the window ends; with the window at 0
+ * each loop sleeps for every answer. Counted as the loops' sleeps, on the soft provider's same-host rings between two
+ * loops of this JVM (its TCP link with rings, forced below, as between processes of one host).
+ */
+@RestoreSystemProperties
+class RdmaSendCompletionPollTest extends AbstractSoftChannelTest {
+    private static final int WARM_UP = 3000;
+    private static final int ROUNDS = 1000;
+
+    @BeforeEach
+    void sameHostRings() {
+        System.setProperty("rdmabridge.soft.loopback", "tcp");
+        System.setProperty("rdmabridge.soft.sameHost", "shm");
+    }
+
+    @Test
+    void shouldServeAPingPongWithoutSleepingWhileItsSendsAwaitTheirCompletion() throws Exception {
+        // The longest window, so that a loaded machine's scheduling does not decide the outcome.
+        long polling = sleepsDuringPingPong(RdmaChannelConfig.MAX_SEND_COMPLETION_POLL_NANOS);
+        long sleeping = sleepsDuringPingPong(0);
+        assertTrue(sleeping >= ROUNDS, "the loops slept " + sleeping + " times in " + ROUNDS + " round trips without"
+                + " the window (expected: at least once per round trip, waiting for each answer)");
+        // Not 0: on two cores a third thread (the JIT, the collector, the provider's engine) preempts one of the two
+        // polling loops now and then for longer than the window, and its peer then sleeps.
+        assertTrue(polling * 2 < sleeping, "the loops slept " + polling + " times in " + ROUNDS + " round trips with"
+                + " a 1 ms window (expected: less than half of the " + sleeping + " sleeps without it)");
+    }
+
+    /** Sleeps of the client's and the server's loops while they play {@link #ROUNDS} round trips of 64 bytes. */
+    private long sleepsDuringPingPong(long windowNanos) throws Exception {
+        CompletableFuture<Long> serverSleeps = new CompletableFuture<>();
+        Channel server = listen(new ServerBootstrap()
+                .childOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, windowNanos)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    private int read;
+                    private long start;
+
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        read++;
+                        if (read == WARM_UP + 1) {
+                            start = ((RdmaSocketChannel) ctx.channel()).handler.sleeps();
+                        }
+                        if (read == WARM_UP + ROUNDS) {
+                            serverSleeps.complete(((RdmaSocketChannel) ctx.channel()).handler.sleeps() - start);
+                        }
+                        ctx.writeAndFlush(msg);
+                    }
+                }));
+        CompletableFuture<Long> clientSleeps = new CompletableFuture<>();
+        RdmaSocketChannel client = connect(new Bootstrap()
+                .option(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, windowNanos)
+                .handler(new ChannelInboundHandlerAdapter() {
+                    private int read;
+                    private long start;
+
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        ReferenceCountUtil.release(msg);
+                        read++;
+                        if (read == WARM_UP) {
+                            start = ((RdmaSocketChannel) ctx.channel()).handler.sleeps();
+                        }
+                        if (read == WARM_UP + ROUNDS) {
+                            clientSleeps.complete(((RdmaSocketChannel) ctx.channel()).handler.sleeps() - start);
+                        } else {
+                            ping(ctx.channel());
+                        }
+                    }
+                }), server);
+        client.eventLoop().execute(() -> ping(client));
+        long total = clientSleeps.get(30, TimeUnit.SECONDS) + serverSleeps.get(30, TimeUnit.SECONDS);
+        client.close().sync();
+        return total;
+    }
+
+    private static void ping(Channel ch) {
+        ByteBuf b = ch.alloc().directBuffer(64);
+        b.writerIndex(64);
+        ch.writeAndFlush(b);
+    }
+}
