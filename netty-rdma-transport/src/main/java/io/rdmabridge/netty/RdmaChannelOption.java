@@ -53,11 +53,11 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
             "BUSY_POLL_BUDGET_NANOS");
     /**
      * Nanoseconds after a write is posted during which the event loop, rather than sleep, keeps polling while that
-     * send awaits its completion (default 50,000; 0: sleep at once). A send completes when the peer acknowledges it,
-     * and a peer that answers a request sends its answer with that acknowledgement (the software provider holds the
-     * acknowledgement for it), so a request-response exchange is usually served without the loop sleeping and being
-     * woken. Unlike {@link #BUSY_POLL_BUDGET_NANOS} it costs nothing while no send of the loop is in flight, and at
-     * most this long per write otherwise. The loop uses the largest value of its channels.
+     * send awaits its completion (default 50,000; 0: sleep at once). A send completes when the peer acknowledges it:
+     * a device acknowledges within microseconds, and the software provider's same-host path holds the acknowledgement
+     * until the peer's answer carries it, so a request-response exchange is usually served without the loop sleeping
+     * and being woken. Unlike {@link #BUSY_POLL_BUDGET_NANOS} it costs nothing while no send of the loop is in flight,
+     * and at most this long per write otherwise. The loop uses the largest value of its channels.
      */
     public static final ChannelOption<Long> SEND_COMPLETION_POLL_NANOS = valueOf(RdmaChannelOption.class,
             "SEND_COMPLETION_POLL_NANOS");
