@@ -52,12 +52,14 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     public static final ChannelOption<Long> BUSY_POLL_BUDGET_NANOS = valueOf(RdmaChannelOption.class,
             "BUSY_POLL_BUDGET_NANOS");
     /**
-     * Nanoseconds after a write is posted during which the event loop, rather than sleep, keeps polling while that
-     * send awaits its completion (default 50,000; 0: sleep at once). A send completes when the peer acknowledges it:
-     * a device acknowledges within microseconds, and the software provider's same-host path holds the acknowledgement
-     * until the peer's answer carries it, so a request-response exchange is usually served without the loop sleeping
-     * and being woken. Unlike {@link #BUSY_POLL_BUDGET_NANOS} it costs nothing while no send of the loop is in flight,
-     * and at most this long per write otherwise. The loop uses the largest value of its channels.
+     * Nanoseconds after a write posts work during which the event loop, rather than sleep, keeps polling while a send
+     * of this channel awaits its completion (default 50,000; 0: sleep at once). A send completes when the peer
+     * acknowledges it: a device acknowledges within microseconds, and the software provider's same-host path holds
+     * the acknowledgement until the peer's answer carries it, so a request-response exchange is usually served
+     * without the loop sleeping and being woken (on the software provider's TCP path the acknowledgement comes first
+     * and alone, so there it saves little). Unlike {@link #BUSY_POLL_BUDGET_NANOS} it costs nothing while no send of
+     * the channel is in flight, and at most this long per write otherwise; a peer that never acknowledges costs its
+     * own channel's writes that much, not other channels' of the loop.
      */
     public static final ChannelOption<Long> SEND_COMPLETION_POLL_NANOS = valueOf(RdmaChannelOption.class,
             "SEND_COMPLETION_POLL_NANOS");

@@ -69,6 +69,8 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     private long holdFor = -1;
     // Bytes posted and not yet delivered: a flush skips them at the head of the outbound buffer.
     private long postedBytes;
+    // Operations posted so far: a write that posted none opens no send-completion polling window.
+    private long recorded;
     // Bytes removed when posted, because they went from copies, and not yet delivered: deliveries skip them.
     private long removedEarly;
     // Completed bytes of the file region at the head of the outbound buffer (reported as progress, not removed).
@@ -111,6 +113,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         if (in.isEmpty()) {
             return;
         }
+        long recordedBefore = recorded;
         processor.start(c, postedBytes, channel.config().getWriteSpinCount(),
                 COMPLETE_COPIES_ON_POST && postedBytes == 0);
         in.forEachFlushedMessage(processor);
@@ -119,7 +122,9 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         if (c.failure() != null) {
             throw c.failure();
         }
-        channel.handler.sendPosted(channel.config().sendCompletionPollNanos());
+        if (recorded != recordedBefore) {
+            channel.sendPosted();
+        }
         long copied = processor.copiedPrefix();
         if (copied > 0 && c.queuePair().state() == QpState.RTS && !channel.setup.connectionEventsMayWait()) {
             // The device reads only the copies: these messages are written, as a socket's are once in the kernel.
@@ -185,6 +190,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         opBytes[i] = bytes;
         opRelease[i] = release;
         opFile[i] = file;
+        recorded++;
         postedBytes += bytes;
     }
 

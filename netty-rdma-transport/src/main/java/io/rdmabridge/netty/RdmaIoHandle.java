@@ -20,8 +20,12 @@ interface RdmaIoHandle extends IoHandle {
     /** Nanoseconds this handle wants the loop to busy-poll before sleeping. */
     long busyPollBudgetNanos();
 
-    /** Whether a send this handle posted still awaits its completion (the peer's acknowledgement). */
-    boolean awaitsSendCompletion();
+    /**
+     * Until when the loop should poll for this handle rather than sleep: the end of its
+     * {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} window while a send it posted awaits its completion, else
+     * {@code now}.
+     */
+    long sendCompletionPollDeadline(long now);
 
     /**
      * Polling this handle, or handling one of its events, threw (an {@link Error} included, such as running out of

@@ -34,8 +34,8 @@ import org.slf4j.LoggerFactory;
  * </pre>
  * Each loop polls the completion queues of its channels and one connection-manager event channel. When idle it
  * busy-polls for the largest {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} of its channels (longer, up to
- * {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} after a channel's last write, while a send awaits its
- * completion: the peer's answer usually comes with that acknowledgement, sooner than a sleep and a wake-up), then
+ * {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} after a channel's last write, while that channel's send awaits
+ * its completion: the peer's answer often comes with that acknowledgement, sooner than a sleep and a wake-up), then
  * arms every completion queue, polls once more (a completion may have landed before the arm), and waits on the
  * provider's {@link EventNotifier} until the next scheduled task is due; {@link #wakeup()} signals that notifier.
  * Before it sleeps, it returns registered memory that has been idle for a while ({@link RegisteredMemory#trimIdle}).
@@ -85,7 +85,8 @@ public final class RdmaIoHandler implements IoHandler {
     private final Runnable closeOnShutdown = this::closeAll;
     private boolean closeOnShutdownAdded;
     private long busyPollBudgetNanos;
-    // Until when the loop polls rather than sleeps while a send awaits its completion (valid while sendPolling).
+    // The latest end of its channels' send-completion polling windows (valid while sendPolling): before it, the loop
+    // asks them whether a send awaits its completion.
     private long sendPollDeadline;
     private boolean sendPolling;
     // Times the loop waited on its notifier: tests compare them with the exchanges served.
@@ -173,8 +174,13 @@ public final class RdmaIoHandler implements IoHandler {
         if (sendPolling) {
             if (sendPollDeadline - now <= 0) {
                 sendPolling = false;
-            } else if (sendPollDeadline - end > 0 && awaitsSendCompletion()) {
-                end = sendPollDeadline;
+            } else if (sendPollDeadline - end > 0) {
+                for (RdmaIoHandle h : handles) {
+                    long d = h.sendCompletionPollDeadline(now);
+                    if (d - end > 0) {
+                        end = d;
+                    }
+                }
             }
         }
         if (end - now > 0) {
@@ -219,26 +225,14 @@ public final class RdmaIoHandler implements IoHandler {
     }
 
     /**
-     * A channel of this loop posted a write: for {@code windowNanos} from now the loop polls, rather than sleeps,
-     * while a send of its channels awaits its completion ({@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS}).
+     * A channel of this loop posted a write whose {@link RdmaChannelOption#SEND_COMPLETION_POLL_NANOS} window ends at
+     * {@code deadline}: until then the loop asks its channels before it sleeps.
      */
-    void sendPosted(long windowNanos) {
-        if (windowNanos > 0) {
-            long deadline = System.nanoTime() + windowNanos;
-            if (!sendPolling || deadline - sendPollDeadline > 0) {
-                sendPollDeadline = deadline;
-                sendPolling = true;
-            }
+    void sendPollUntil(long deadline) {
+        if (!sendPolling || deadline - sendPollDeadline > 0) {
+            sendPollDeadline = deadline;
+            sendPolling = true;
         }
-    }
-
-    private boolean awaitsSendCompletion() {
-        for (RdmaIoHandle h : handles) {
-            if (h.awaitsSendCompletion()) {
-                return true;
-            }
-        }
-        return false;
     }
 
     /** Times this loop has slept on its notifier. Loop thread, or tests once the loop is idle. */

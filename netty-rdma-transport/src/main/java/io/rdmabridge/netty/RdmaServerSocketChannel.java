@@ -272,8 +272,8 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         }
 
         @Override
-        public boolean awaitsSendCompletion() {
-            return false;
+        public long sendCompletionPollDeadline(long now) {
+            return now;
         }
     }
 }

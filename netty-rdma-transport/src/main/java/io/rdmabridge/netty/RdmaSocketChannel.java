@@ -91,6 +91,8 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
     volatile RdmaDomain domain;
     /** The connection once the queue pair is connected; {@link RdmaChannelSetup} sets it. */
     RdmaConnection connection;
+    // End of the SEND_COMPLETION_POLL_NANOS window of this channel's last write (event loop only).
+    private long sendPollDeadline;
     /** The peer's address, as asked for and then as connected; {@link RdmaChannelSetup} sets it. */
     volatile InetSocketAddress remote;
 
@@ -338,6 +340,16 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
      * messages to the inbound path, completions and credits to the outbound path, a failure, a lost peer and
      * delayed closes to the closing.
      */
+    /** A write posted work: the loop polls, rather than sleeps, while it awaits its completion (event loop). */
+    void sendPosted() {
+        long window = config.sendCompletionPollNanos();
+        if (window > 0) {
+            long deadline = System.nanoTime() + window;
+            sendPollDeadline = deadline;
+            handler.sendPollUntil(deadline);
+        }
+    }
+
     int pollConnection() {
         RdmaConnection c = connection;
         if (c == null || c.isDestroyed()) {
@@ -479,9 +491,10 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
 
         @Override
-        public boolean awaitsSendCompletion() {
+        public long sendCompletionPollDeadline(long now) {
             RdmaConnection c = connection;
-            return c != null && !c.isSendQueueIdle();
+            long deadline = sendPollDeadline;
+            return c != null && deadline - now > 0 && !c.isSendQueueIdle() ? deadline : now;
         }
 
         @Override

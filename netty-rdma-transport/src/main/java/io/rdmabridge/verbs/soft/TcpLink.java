@@ -117,9 +117,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private static final int LIVENESS_CHECKS = 4;
     /**
      * System property: {@code false} makes a poller that executes ring frames publish their acknowledgement at once.
-     * By default ({@code true}) an acknowledgement due for messages the poller is about to hand up is held until the
-     * poller posts (its answer then carries it), arms its completion queue, or polls again, and at most until the
-     * engine's next ring poll ({@link SoftEngine#PARK_MILLIS}), so the requester is woken once for the answer and the
+     * By default ({@code true}) an acknowledgement due for messages the poller is about to hand up is held until a
+     * post on the queue pair carries it (the poller's answer), the poller arms its completion queue or polls again
+     * (a second poll that completes more receives acknowledges them all), the link ends (a pending acknowledgement
+     * goes before the socket closes), or the engine thread next polls the rings ({@link SoftEngine#PARK_MILLIS} at
+     * most while it parks, when no poller holds the link), so the requester is woken once for the answer and the
      * acknowledgement instead of twice. Read once. For comparison and diagnosis.
      */
     static final String HOLD_ACKS_PROPERTY = "rdmabridge.soft.holdAcknowledgements";
@@ -997,11 +999,12 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             boolean consumed = failReason == null && drainInRing();
             failed = failReason != null;
             if (!failed) {
-                if (consumed && HOLD_ACKS && receivesCompleted != received && !doorbellPending && !rnrNakPending
-                        && rrHead == rrTail) {
+                if (consumed && HOLD_ACKS && !ackHeld && receivesCompleted != received && !doorbellPending
+                        && !rnrNakPending && rrHead == rrTail) {
                     // Only an acknowledgement is due, for a message this poller is about to hand up: the answer it
                     // may post goes with it, so the requester wakes once for both (a device's acknowledgement comes
-                    // before the requester sleeps; ours comes after our own wake-up, when it does sleep).
+                    // before the requester sleeps; ours comes after our own wake-up, when it does sleep). Never twice in
+                    // a row: in a stream of messages that nobody answers, every other poll acknowledges.
                     ackHeld = true;
                 } else if (consumed || doorbellPending || (ackHeld && ackPending)) {
                     ackHeld = false;
@@ -2381,6 +2384,11 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             pump();
             engine.schedule(() -> engine.execute(closeTask), LINGER_NANOS);
         } else {
+            if (phase == CONNECTED && ackPending) {
+                // What was delivered stays delivered, as a device's acknowledgement would have said: one a poller held
+                // for its answer goes before the socket closes (the queue pair is in ERROR: no request goes with it).
+                pump();
+            }
             engine.execute(closeTask);
         }
     }

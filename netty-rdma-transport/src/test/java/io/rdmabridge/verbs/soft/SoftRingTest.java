@@ -556,6 +556,20 @@ class SoftRingTest {
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
                     WcOpcode.SEND);
 
+            // Messages that nobody answers: a poll that completes more receives while it holds an acknowledgement
+            // sends it (never held twice in a row), so a stream is acknowledged at least every other poll.
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            t.up.next++;
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next - 1, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
+            SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
+
             // A poller that neither answers, nor arms, nor polls again: the engine sends it on its next look.
             t.up.post(one);
             SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
@@ -563,6 +577,23 @@ class SoftRingTest {
             SoftPair.assertQuiet(client.sendCq, 20);
             t.releaseEngine();
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
+                    WcOpcode.SEND);
+        }
+    }
+
+    @Test
+    void shouldSendAHeldAcknowledgementBeforeTheLinkEnds() throws Exception {
+        try (HeldEngine t = new HeldEngine()) {
+            // The server takes the message, holding its acknowledgement, then loses the link without a DISCONNECT
+            // (its own completion queue overran, a failed work request, an injected drop): the client's SEND was
+            // delivered, so it must complete as delivered, as a device's acknowledgement would have said, not flush.
+            WorkCompletions wc = new WorkCompletions(1);
+            int[] one = {64};
+            t.up.post(one);
+            SoftPair.assertCompletion(SoftPair.pollOne(t.pair.server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
+                    WcOpcode.RECV);
+            t.provider.faults().dropConnection(t.pair.server.qp);
+            SoftPair.assertCompletion(SoftPair.pollOne(t.pair.client.sendCq, wc), t.up.next, WcStatus.SUCCESS,
                     WcOpcode.SEND);
         }
     }
