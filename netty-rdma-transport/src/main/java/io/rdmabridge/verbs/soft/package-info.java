@@ -101,9 +101,12 @@
  *       microseconds, while the requester's loop is still awake; here the acknowledgement is written by the
  *       responder's poller after its own wake-up, when the requester has gone to sleep, so a ping-pong woke each loop
  *       twice per message. A poller that executes ring frames which complete receives, and owes nothing but their
- *       acknowledgement, now holds it until it posts (the answer then carries it), arms its completion queue, or polls
- *       again, and at most until the engine's next ring poll (10 ms), which publishes whatever a poller left held
- *       ({@code rdmabridge.soft.holdAcknowledgements=false} turns it off). With the channel's
+ *       acknowledgement, now holds it until a post carries it (the answer), it arms its completion queue or polls again
+ *       (never holding twice in a row), the link ends (a pending acknowledgement goes before the socket closes), or
+ *       the engine next polls the rings, which publishes whatever a poller left held
+ *       ({@code rdmabridge.soft.holdAcknowledgements=false} turns it off). A responder that dies between handing a
+ *       message up and its next action leaves the requester's SEND flushed although delivered; a device's window for
+ *       that is microseconds, this one the poller's loop iteration. With the channel's
  *       {@code SEND_COMPLETION_POLL_NANOS}, a loop that awaits a send's completion polls instead of sleeping, and the
  *       answer arrives with it. {@code SoftRingTest} checks each release with the engine thread held, and the
  *       engine's.</li>
