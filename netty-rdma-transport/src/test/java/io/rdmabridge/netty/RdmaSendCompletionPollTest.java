@@ -48,50 +48,55 @@ class RdmaSendCompletionPollTest extends AbstractSoftChannelTest {
 
     /** Sleeps of the client's and the server's loops while they play {@link #ROUNDS} round trips of 64 bytes. */
     private long sleepsDuringPingPong(long windowNanos) throws Exception {
-        CompletableFuture<Long> serverSleeps = new CompletableFuture<>();
+        // The server counts from the first measured ping it reads, the client from the last warm-up answer it reads.
+        PingPongEnd serverEnd = new PingPongEnd(true, WARM_UP + 1);
         Channel server = listen(new ServerBootstrap()
                 .childOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, windowNanos)
-                .childHandler(new ChannelInboundHandlerAdapter() {
-                    private int read;
-                    private long start;
-
-                    @Override
-                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                        read++;
-                        if (read == WARM_UP + 1) {
-                            start = ((RdmaSocketChannel) ctx.channel()).handler.sleeps();
-                        }
-                        if (read == WARM_UP + ROUNDS) {
-                            serverSleeps.complete(((RdmaSocketChannel) ctx.channel()).handler.sleeps() - start);
-                        }
-                        ctx.writeAndFlush(msg);
-                    }
-                }));
-        CompletableFuture<Long> clientSleeps = new CompletableFuture<>();
+                .childHandler(serverEnd));
+        PingPongEnd clientEnd = new PingPongEnd(false, WARM_UP);
         RdmaSocketChannel client = connect(new Bootstrap()
                 .option(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, windowNanos)
-                .handler(new ChannelInboundHandlerAdapter() {
-                    private int read;
-                    private long start;
-
-                    @Override
-                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
-                        ReferenceCountUtil.release(msg);
-                        read++;
-                        if (read == WARM_UP) {
-                            start = ((RdmaSocketChannel) ctx.channel()).handler.sleeps();
-                        }
-                        if (read == WARM_UP + ROUNDS) {
-                            clientSleeps.complete(((RdmaSocketChannel) ctx.channel()).handler.sleeps() - start);
-                        } else {
-                            ping(ctx.channel());
-                        }
-                    }
-                }), server);
+                .handler(clientEnd), server);
         client.eventLoop().execute(() -> ping(client));
-        long total = clientSleeps.get(30, TimeUnit.SECONDS) + serverSleeps.get(30, TimeUnit.SECONDS);
+        long total = clientEnd.sleeps.get(30, TimeUnit.SECONDS) + serverEnd.sleeps.get(30, TimeUnit.SECONDS);
         client.close().sync();
         return total;
+    }
+
+    /**
+     * One end of the ping-pong: the server echoes what it reads, the client pings again until the last round. Each
+     * counts its loop's sleeps from its {@code countFrom}-th read to the last round's.
+     */
+    private static final class PingPongEnd extends ChannelInboundHandlerAdapter {
+        final CompletableFuture<Long> sleeps = new CompletableFuture<>();
+        private final boolean echoes;
+        private final int countFrom;
+        private int read;
+        private long start;
+
+        PingPongEnd(boolean echoes, int countFrom) {
+            this.echoes = echoes;
+            this.countFrom = countFrom;
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            read++;
+            if (read == countFrom) {
+                start = ((RdmaSocketChannel) ctx.channel()).handler.sleeps();
+            }
+            if (read == WARM_UP + ROUNDS) {
+                sleeps.complete(((RdmaSocketChannel) ctx.channel()).handler.sleeps() - start);
+            }
+            if (echoes) {
+                ctx.writeAndFlush(msg);
+            } else {
+                ReferenceCountUtil.release(msg);
+                if (read < WARM_UP + ROUNDS) {
+                    ping(ctx.channel());
+                }
+            }
+        }
     }
 
     private static void ping(Channel ch) {

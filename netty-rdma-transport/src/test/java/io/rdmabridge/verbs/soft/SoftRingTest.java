@@ -532,9 +532,7 @@ class SoftRingTest {
             int[] one = {64};
 
             // The server's answer carries the acknowledgement.
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             SoftPair.assertQuiet(client.sendCq, 20);
             t.down.post(one);
             SoftPair.assertCompletion(SoftPair.pollOne(client.recvCq, wc), t.down.next, WcStatus.SUCCESS,
@@ -548,9 +546,7 @@ class SoftRingTest {
                     WcOpcode.SEND);
 
             // A poller about to sleep sends it when it arms its queue.
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             SoftPair.assertQuiet(client.sendCq, 20);
             server.recvCq.requestNotify();
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
@@ -558,22 +554,16 @@ class SoftRingTest {
 
             // Messages that nobody answers: a poll that completes more receives while it holds an acknowledgement
             // sends it (never held twice in a row), so a stream is acknowledged at least every other poll.
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             t.up.next++;
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next - 1, WcStatus.SUCCESS,
                     WcOpcode.SEND);
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
                     WcOpcode.SEND);
 
             // A poller that neither answers, nor arms, nor polls again: the engine sends it on its next look.
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             SoftPair.assertQuiet(client.sendCq, 20);
             t.releaseEngine();
             SoftPair.assertCompletion(SoftPair.pollOne(client.sendCq, wc), t.up.next++, WcStatus.SUCCESS,
@@ -588,10 +578,7 @@ class SoftRingTest {
             // (its own completion queue overran, a failed work request, an injected drop): the client's SEND was
             // delivered, so it must complete as delivered, as a device's acknowledgement would have said, not flush.
             WorkCompletions wc = new WorkCompletions(1);
-            int[] one = {64};
-            t.up.post(one);
-            SoftPair.assertCompletion(SoftPair.pollOne(t.pair.server.recvCq, wc), t.up.next, WcStatus.SUCCESS,
-                    WcOpcode.RECV);
+            t.serverTakesOne();
             t.provider.faults().dropConnection(t.pair.server.qp);
             SoftPair.assertCompletion(SoftPair.pollOne(t.pair.client.sendCq, wc), t.up.next, WcStatus.SUCCESS,
                     WcOpcode.SEND);
@@ -706,6 +693,16 @@ class SoftRingTest {
                 pair.close();
                 throw e;
             }
+        }
+
+        /**
+         * The client SENDs one 64-byte message and the server polls its receive completion; the client's SEND is
+         * then delivered, its completion still to come (numbered {@code up.next}).
+         */
+        void serverTakesOne() throws Exception {
+            up.post(new int[] {64});
+            SoftPair.assertCompletion(SoftPair.pollOne(pair.server.recvCq, new WorkCompletions(1)), up.next,
+                    WcStatus.SUCCESS, WcOpcode.RECV);
         }
 
         void releaseEngine() {
