@@ -2,6 +2,9 @@ package io.rdmabridge.spark;
 
 import java.net.InetSocketAddress;
 import java.util.Map;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.FutureTask;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
@@ -79,9 +82,47 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 if (isDriver) {
                     driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
                 } else {
-                    executorTransport = ExecutorTransport.start(conf, metrics);
+                    executorTransport = callUninterruptibly("rdma-shuffle-start",
+                            () -> ExecutorTransport.start(conf, metrics));
                 }
                 started = true;
+            }
+        }
+    }
+
+    /**
+     * Runs {@code call} on a thread of its own and waits for it to end, whatever interrupts the caller meanwhile; the
+     * caller's interrupt status is restored afterwards. On Spark 3.5 an executor's transport starts in its first
+     * shuffle task, and Spark interrupts a task to kill it (a speculative copy that lost, a cancelled job): started on
+     * that thread, the interrupted RPC that registers the block server made the executor fall back to Spark's own
+     * transport for the rest of its life.
+     */
+    static <T> T callUninterruptibly(String threadName, Callable<T> call) {
+        FutureTask<T> task = new FutureTask<>(call);
+        Thread thread = new Thread(task, threadName);
+        thread.setDaemon(true);
+        thread.start();
+        boolean interrupted = false;
+        try {
+            for (;;) {
+                try {
+                    return task.get();
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                } catch (ExecutionException e) {
+                    Throwable cause = e.getCause();
+                    if (cause instanceof RuntimeException r) {
+                        throw r;
+                    }
+                    if (cause instanceof Error error) {
+                        throw error;
+                    }
+                    throw new IllegalStateException(threadName + " failed: " + cause, cause);
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
             }
         }
     }
