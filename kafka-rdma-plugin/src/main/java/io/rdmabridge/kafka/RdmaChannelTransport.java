@@ -244,13 +244,22 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         return provider.name();
     }
 
+    /**
+     * Closes the listener, cancels the handshakes still waiting for their stream and stops the event loop, whose
+     * connections close with it. Waits at most {@code rdma.handshake.timeout.ms} in all: one deadline for both waits,
+     * since a broker stopping, or Kafka removing the reporter, waits for this (each wait had the whole timeout, so a
+     * stuck event loop held the caller twice it). What is left then finishes on the loop's own daemon thread.
+     */
     @Override
     public void close() {
-        server.close().awaitUninterruptibly(handshakeTimeoutMs);
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(handshakeTimeoutMs);
+        server.close().awaitUninterruptibly(handshakeTimeoutMs, TimeUnit.MILLISECONDS);
         for (CompletableFuture<RdmaStream> f : expected.values()) {
             f.cancel(false);
         }
-        group.shutdownGracefully(0, 2, TimeUnit.SECONDS).awaitUninterruptibly(handshakeTimeoutMs);
+        // Started even with no time left (then not waited for): the group must stop in any case.
+        group.shutdownGracefully(0, 2, TimeUnit.SECONDS)
+                .awaitUninterruptibly(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
     }
 
     /**

@@ -41,7 +41,11 @@ final class RdmaReplication {
     /** The broker configuration the plugin was configured with, against which dynamic updates are checked. */
     private volatile Map<String, ?> applied = Map.of();
     private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
-    private volatile ReplicationMetrics metrics;
+    /**
+     * Never null: a connection accepted or opened just before the plugin closes (its reporter removed from
+     * {@code metric.reporters} at runtime, or the broker stopping) still counts, into metrics that publish nothing.
+     */
+    private volatile ReplicationMetrics metrics = ReplicationMetrics.detached();
     private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
     private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
@@ -184,12 +188,12 @@ final class RdmaReplication {
         active = false;
         transport.close();
         transport = RdmaStreamTransport.unavailable("closed");
-        if (metrics != null) {
-            metrics.close();
-            metrics = null;
-        }
+        // Kept, closed: connections that outlive the plugin go on counting into it, unpublished.
+        metrics.close();
         if (scheduler != null) {
-            scheduler.shutdownNow();
+            // Not shutdownNow(): the deadlines already set still fire, so that a handshake in progress when the
+            // plugin closes stays bounded by rdma.handshake.timeout.ms; then the timer's thread ends.
+            scheduler.shutdown();
             scheduler = null;
         }
         configured = false;
@@ -216,6 +220,7 @@ final class RdmaReplication {
         return transport;
     }
 
+    /** The plugin's counters; once it has closed, counters that publish nothing. Never null. */
     ReplicationMetrics metrics() {
         return metrics;
     }
@@ -229,6 +234,7 @@ final class RdmaReplication {
         return connections;
     }
 
+    /** The handshake timer; {@code null} before the plugin is active and after it has closed. */
     ScheduledExecutorService scheduler() {
         return scheduler;
     }

@@ -18,7 +18,9 @@ import org.apache.kafka.common.utils.Time;
  * {@code kafka.server:type=rdma-replication} (upgrade counters) and
  * {@code kafka.server:type=rdma-replication,peer=<broker id>} (bytes per peer broker).
  *
- * <p>Counting is lock-free ({@link LongAdder}); Kafka reads the adders when JMX asks. Thread-safe.
+ * <p>Counting is lock-free ({@link LongAdder}); Kafka reads the adders when JMX asks. Once {@link #close() closed}
+ * (the plugin closed, as when its reporter is removed from {@code metric.reporters} at runtime), the counters still
+ * count, for connections that outlive the plugin, but publish nothing: no bean is registered again. Thread-safe.
  */
 final class ReplicationMetrics implements AutoCloseable {
     static final String GROUP = "rdma-replication";
@@ -27,14 +29,27 @@ final class ReplicationMetrics implements AutoCloseable {
     /** Peer ids come from the network: beyond this many, new ones are counted as {@link #UNKNOWN_PEER}. */
     static final int MAX_PEERS = 1024;
 
+    /** {@code null} when {@link #detached()}. */
     private final Metrics metrics;
+    /** Guarded by {@code this}: once set, no metric is added, which would register its bean again. */
+    private boolean closed;
     private final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
     private final LongAdder attempted = new LongAdder();
     private final LongAdder succeeded = new LongAdder();
     private final LongAdder fellBack = new LongAdder();
     private final LongAdder rejected = new LongAdder();
 
+    /** Counters published in JMX until {@link #close()}. */
     ReplicationMetrics() {
+        this(true);
+    }
+
+    private ReplicationMetrics(boolean publish) {
+        if (!publish) {
+            metrics = null;
+            closed = true;
+            return;
+        }
         KafkaMetricsContext context = new KafkaMetricsContext("kafka.server");
         metrics = new Metrics(new MetricConfig(), new ArrayList<>(), Time.SYSTEM, context);
         // Every Metrics counts its metrics as kafka.server:type=kafka-metrics-count, the broker's own bean, which a
@@ -51,7 +66,16 @@ final class ReplicationMetrics implements AutoCloseable {
                 Map.of(), rejected);
     }
 
-    private void gauge(String name, String doc, Map<String, String> tags, LongAdder adder) {
+    /** Counters that publish nothing: what {@link RdmaReplication#metrics()} holds before the plugin is configured. */
+    static ReplicationMetrics detached() {
+        return new ReplicationMetrics(false);
+    }
+
+    private synchronized void gauge(String name, String doc, Map<String, String> tags, LongAdder adder) {
+        if (closed) {
+            // A JmxReporter closed with its Metrics still registers the bean of a metric added afterwards.
+            return;
+        }
         MetricName mn = metrics.metricName(name, GROUP, doc, new LinkedHashMap<>(tags));
         metrics.addMetric(mn, (Measurable) (config, now) -> adder.sum());
     }
@@ -100,9 +124,13 @@ final class ReplicationMetrics implements AutoCloseable {
         return rejected.sum();
     }
 
+    /** Unregisters the beans; counting goes on unpublished. Idempotent. */
     @Override
-    public void close() {
-        metrics.close();
+    public synchronized void close() {
+        if (!closed) {
+            closed = true;
+            metrics.close();
+        }
     }
 
     /** Byte counters of the replication connections with one peer broker, or with unidentified ones. */

@@ -15,6 +15,8 @@ import java.nio.channels.SocketChannel;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -429,9 +431,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         if (!attemptCounted && handshake.attempted()) {
             attemptCounted = true;
             replication.metrics().upgradeAttempted();
-            int timeoutMs = replication.config().handshakeTimeoutMs();
-            deadline = replication.scheduler().schedule(() -> handshake.expire("RDMA handshake did not complete "
-                    + "within " + timeoutMs + " ms (rdma.handshake.timeout.ms)"), timeoutMs, TimeUnit.MILLISECONDS);
+            if (handshake.inProgress()) {
+                startDeadline();
+                s = handshake.state();
+            }
         }
         switch (s) {
             case TCP:
@@ -471,6 +474,27 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 updateWatch();
                 break;
         }
+    }
+
+    /**
+     * Bounds the handshake by {@code rdma.handshake.timeout.ms} on the plugin's timer. A plugin closed since this
+     * connection was accepted (its reporter removed from {@code metric.reporters} at runtime, or the broker stopping)
+     * has no timer left: the handshake ends at once, which closes the connection with that cause.
+     */
+    private void startDeadline() {
+        int timeoutMs = replication.config().handshakeTimeoutMs();
+        ScheduledExecutorService timer = replication.scheduler();
+        if (timer != null) {
+            try {
+                deadline = timer.schedule(() -> handshake.expire("RDMA handshake did not complete within "
+                        + timeoutMs + " ms (rdma.handshake.timeout.ms)"), timeoutMs, TimeUnit.MILLISECONDS);
+                return;
+            } catch (RejectedExecutionException e) {
+                // Shut down since it was read: the plugin is closing.
+            }
+        }
+        handshake.expire("the RDMA replication plugin was closed during the handshake (its reporter removed from "
+                + "metric.reporters, or the broker stopping); the follower's next connection stays on TCP");
     }
 
     private void cancelDeadline() {

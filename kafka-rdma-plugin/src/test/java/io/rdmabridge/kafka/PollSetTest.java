@@ -1,12 +1,23 @@
 package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.File;
+import java.io.IOException;
+import java.nio.channels.DatagramChannel;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import sun.nio.ch.SelChImpl;
 
 /** The channel's private epoll set; needs {@code sun.nio.ch} opened, as the surefire configuration does. */
 class PollSetTest {
@@ -26,6 +37,81 @@ class PollSetTest {
             pollSet.signal();
             assertEquals(0, a.size(), "a signal after close wrote into a file that reuses the descriptor number");
             assertEquals(0, b.size(), "a signal after close wrote into a file that reuses the descriptor number");
+        }
+    }
+
+    /**
+     * A PollSet whose eventfd cannot be made closes the epoll set it made first: with one descriptor left, the epoll
+     * set takes it and the eventfd fails. Run in a JVM of its own with a small descriptor limit
+     * ({@link OutOfDescriptors}): exhausting this one's would fail whatever else runs in it meanwhile.
+     */
+    @Test
+    void shouldCloseItsEpollSetWhenItsEventFdCannotBeMade() throws Exception {
+        String classpath = location(PollSet.class) + File.pathSeparator + location(OutOfDescriptors.class);
+        Process child = new ProcessBuilder("sh", "-c", "ulimit -n 1024 && exec \"$@\"", "sh",
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-Xmx64m",
+                "-XX:TieredStopAtLevel=1", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens",
+                "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, OutOfDescriptors.class.getName())
+                .redirectErrorStream(true).start();
+        String out;
+        try {
+            out = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
+            assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM did not end: " + out);
+        } finally {
+            child.destroyForcibly();
+        }
+        assertEquals(0, child.exitValue(), out);
+        assertTrue(out.matches("PollSet failed: .*; its descriptor \\d+ afterwards: closed"), out);
+    }
+
+    private static String location(Class<?> c) throws Exception {
+        return Path.of(c.getProtectionDomain().getCodeSource().getLocation().toURI()).toString();
+    }
+
+    /**
+     * Takes every descriptor but one, makes a PollSet, and prints whether it failed and what the descriptor left free
+     * holds afterwards ("closed", or the link /proc shows, such as {@code anon_inode:[eventpoll]} for a leaked set).
+     */
+    static final class OutOfDescriptors {
+        public static void main(String[] args) throws Exception {
+            // The JDK's EPoll runs a native method before it loads libnio itself: some other NIO class must load it
+            // first, as Kafka's have in a broker.
+            DatagramChannel.open().close();
+            // Loads and links what follows while descriptors are left to read the class files with.
+            new PollSet().close();
+            target(0);
+            List<DatagramChannel> fillers = new ArrayList<>(2048);
+            try {
+                while (true) {
+                    fillers.add(DatagramChannel.open());
+                }
+            } catch (IOException tooManyOpenFiles) {
+                // The limit: every descriptor is taken.
+            }
+            DatagramChannel last = fillers.remove(fillers.size() - 1);
+            int free = ((SelChImpl) last).getFDVal();
+            last.close();
+            String made;
+            try {
+                new PollSet().close();
+                made = "PollSet made";
+            } catch (IOException e) {
+                made = "PollSet failed: " + e.getMessage();
+            }
+            // The lowest free number goes to the next descriptor made: the epoll set's was this one.
+            String left = target(free);
+            for (DatagramChannel c : fillers) {
+                c.close();
+            }
+            System.out.println(made + "; its descriptor " + free + " afterwards: " + left);
+        }
+
+        private static String target(int fd) throws IOException {
+            try {
+                return Files.readSymbolicLink(Path.of("/proc/self/fd/" + fd)).toString();
+            } catch (NoSuchFileException e) {
+                return "closed";
+            }
         }
     }
 }

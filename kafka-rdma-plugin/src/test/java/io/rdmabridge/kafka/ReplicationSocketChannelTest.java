@@ -245,10 +245,7 @@ class ReplicationSocketChannelTest {
         RdmaSelectorProvider provider = configure(port, new InMemoryStreamTransport());
         ServerSocketChannel server = provider.openServerSocketChannel();
         server.bind(new InetSocketAddress("127.0.0.1", port));
-        byte[] clientId = "broker-3-fetcher-0".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
-        ByteBuffer request = ByteBuffer.allocate(4 + 10 + clientId.length);
-        request.putInt(request.capacity() - 4).putShort((short) 1).putShort((short) 17).putInt(7)
-                .putShort((short) clientId.length).put(clientId).flip();
+        ByteBuffer request = fetchRequest(3);
         long expectedSent = 0;
         try (SocketChannel stock = SocketChannel.open(new InetSocketAddress("127.0.0.1", port));
              SocketChannel leader = server.accept();
@@ -289,6 +286,165 @@ class ReplicationSocketChannelTest {
         assertTrue(ManagementFactory.getPlatformMBeanServer().queryNames(
                 new ObjectName("kafka.server:type=rdma-replication,peer=unknown"), null).isEmpty(),
                 "the stock follower is named by its broker id, not counted as unknown");
+    }
+
+    /** The start of a fetch request as a stock replica fetcher of broker {@code follower} sends it. */
+    private static ByteBuffer fetchRequest(int follower) {
+        byte[] clientId = ("broker-" + follower + "-fetcher-0").getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        ByteBuffer request = ByteBuffer.allocate(4 + 10 + clientId.length);
+        return request.putInt(request.capacity() - 4).putShort((short) 1).putShort((short) 17).putInt(7)
+                .putShort((short) clientId.length).put(clientId).flip();
+    }
+
+    /**
+     * Kafka removes a reporter from {@code metric.reporters} at runtime by closing it, and the last plugin's close
+     * releases the metrics and the handshake timer. A stock follower's connection accepted just before is Kafka's to
+     * read: its first read used to throw a NullPointerException (no metrics), which Kafka's selector logs before
+     * closing the connection. Its counters go nowhere: a closed plugin publishes no new bean.
+     */
+    @Test
+    void shouldHandAStockFollowersBytesToKafkaWhenThePluginClosedAfterTheAccept() throws Exception {
+        ByteBuffer request = fetchRequest(3);
+        try (Accepted a = acceptThenClosePlugin(new InMemoryStreamTransport(), request.duplicate())) {
+            ByteBuffer in = ByteBuffer.allocate(request.remaining());
+            readFully(a.leader, in);
+            assertArrayEquals(request.array(), in.array(), "Kafka reads the request as sent");
+            assertFalse(((ReplicationSocketChannel) a.leader).isRdma());
+        }
+        assertTrue(ManagementFactory.getPlatformMBeanServer().queryNames(
+                new ObjectName("kafka.server:type=rdma-replication,*"), null).isEmpty(),
+                "the closed plugin's metrics registered a bean again");
+    }
+
+    /**
+     * As above, for a follower with the plugin whose HELLO the leader reads after the close: its closed RDMA listener
+     * declines, and the connection goes on over TCP. It used to fail with a NullPointerException.
+     */
+    @Test
+    void shouldDeclineTheUpgradeOfAConnectionAcceptedJustBeforeThePluginClosed() throws Exception {
+        SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
+        RdmaChannelTransport transport = RdmaChannelTransport.open(soft, 2, "127.0.0.1", 0, 2000, 64, 64, 16);
+        ByteBuffer request = fetchRequest(3);
+        try (Accepted a = acceptThenClosePlugin(transport, Preamble.hello(3))) {
+            a.follower.write(request.duplicate());
+            ByteBuffer in = ByteBuffer.allocate(request.remaining());
+            readFully(a.leader, in);
+            assertArrayEquals(request.array(), in.array(), "Kafka reads the request that follows the preamble");
+            ByteBuffer reply = ByteBuffer.allocate(Preamble.REPLY_LENGTH);
+            while (reply.hasRemaining()) {
+                assertTrue(a.follower.read(reply) >= 0, "the leader closed the connection");
+            }
+            assertEquals(Preamble.STATUS_DECLINE_UNAVAILABLE, reply.get(Preamble.REPLY_STATUS_OFFSET));
+        }
+        assertTrue(soft.resourceUsage().isZero(), "leaked: " + soft.resourceUsage());
+    }
+
+    /**
+     * A handshake still in progress when the plugin has closed has no timer left to bound it: the connection is
+     * closed with a cause that names the close, not with a NullPointerException. (The in-memory transport stays
+     * available after its close, so the leader accepts the HELLO and waits for the follower's decision.)
+     */
+    @Test
+    void shouldCloseAHandshakeThePluginsCloseLeftWithoutATimerNamingTheClose() throws Exception {
+        try (Accepted a = acceptThenClosePlugin(new InMemoryStreamTransport(), Preamble.hello(3))) {
+            IOException e = assertThrows(IOException.class, () -> readFully(a.leader, ByteBuffer.allocate(1)));
+            assertTrue(e.getMessage().contains("rejected: the RDMA replication plugin was closed during the "
+                    + "handshake"), e.getMessage());
+        }
+    }
+
+    /** A handshake in progress when the plugin closes keeps its deadline: the close used to cancel it. */
+    @Test
+    void shouldEndAHandshakeInProgressAtItsDeadlineAfterThePluginClosed() throws Exception {
+        try (Accepted a = accept(new InMemoryStreamTransport(), Preamble.hello(3))) {
+            // Accepted, the REPLY sent: it waits for the follower's decision, which never comes.
+            assertEquals(0, a.leader.read(ByteBuffer.allocate(1)));
+            RdmaReplication.get().pluginClosed();
+            IOException e = assertThrows(IOException.class, () -> readFully(a.leader, ByteBuffer.allocate(1)));
+            assertTrue(e.getMessage().endsWith("rejected: RDMA handshake did not complete within 2000 ms "
+                    + "(rdma.handshake.timeout.ms)"), e.getMessage());
+        }
+    }
+
+    /** The follower's side of the same race: a connection opened just before the close stays on TCP. */
+    @Test
+    void shouldKeepAFollowerConnectionOpenedJustBeforeThePluginClosedOnTcp() throws Exception {
+        try (ServerSocketChannel leader = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) leader.getLocalAddress()).getPort();
+            RdmaSelectorProvider provider = configure(port, new InMemoryStreamTransport());
+            RdmaReplication.get().pluginClosed();
+            // What RdmaSelectorProvider.openSocketChannel does once it has seen the plugin active.
+            try (SocketChannel follower = ReplicationSocketChannel.forFollower(provider, RdmaReplication.get(),
+                    SocketChannel.open(), "2");
+                 SocketChannel stock = connectAndAccept(follower, leader, port)) {
+                assertFalse(((ReplicationSocketChannel) follower).isRdma());
+                follower.write(fetchRequest(3));
+                ByteBuffer in = ByteBuffer.allocate(fetchRequest(3).remaining());
+                readFully(stock, in);
+                assertArrayEquals(fetchRequest(3).array(), in.array(), "the leader gets nothing but Kafka's bytes");
+            }
+        }
+    }
+
+    private static SocketChannel connectAndAccept(SocketChannel follower, ServerSocketChannel leader, int port)
+            throws Exception {
+        assertTrue(onFetcherThread(() -> follower.connect(new InetSocketAddress("127.0.0.1", port))));
+        return leader.accept();
+    }
+
+    /** Both ends of one connection to the inter-broker listener; closing closes both. */
+    private record Accepted(SocketChannel follower, SocketChannel leader) implements AutoCloseable {
+        @Override
+        public void close() throws IOException {
+            try {
+                leader.close();
+            } finally {
+                follower.close();
+            }
+        }
+    }
+
+    /**
+     * Accepts a connection on the plugin's inter-broker listener, has its peer send {@code first}, then closes the
+     * plugin as Kafka does when its reporter is removed from {@code metric.reporters}
+     * ({@link RdmaReplicationPlugin#close()}), before the leader reads a byte.
+     */
+    private Accepted acceptThenClosePlugin(RdmaStreamTransport transport, ByteBuffer first) throws Exception {
+        Accepted a = accept(transport, first);
+        RdmaReplication.get().pluginClosed();
+        return a;
+    }
+
+    /** Accepts a connection on the plugin's inter-broker listener (non-blocking), whose peer sends {@code first}. */
+    private Accepted accept(RdmaStreamTransport transport, ByteBuffer first) throws Exception {
+        ServerSocketChannel probe = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+        int port = ((InetSocketAddress) probe.getLocalAddress()).getPort();
+        probe.close();
+        RdmaSelectorProvider provider = configure(port, transport);
+        try (ServerSocketChannel server = provider.openServerSocketChannel()) {
+            server.bind(new InetSocketAddress("127.0.0.1", port));
+            SocketChannel follower = SocketChannel.open(new InetSocketAddress("127.0.0.1", port));
+            SocketChannel leader = server.accept();
+            assertInstanceOf(ReplicationSocketChannel.class, leader);
+            leader.configureBlocking(false);
+            while (first.hasRemaining()) {
+                follower.write(first);
+            }
+            return new Accepted(follower, leader);
+        }
+    }
+
+    /** Reads until {@code dst} is full, as Kafka's network thread would over several polls; fails after 10 s. */
+    private static void readFully(SocketChannel ch, ByteBuffer dst) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (dst.hasRemaining()) {
+            assertTrue(System.nanoTime() < deadline, "read stalled at " + dst.position() + " bytes");
+            int n = ch.read(dst);
+            assertTrue(n >= 0, "end of stream after " + dst.position() + " bytes");
+            if (n == 0) {
+                Thread.sleep(1);
+            }
+        }
     }
 
     interface FetcherCall<T> {
