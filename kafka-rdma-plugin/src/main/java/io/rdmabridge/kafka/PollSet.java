@@ -47,6 +47,9 @@ final class PollSet implements AutoCloseable {
         MethodHandle[] h = new MethodHandle[14];
         Throwable cause = null;
         try {
+            // EPoll's initializer calls a native method before it loads libnio itself; IOUtil's loads it. Needed
+            // where the agent is the first to touch NIO in the JVM.
+            Class.forName("sun.nio.ch.IOUtil");
             Class<?> epoll = Class.forName("sun.nio.ch.EPoll");
             Class<?> eventFd = Class.forName("sun.nio.ch.EventFD");
             Class<?> dispatcher = Class.forName("sun.nio.ch.FileDispatcherImpl");

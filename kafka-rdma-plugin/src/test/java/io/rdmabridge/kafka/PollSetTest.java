@@ -47,11 +47,29 @@ class PollSetTest {
      */
     @Test
     void shouldCloseItsEpollSetWhenItsEventFdCannotBeMade() throws Exception {
-        String classpath = location(PollSet.class) + File.pathSeparator + location(OutOfDescriptors.class);
+        String out = runAlone(OutOfDescriptors.class);
+        assertTrue(out.matches("PollSet failed: .*; its descriptor \\d+ afterwards: closed"), out);
+    }
+
+    /**
+     * The agent may be the first in a broker's JVM to touch NIO (its premain asks whether a PollSet can be made); the
+     * JDK's EPoll class cannot load before something has loaded libnio.
+     */
+    @Test
+    void shouldBeUsableAsTheFirstNioClassOfAJvm() throws Exception {
+        assertEquals("usable", runAlone(FirstNioUse.class));
+    }
+
+    /**
+     * Runs {@code main} in a JVM of its own, with a small descriptor limit and {@code sun.nio.ch} opened, as the agent
+     * opens it; returns what it printed.
+     */
+    private static String runAlone(Class<?> main) throws Exception {
+        String classpath = location(PollSet.class) + File.pathSeparator + location(main);
         Process child = new ProcessBuilder("sh", "-c", "ulimit -n 1024 && exec \"$@\"", "sh",
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-Xmx64m",
                 "-XX:TieredStopAtLevel=1", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens",
-                "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, OutOfDescriptors.class.getName())
+                "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, main.getName())
                 .redirectErrorStream(true).start();
         String out;
         try {
@@ -61,7 +79,7 @@ class PollSetTest {
             child.destroyForcibly();
         }
         assertEquals(0, child.exitValue(), out);
-        assertTrue(out.matches("PollSet failed: .*; its descriptor \\d+ afterwards: closed"), out);
+        return out;
     }
 
     private static String location(Class<?> c) throws Exception {
@@ -74,9 +92,6 @@ class PollSetTest {
      */
     static final class OutOfDescriptors {
         public static void main(String[] args) throws Exception {
-            // The JDK's EPoll runs a native method before it loads libnio itself: some other NIO class must load it
-            // first, as Kafka's have in a broker.
-            DatagramChannel.open().close();
             // Loads and links what follows while descriptors are left to read the class files with.
             new PollSet().close();
             target(0);
@@ -112,6 +127,19 @@ class PollSetTest {
             } catch (NoSuchFileException e) {
                 return "closed";
             }
+        }
+    }
+
+    /** Prints "usable" when a PollSet can be made in a JVM where nothing has used NIO before, else the cause. */
+    static final class FirstNioUse {
+        public static void main(String[] args) throws Exception {
+            Throwable cause = PollSet.unavailabilityCause();
+            if (cause != null) {
+                System.out.println(cause);
+                return;
+            }
+            new PollSet().close();
+            System.out.println("usable");
         }
     }
 }
