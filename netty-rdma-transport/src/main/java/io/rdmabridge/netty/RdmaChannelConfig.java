@@ -17,7 +17,14 @@ import java.util.Map;
  * options ({@code TCP_NODELAY}, {@code SO_SNDBUF}, ...) are accepted and reported back but have no effect on an
  * RDMA connection. The default allocator is the event loop group's {@link RdmaByteBufAllocator} once the channel is
  * registered (also when another is set, with {@link RdmaChannelOption#REGISTERED_ALLOCATOR}); the default {@link RecvByteBufAllocator} is {@link RdmaRecvByteBufAllocator} (whole messages per
- * read). Not thread-safe beyond what {@link DefaultChannelConfig} offers; set options before connecting.
+ * read). Not thread-safe beyond what {@link DefaultChannelConfig} offers.
+ *
+ * <p>Options that size the queue pair or go into the connection's handshake ({@code RECEIVE_QUEUE_DEPTH},
+ * {@code RECEIVE_BUFFER_SIZE}, {@code SEND_QUEUE_DEPTH}, {@code SIGNAL_INTERVAL}, {@code MAX_MESSAGE_SIZE},
+ * {@code INLINE_THRESHOLD}) can only be set until the channel creates its queue pair (as it connects, or is accepted);
+ * later, setting one throws {@link IllegalStateException}, as Netty's epoll channel does for its mode once registered.
+ * The others take effect at once: {@code BUSY_POLL_BUDGET_NANOS} at the loop's next wake-up,
+ * {@code SEND_COMPLETION_POLL_NANOS} and {@code RENDEZVOUS_THRESHOLD} from the next write.
  */
 public final class RdmaChannelConfig extends DefaultChannelConfig implements SocketChannelConfig {
     private final RdmaSocketChannel channel;
@@ -48,6 +55,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     private volatile int signalInterval = ConnectionConfig.DEFAULT.signalInterval();
     private volatile long busyPollBudgetNanos;
     private volatile long sendCompletionPollNanos = DEFAULT_SEND_COMPLETION_POLL_NANOS;
+    /** Set once {@link #connectionConfig} took the connection's parameters: the queue pair is being sized by them. */
+    private volatile boolean connectionParametersTaken;
 
     RdmaChannelConfig(RdmaSocketChannel channel) {
         super(channel, new RdmaRecvByteBufAllocator());
@@ -114,6 +123,11 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (socketOptions.set(option, value)) {
             return true;
         }
+        if (connectionParametersTaken && isConnectionParameter(option)) {
+            throw new IllegalStateException(option.name() + " can only be set before the channel creates its queue "
+                    + "pair (it sizes the queue pair or goes into the connection's handshake); channel " + channel
+                    + " has one: set it on the Bootstrap, or as a childOption of the ServerBootstrap");
+        }
         if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             setAllowHalfClosure((Boolean) value);
         } else if (option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH) {
@@ -145,6 +159,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
                 throw new IllegalArgumentException("BUSY_POLL_BUDGET_NANOS: " + budget + " (expected: >= 0)");
             }
             busyPollBudgetNanos = budget;
+            channel.busyPollBudgetChanged();
         } else if (option == RdmaChannelOption.SEND_COMPLETION_POLL_NANOS) {
             long window = (Long) value;
             if (window < 0 || window > MAX_SEND_COMPLETION_POLL_NANOS) {
@@ -160,6 +175,12 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         return true;
     }
 
+    private static boolean isConnectionParameter(ChannelOption<?> option) {
+        return option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH || option == RdmaChannelOption.RECEIVE_BUFFER_SIZE
+                || option == RdmaChannelOption.SEND_QUEUE_DEPTH || option == RdmaChannelOption.SIGNAL_INTERVAL
+                || option == RdmaChannelOption.MAX_MESSAGE_SIZE || option == RdmaChannelOption.INLINE_THRESHOLD;
+    }
+
     private static int checkRange(String name, int value, int min, int max) {
         if (value < min || value > max) {
             throw new IllegalArgumentException(name + ": " + value + " (expected: " + min + ".." + max + ")");
@@ -172,6 +193,7 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
      * power of two) and the signal interval fitted to it.
      */
     ConnectionConfig connectionConfig(int deviceSendDepth) {
+        connectionParametersTaken = true;
         int depth = Math.min(sendQueueDepth, deviceSendDepth);
         return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,
                 Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, maxMessageSize);

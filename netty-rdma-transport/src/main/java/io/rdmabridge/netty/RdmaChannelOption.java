@@ -4,7 +4,9 @@ import io.netty.channel.ChannelOption;
 
 /**
  * Options of RDMA channels, on top of Netty's {@link ChannelOption}s. Set them with {@code Bootstrap.option} or
- * {@code ServerBootstrap.childOption}; they take effect when the connection is set up. Constants; thread-safe.
+ * {@code ServerBootstrap.childOption}. Those that size the queue pair or go into the connection's handshake are taken
+ * when the channel creates its queue pair and cannot change after it ({@link RdmaChannelConfig} says which); the
+ * others take effect at once. Constants; thread-safe.
  *
  * @param <T> the option's value type
  */

@@ -447,6 +447,12 @@ public final class RdmaIoHandler implements IoHandler {
         return new Registration(h);
     }
 
+    /** How long the loop polls before it sleeps: the largest busy-poll budget of its channels. Loop thread. */
+    long busyPollBudgetNanos() {
+        return busyPollBudgetNanos;
+    }
+
+    /** Takes the largest busy-poll budget of its channels again. Loop thread. */
     void updateBusyPoll() {
         long budget = 0;
         for (RdmaIoHandle h : handles) {

@@ -335,11 +335,6 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
 
     // ---------------------------------------------------------------------------------------------- for the parts
 
-    /**
-     * Polls the connection and hands what it reports to the parts: the handshake's end to the set-up, received
-     * messages to the inbound path, completions and credits to the outbound path, a failure, a lost peer and
-     * delayed closes to the closing.
-     */
     /** A write posted work: the loop polls, rather than sleeps, while it awaits its completion (event loop). */
     void sendPosted() {
         long window = config.sendCompletionPollNanos();
@@ -350,6 +345,32 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
     }
 
+    /**
+     * Its {@link RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} changed: the loop, which polls as long as the largest budget
+     * of its channels and took it at registration, takes it again. Before registration there is nothing to do: the
+     * registration takes it.
+     */
+    void busyPollBudgetChanged() {
+        if (isRegistered()) {
+            Runnable update = () -> {
+                RdmaIoHandler h = handler;
+                if (h != null) {
+                    h.updateBusyPoll();
+                }
+            };
+            if (eventLoop().inEventLoop()) {
+                update.run();
+            } else {
+                eventLoop().execute(update);
+            }
+        }
+    }
+
+    /**
+     * Polls the connection and hands what it reports to the parts: the handshake's end to the set-up, received
+     * messages to the inbound path, completions and credits to the outbound path, a failure, a lost peer and
+     * delayed closes to the closing.
+     */
     int pollConnection() {
         RdmaConnection c = connection;
         if (c == null || c.isDestroyed()) {
