@@ -2,9 +2,6 @@ package io.rdmabridge.spark;
 
 import java.net.InetSocketAddress;
 import java.util.Map;
-import java.util.concurrent.Callable;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.FutureTask;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
@@ -52,6 +49,8 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
     private volatile BlockServerDirectory.Driver driverDirectory;
     private volatile ExecutorTransport executorTransport;
     private volatile boolean watchingExecutors;
+    /** An executor's transport, started on a thread of its own at the first call of {@link #start()}. */
+    private final BackgroundStart<ExecutorTransport> executorStart;
 
     /**
      * Called by Spark ({@code ShuffleManager.create}) on the driver and on every executor.
@@ -65,6 +64,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
         sort = new SortShuffleManager(conf);
         this.conf = conf;
         this.isDriver = isDriver;
+        this.executorStart = new BackgroundStart<>("rdma-shuffle-start", () -> ExecutorTransport.start(conf, metrics));
         if (!SparkCompat.createsShuffleManagerBeforeEnv()) {
             start();
         }
@@ -77,52 +77,27 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
         if (started) {
             return;
         }
+        if (isDriver) {
+            synchronized (this) {
+                if (!started) {
+                    driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
+                    started = true;
+                }
+            }
+            return;
+        }
+        ExecutorTransport transport;
+        try {
+            transport = executorStart.await();
+        } catch (InterruptedException e) {
+            // Spark is killing this task: it goes on without the transport (it is ending), and the start without it.
+            Thread.currentThread().interrupt();
+            return;
+        }
         synchronized (this) {
             if (!started) {
-                if (isDriver) {
-                    driverDirectory = BlockServerDirectory.Driver.start(SparkEnv.get().rpcEnv());
-                } else {
-                    executorTransport = callUninterruptibly("rdma-shuffle-start",
-                            () -> ExecutorTransport.start(conf, metrics));
-                }
+                executorTransport = transport;
                 started = true;
-            }
-        }
-    }
-
-    /**
-     * Runs {@code call} on a thread of its own and waits for it to end, whatever interrupts the caller meanwhile; the
-     * caller's interrupt status is restored afterwards. On Spark 3.5 an executor's transport starts in its first
-     * shuffle task, and Spark interrupts a task to kill it (a speculative copy that lost, a cancelled job): started on
-     * that thread, the interrupted RPC that registers the block server made the executor fall back to Spark's own
-     * transport for the rest of its life.
-     */
-    static <T> T callUninterruptibly(String threadName, Callable<T> call) {
-        FutureTask<T> task = new FutureTask<>(call);
-        Thread thread = new Thread(task, threadName);
-        thread.setDaemon(true);
-        thread.start();
-        boolean interrupted = false;
-        try {
-            for (;;) {
-                try {
-                    return task.get();
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                } catch (ExecutionException e) {
-                    Throwable cause = e.getCause();
-                    if (cause instanceof RuntimeException r) {
-                        throw r;
-                    }
-                    if (cause instanceof Error error) {
-                        throw error;
-                    }
-                    throw new IllegalStateException(threadName + " failed: " + cause, cause);
-                }
-            }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
             }
         }
     }
