@@ -56,7 +56,8 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
     private volatile long busyPollBudgetNanos;
     private volatile long sendCompletionPollNanos = DEFAULT_SEND_COMPLETION_POLL_NANOS;
     /** Set once {@link #connectionConfig} took the connection's parameters: the queue pair is being sized by them. */
-    private volatile boolean connectionParametersTaken;
+    private boolean connectionParametersTaken;
+    private final Object connectionParametersLock = new Object();
 
     RdmaChannelConfig(RdmaSocketChannel channel) {
         super(channel, new RdmaRecvByteBufAllocator());
@@ -123,11 +124,22 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
         if (socketOptions.set(option, value)) {
             return true;
         }
-        if (connectionParametersTaken && isConnectionParameter(option)) {
-            throw new IllegalStateException(option.name() + " can only be set before the channel creates its queue "
-                    + "pair (it sizes the queue pair or goes into the connection's handshake); channel " + channel
-                    + " has one: set it on the Bootstrap, or as a childOption of the ServerBootstrap");
+        if (isConnectionParameter(option)) {
+            // connectionConfig() takes the same lock: a value set from another thread is either taken or refused.
+            synchronized (connectionParametersLock) {
+                if (connectionParametersTaken) {
+                    throw new IllegalStateException(option.name() + " can only be set before the channel creates its "
+                            + "queue pair (it sizes the queue pair or goes into the connection's handshake); channel "
+                            + channel + " already has one: set it on the Bootstrap, or as a childOption of the "
+                            + "ServerBootstrap");
+                }
+                return setOption0(option, value);
+            }
         }
+        return setOption0(option, value);
+    }
+
+    private <T> boolean setOption0(ChannelOption<T> option, T value) {
         if (option == ChannelOption.ALLOW_HALF_CLOSURE) {
             setAllowHalfClosure((Boolean) value);
         } else if (option == RdmaChannelOption.RECEIVE_QUEUE_DEPTH) {
@@ -193,10 +205,12 @@ public final class RdmaChannelConfig extends DefaultChannelConfig implements Soc
      * power of two) and the signal interval fitted to it.
      */
     ConnectionConfig connectionConfig(int deviceSendDepth) {
-        connectionParametersTaken = true;
-        int depth = Math.min(sendQueueDepth, deviceSendDepth);
-        return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,
-                Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, maxMessageSize);
+        synchronized (connectionParametersLock) {
+            connectionParametersTaken = true;
+            int depth = Math.min(sendQueueDepth, deviceSendDepth);
+            return new ConnectionConfig(rdmaReceiveBufferSize, receiveQueueDepth, 8, depth,
+                    Math.max(1, Math.min(signalInterval, depth / 2)), rendezvousThreshold, maxMessageSize);
+        }
     }
 
     int inlineThreshold() {

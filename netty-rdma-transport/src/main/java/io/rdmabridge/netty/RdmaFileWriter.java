@@ -35,15 +35,16 @@ final class RdmaFileWriter {
     }
 
     private final FileChunkCache cache;
-    private final int rendezvousThreshold;
 
-    RdmaFileWriter(RegisteredMemory memory, int rendezvousThreshold) {
+    RdmaFileWriter(RegisteredMemory memory) {
         cache = new FileChunkCache(memory, MAX_CHUNKS);
-        this.rendezvousThreshold = rendezvousThreshold;
     }
 
-    /** Posts the part of {@code region} from {@code offset} (relative to the region) on. @return whether all of it */
-    boolean write(DefaultFileRegion region, long offset, Sink sink) throws IOException {
+    /**
+     * Posts the part of {@code region} from {@code offset} (relative to the region) on, by rendezvous where at least
+     * {@code rendezvousThreshold} bytes of a chunk are left. @return whether all of it
+     */
+    boolean write(DefaultFileRegion region, long offset, Sink sink, int rendezvousThreshold) throws IOException {
         if (FILE == null) {
             throw new IOException("cannot read the FileChannel of DefaultFileRegion on this JDK/Netty version");
         }

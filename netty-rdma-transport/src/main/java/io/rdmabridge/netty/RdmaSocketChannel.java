@@ -20,6 +20,7 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.channels.ClosedChannelException;
+import java.util.concurrent.RejectedExecutionException;
 
 /**
  * A {@link SocketChannel} over an RDMA reliable-connected queue pair.
@@ -361,7 +362,11 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             if (eventLoop().inEventLoop()) {
                 update.run();
             } else {
-                eventLoop().execute(update);
+                try {
+                    eventLoop().execute(update);
+                } catch (RejectedExecutionException e) {
+                    // The loop has shut down: it polls no more, whatever the budget.
+                }
             }
         }
     }

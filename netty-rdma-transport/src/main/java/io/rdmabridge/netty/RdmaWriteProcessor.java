@@ -110,7 +110,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                     ((DefaultFileRegion) region).open();
                     channel.checkFileRegion((DefaultFileRegion) region, region.transferred());
                 }
-                return fileWriter().write((DefaultFileRegion) region, offset, this);
+                return fileWriter().write((DefaultFileRegion) region, offset, this, config.rendezvousThreshold());
             }
             // Other regions can only be copied out in order through transferTo(), once they are at the head.
             return head && writeCustomRegion(region, offset);
@@ -426,7 +426,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
 
     private RdmaFileWriter fileWriter() {
         if (fileWriter == null) {
-            fileWriter = new RdmaFileWriter(channel.domain.memory, config.rendezvousThreshold());
+            fileWriter = new RdmaFileWriter(channel.domain.memory);
         }
         return fileWriter;
     }

@@ -741,6 +741,35 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
 
     @Test
     @Timeout(30)
+    void shouldSendFileRegionsByTheRendezvousThresholdSetLast(@TempDir File dir) throws Exception {
+        int size = 64 * 1024;
+        byte[] content = new byte[size];
+        new Random(5).nextBytes(content);
+        File file = new File(dir, "data");
+        Files.write(file.toPath(), content);
+        ByteArrayOutputStream received = new ByteArrayOutputStream();
+        AtomicLong receivedBytes = new AtomicLong();
+        Channel server = server(collector(received, receivedBytes), true);
+        RdmaSocketChannel client = client(server, new Sink());
+
+        // Below the default threshold (256 KiB): an eager SEND.
+        client.writeAndFlush(new DefaultFileRegion(file, 0, size)).sync();
+        awaitBytes(receivedBytes, size);
+        assertEquals(0, client.metrics().rendezvousBytes(), client.metrics().toString());
+        // Set on the connected channel, the threshold applies to the next region of the same file writer.
+        client.config().setOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD, 16 * 1024);
+        client.writeAndFlush(new DefaultFileRegion(file, 0, size)).sync();
+        awaitBytes(receivedBytes, 2L * size);
+        assertEquals(size, client.metrics().rendezvousBytes(), client.metrics().toString());
+        synchronized (received) {
+            byte[] got = received.toByteArray();
+            assertArrayEquals(content, Arrays.copyOfRange(got, 0, size));
+            assertArrayEquals(content, Arrays.copyOfRange(got, size, 2 * size));
+        }
+    }
+
+    @Test
+    @Timeout(30)
     void shouldSendAFileRegionMadeFromAFileThatIsNotOpenYet(@TempDir File dir) throws Exception {
         byte[] content = new byte[300_000];
         new Random(7).nextBytes(content);

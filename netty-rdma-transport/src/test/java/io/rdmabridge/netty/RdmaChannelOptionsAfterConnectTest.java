@@ -4,6 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.netty.bootstrap.Bootstrap;
+import io.netty.bootstrap.ServerBootstrap;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -39,6 +44,29 @@ class RdmaChannelOptionsAfterConnectTest extends AbstractSoftChannelTest {
         assertEquals(1 << 20, config.rendezvousThreshold());
         assertTrue(config.setOption(RdmaChannelOption.SEND_COMPLETION_POLL_NANOS, 0L));
         assertEquals(0L, config.sendCompletionPollNanos());
+    }
+
+    @Test
+    void shouldTakeChildOptionsAndRefuseThemOnceTheAcceptedChannelHasItsQueuePair() throws Exception {
+        CompletableFuture<Object> seen = new CompletableFuture<>();
+        Channel server = listen(new ServerBootstrap()
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 7)
+                .childHandler(new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelActive(ChannelHandlerContext ctx) {
+                        RdmaChannelConfig config = (RdmaChannelConfig) ctx.channel().config();
+                        try {
+                            config.setOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 8);
+                            seen.complete("accepted after the queue pair was made");
+                        } catch (IllegalStateException e) {
+                            seen.complete(config.getOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH));
+                        }
+                        ctx.fireChannelActive();
+                    }
+                }));
+        connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        // The childOption reached the child (a refused one would only have been logged), and a later change is refused.
+        assertEquals(7, seen.get(10, TimeUnit.SECONDS));
     }
 
     @Test
