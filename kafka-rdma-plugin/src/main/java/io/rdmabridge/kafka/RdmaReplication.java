@@ -42,10 +42,11 @@ final class RdmaReplication {
     private volatile Map<String, ?> applied = Map.of();
     private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
     /**
-     * Never null: a connection accepted or opened just before the plugin closes (its reporter removed from
-     * {@code metric.reporters} at runtime, or the broker stopping) still counts, into metrics that publish nothing.
+     * {@code null} until first configured; then kept after the plugin closes (its reporter removed from
+     * {@code metric.reporters} at runtime, or the broker stopping), so that a connection made just before still
+     * counts, into metrics that publish nothing. Read through {@link #metrics()}, never null.
      */
-    private volatile ReplicationMetrics metrics = ReplicationMetrics.detached();
+    private volatile ReplicationMetrics metrics;
     private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
     private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
@@ -182,14 +183,18 @@ final class RdmaReplication {
 
     /** Called by each plugin instance's close(); the last one releases everything. */
     synchronized void pluginClosed() {
-        if (--plugins > 0) {
+        // Never below 0: a close without its configure (Kafka closes a reporter whose configure failed) counts none.
+        plugins = Math.max(0, plugins - 1);
+        if (plugins > 0) {
             return;
         }
         active = false;
         transport.close();
         transport = RdmaStreamTransport.unavailable("closed");
         // Kept, closed: connections that outlive the plugin go on counting into it, unpublished.
-        metrics.close();
+        if (metrics != null) {
+            metrics.close();
+        }
         if (scheduler != null) {
             // Not shutdownNow(): the deadlines already set still fire, so that a handshake in progress when the
             // plugin closes stays bounded by rdma.handshake.timeout.ms; then the timer's thread ends.
@@ -222,7 +227,16 @@ final class RdmaReplication {
 
     /** The plugin's counters; once it has closed, counters that publish nothing. Never null. */
     ReplicationMetrics metrics() {
-        return metrics;
+        ReplicationMetrics m = metrics;
+        return m != null ? m : Unconfigured.METRICS;
+    }
+
+    /**
+     * Counters for connections made before the plugin was first configured. Loaded only then: the agent loads this
+     * class at the JVM's start, where Kafka's metrics classes need not be on the class path yet.
+     */
+    private static final class Unconfigured {
+        static final ReplicationMetrics METRICS = ReplicationMetrics.detached();
     }
 
     Semaphore handshakeAdmission() {

@@ -66,7 +66,7 @@ final class ReplicationMetrics implements AutoCloseable {
                 Map.of(), rejected);
     }
 
-    /** Counters that publish nothing: what {@link RdmaReplication#metrics()} holds before the plugin is configured. */
+    /** Counters that publish nothing: what {@link RdmaReplication#metrics()} gives before the plugin is configured. */
     static ReplicationMetrics detached() {
         return new ReplicationMetrics(false);
     }

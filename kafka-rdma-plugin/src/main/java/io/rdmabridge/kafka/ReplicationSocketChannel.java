@@ -138,7 +138,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             // Connected first, so that a leader that is down is not taken for one without the plugin.
             String noPlugin = probeLeader(leader, deadline, timeoutMs);
             if (noPlugin != null) {
-                replication.rememberPlainPeer(leader, noPlugin, false);
+                // A probe that failed because this broker's own plugin closed meanwhile says nothing of the leader.
+                if (replication.isActive()) {
+                    replication.rememberPlainPeer(leader, noPlugin, false);
+                }
                 mode = Mode.TCP;
                 tcp.configureBlocking(isBlocking());
                 updateWatch();

@@ -33,6 +33,8 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     /** When positive, how long a probe takes to be answered. */
     volatile long probeDelayMillis;
     volatile int probes;
+    /** When set, run as a probe starts: what happens meanwhile on the probing broker. */
+    volatile Runnable onProbe;
 
     @Override
     public boolean isAvailable() {
@@ -60,6 +62,10 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     @Override
     public CompletableFuture<Integer> probe(InetSocketAddress leaderRdma) {
         probes++;
+        Runnable meanwhile = onProbe;
+        if (meanwhile != null) {
+            meanwhile.run();
+        }
         if (probeFailure != null) {
             return CompletableFuture.failedFuture(probeFailure);
         }

@@ -211,6 +211,26 @@ class ReplicationSocketChannelTest {
     }
 
     @Test
+    void shouldNotTakeALeaderForOneWithoutThePluginWhenItsOwnPluginClosedDuringTheProbe() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        // The probe fails because this broker's plugin closed meanwhile (its transport with it): the leader said nothing.
+        transport.probeFailure = new IOException("test: closed");
+        transport.onProbe = () -> RdmaReplication.get().pluginClosed();
+        try (ServerSocketChannel leader = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) leader.getLocalAddress()).getPort();
+            InetSocketAddress address = new InetSocketAddress("127.0.0.1", port);
+            RdmaSelectorProvider provider = configure(port, transport);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            assertTrue(onFetcherThread(() -> follower.connect(address)));
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            follower.close();
+            // Configured again (a reporter added back): the leader is tried over RDMA at once, not in 5 minutes.
+            configure(port, new InMemoryStreamTransport());
+            assertEquals(null, RdmaReplication.get().followerSkipReason(address));
+        }
+    }
+
+    @Test
     void shouldSendALeaderWithoutThePluginNothingButKafkasBytes() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.probeFailure = new IOException("test: connection refused");
