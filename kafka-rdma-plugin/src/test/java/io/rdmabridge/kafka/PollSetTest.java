@@ -7,14 +7,12 @@ import java.io.File;
 import java.io.IOException;
 import java.nio.channels.DatagramChannel;
 import java.nio.channels.FileChannel;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import sun.nio.ch.SelChImpl;
@@ -65,25 +63,10 @@ class PollSetTest {
      * opens it; returns what it printed.
      */
     private static String runAlone(Class<?> main) throws Exception {
-        String classpath = location(PollSet.class) + File.pathSeparator + location(main);
-        Process child = new ProcessBuilder("sh", "-c", "ulimit -n 1024 && exec \"$@\"", "sh",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-Xmx64m",
+        String classpath = ChildJvm.location(PollSet.class) + File.pathSeparator + ChildJvm.location(main);
+        return ChildJvm.run(List.of("sh", "-c", "ulimit -n 1024 && exec \"$@\"", "sh", ChildJvm.java(), "-Xmx64m",
                 "-XX:TieredStopAtLevel=1", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens",
-                "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, main.getName())
-                .redirectErrorStream(true).start();
-        String out;
-        try {
-            out = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
-            assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM did not end: " + out);
-        } finally {
-            child.destroyForcibly();
-        }
-        assertEquals(0, child.exitValue(), out);
-        return out;
-    }
-
-    private static String location(Class<?> c) throws Exception {
-        return Path.of(c.getProtectionDomain().getCodeSource().getLocation().toURI()).toString();
+                "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, main.getName()));
     }
 
     /**

@@ -743,42 +743,49 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(30)
     void shouldSendFileRegionsByTheRendezvousThresholdSetLast(@TempDir File dir) throws Exception {
         int size = 64 * 1024;
+        FileTransfer t = fileTransfer(dir, size, 5);
+
+        // Below the default threshold (256 KiB): an eager SEND.
+        t.client.writeAndFlush(new DefaultFileRegion(t.file, 0, size)).sync();
+        awaitBytes(t.receivedBytes, size);
+        assertEquals(0, t.client.metrics().rendezvousBytes(), t.client.metrics().toString());
+        // Set on the connected channel, the threshold applies to the next region of the same file writer.
+        t.client.config().setOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD, 16 * 1024);
+        t.client.writeAndFlush(new DefaultFileRegion(t.file, 0, size)).sync();
+        awaitBytes(t.receivedBytes, 2L * size);
+        assertEquals(size, t.client.metrics().rendezvousBytes(), t.client.metrics().toString());
+        synchronized (t.received) {
+            byte[] got = t.received.toByteArray();
+            assertArrayEquals(t.content, Arrays.copyOfRange(got, 0, size));
+            assertArrayEquals(t.content, Arrays.copyOfRange(got, size, 2 * size));
+        }
+    }
+
+    /** A file of {@code size} random bytes, a server that collects what it reads, and a client connected to it. */
+    private record FileTransfer(File file, byte[] content, ByteArrayOutputStream received, AtomicLong receivedBytes,
+                                RdmaSocketChannel client) {
+    }
+
+    private FileTransfer fileTransfer(File dir, int size, long seed) throws Exception {
         byte[] content = new byte[size];
-        new Random(5).nextBytes(content);
+        new Random(seed).nextBytes(content);
         File file = new File(dir, "data");
         Files.write(file.toPath(), content);
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
         Channel server = server(collector(received, receivedBytes), true);
-        RdmaSocketChannel client = client(server, new Sink());
-
-        // Below the default threshold (256 KiB): an eager SEND.
-        client.writeAndFlush(new DefaultFileRegion(file, 0, size)).sync();
-        awaitBytes(receivedBytes, size);
-        assertEquals(0, client.metrics().rendezvousBytes(), client.metrics().toString());
-        // Set on the connected channel, the threshold applies to the next region of the same file writer.
-        client.config().setOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD, 16 * 1024);
-        client.writeAndFlush(new DefaultFileRegion(file, 0, size)).sync();
-        awaitBytes(receivedBytes, 2L * size);
-        assertEquals(size, client.metrics().rendezvousBytes(), client.metrics().toString());
-        synchronized (received) {
-            byte[] got = received.toByteArray();
-            assertArrayEquals(content, Arrays.copyOfRange(got, 0, size));
-            assertArrayEquals(content, Arrays.copyOfRange(got, size, 2 * size));
-        }
+        return new FileTransfer(file, content, received, receivedBytes, client(server, new Sink()));
     }
 
     @Test
     @Timeout(30)
     void shouldSendAFileRegionMadeFromAFileThatIsNotOpenYet(@TempDir File dir) throws Exception {
-        byte[] content = new byte[300_000];
-        new Random(7).nextBytes(content);
-        File file = new File(dir, "data");
-        Files.write(file.toPath(), content);
-        ByteArrayOutputStream received = new ByteArrayOutputStream();
-        AtomicLong receivedBytes = new AtomicLong();
-        Channel server = server(collector(received, receivedBytes), true);
-        RdmaSocketChannel client = client(server, new Sink());
+        FileTransfer t = fileTransfer(dir, 300_000, 7);
+        byte[] content = t.content;
+        File file = t.file;
+        ByteArrayOutputStream received = t.received;
+        AtomicLong receivedBytes = t.receivedBytes;
+        RdmaSocketChannel client = t.client;
 
         // DefaultFileRegion(File, ...) opens its FileChannel only when first transferred (Spark's shuffle files).
         client.write(new DefaultFileRegion(file, 1000, 100));
