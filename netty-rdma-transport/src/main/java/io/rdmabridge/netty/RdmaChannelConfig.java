@@ -22,7 +22,7 @@ import java.util.Map;
  * <p>Options that size the queue pair or go into the connection's handshake ({@code RECEIVE_QUEUE_DEPTH},
  * {@code RECEIVE_BUFFER_SIZE}, {@code SEND_QUEUE_DEPTH}, {@code SIGNAL_INTERVAL}, {@code MAX_MESSAGE_SIZE},
  * {@code INLINE_THRESHOLD}) can only be set until the channel creates its queue pair (as it connects, or is accepted);
- * later, setting one throws {@link IllegalStateException}, as Netty's epoll channel does for its mode once registered.
+ * later, setting one throws {@link IllegalStateException} naming the option, rather than being accepted and ignored.
  * The others take effect at once: {@code BUSY_POLL_BUDGET_NANOS} at the loop's next wake-up,
  * {@code SEND_COMPLETION_POLL_NANOS} and {@code RENDEZVOUS_THRESHOLD} from the next write.
  */
