@@ -169,9 +169,9 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
 
     @Override
     public void stop() {
-        if (executorTransport != null) {
-            executorTransport.close();
-        }
+        // Also a transport whose start is still running (Spark 3.5, a first task killed while it waited) or that no
+        // task took after its killed first one: it is closed when its start ends.
+        executorStart.close(ExecutorTransport::close);
         sort.stop();
     }
 

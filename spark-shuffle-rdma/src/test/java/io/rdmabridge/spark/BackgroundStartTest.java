@@ -119,4 +119,48 @@ class BackgroundStartTest {
         IllegalStateException wrapped = assertThrows(IllegalStateException.class, checked::await);
         assertTrue(wrapped.getMessage().contains("no device"), wrapped.getMessage());
     }
+
+    /**
+     * An executor stopped while its start still waits (on Spark 3.5 its first task was killed, so nothing took the
+     * start's result yet): the transport the start makes afterwards is closed, once, when it is made.
+     */
+    @Test
+    void shouldCloseWhatAStartStillRunningMakesAfterTheClose() throws Exception {
+        CountDownLatch release = new CountDownLatch(1);
+        BackgroundStart<String> start = new BackgroundStart<>("start", () -> {
+            assertTrue(release.await(10, TimeUnit.SECONDS), "not released");
+            return "transport";
+        });
+        Thread.currentThread().interrupt(); // the first task, killed while it waits
+        assertThrows(InterruptedException.class, start::await);
+        List<String> closed = new java.util.concurrent.CopyOnWriteArrayList<>();
+        start.close(closed::add);
+        assertEquals(List.of(), closed, "closed before the start made anything");
+        release.countDown();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (closed.isEmpty() && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        Thread.sleep(50); // a second close would come at once
+        assertEquals(List.of("transport"), closed, "what the start made after the close");
+        assertThrows(IllegalStateException.class, start::await, "a call after the close");
+    }
+
+    @Test
+    void shouldCloseAStartedResultOnceAndNothingWhereTheStartMadeNothing() throws Exception {
+        BackgroundStart<String> start = new BackgroundStart<>("start", () -> "transport");
+        assertEquals("transport", start.await());
+        List<String> closed = new ArrayList<>();
+        start.close(closed::add);
+        start.close(closed::add);
+        assertEquals(List.of("transport"), closed);
+
+        // An executor that fell back: its start made no transport (null), and one that never started.
+        List<String> none = new ArrayList<>();
+        BackgroundStart<String> fellBack = new BackgroundStart<>("start", () -> null);
+        assertEquals(null, fellBack.await());
+        fellBack.close(none::add);
+        new BackgroundStart<String>("start", () -> "never").close(none::add);
+        assertEquals(List.of(), none);
+    }
 }
