@@ -1,9 +1,7 @@
 package io.rdmabridge.kafka;
 
+import io.rdmabridge.internal.LinuxEpoll;
 import java.io.IOException;
-import java.lang.invoke.MethodHandle;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.MethodType;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -13,94 +11,22 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * alike, and the channel can swap what it watches (TCP interest, RDMA signals) without re-registering with Kafka's
  * selector, whose key caches the descriptor number for life.
  *
- * <p>Built on the JDK's own Linux classes {@code sun.nio.ch.EPoll} and {@code sun.nio.ch.EventFD} (the agent opens
- * {@code sun.nio.ch} to this module). {@link #signal()} may be called from any thread, also after {@link #close()}
- * (then it does nothing); the rest by the thread owning the channel.
+ * <p>Built on {@link LinuxEpoll}, the JDK's own Linux classes (the agent opens {@code sun.nio.ch} to this module).
+ * {@link #signal()} may be called from any thread, also after {@link #close()} (then it does nothing); the rest by the
+ * thread owning the channel.
  */
 final class PollSet implements AutoCloseable {
-    static final int POLLIN = 0x001;
-    static final int POLLOUT = 0x004;
-    static final int POLLERR = 0x008;
-    static final int POLLHUP = 0x010;
+    static final int POLLIN = LinuxEpoll.EPOLLIN;
+    static final int POLLOUT = LinuxEpoll.EPOLLOUT;
+    static final int POLLERR = LinuxEpoll.EPOLLERR;
+    static final int POLLHUP = LinuxEpoll.EPOLLHUP;
 
-    private static final int CTL_ADD = 1;
-    private static final int CTL_DEL = 2;
-    private static final int CTL_MOD = 3;
-
-    private static final MethodHandle EPOLL_CREATE;
-    private static final MethodHandle EPOLL_CTL;
-    private static final MethodHandle EPOLL_WAIT;
-    private static final MethodHandle EPOLL_ALLOC;
-    private static final MethodHandle EPOLL_FREE;
-    private static final MethodHandle EPOLL_GET_EVENT;
-    private static final MethodHandle EPOLL_GET_DESCRIPTOR;
-    private static final MethodHandle EPOLL_GET_EVENTS;
-    private static final MethodHandle EVENTFD_NEW;
-    private static final MethodHandle EVENTFD_FD;
-    private static final MethodHandle EVENTFD_SET;
-    private static final MethodHandle EVENTFD_RESET;
-    private static final MethodHandle EVENTFD_CLOSE;
-    private static final MethodHandle CLOSE_INT_FD;
-    private static final Throwable UNAVAILABILITY_CAUSE;
-
-    static {
-        MethodHandle[] h = new MethodHandle[14];
-        Throwable cause = null;
-        try {
-            // EPoll's initializer calls a native method before it loads libnio itself; IOUtil's loads it. Needed
-            // where the agent is the first to touch NIO in the JVM.
-            Class.forName("sun.nio.ch.IOUtil");
-            Class<?> epoll = Class.forName("sun.nio.ch.EPoll");
-            Class<?> eventFd = Class.forName("sun.nio.ch.EventFD");
-            Class<?> dispatcher = Class.forName("sun.nio.ch.FileDispatcherImpl");
-            MethodHandles.Lookup e = MethodHandles.privateLookupIn(epoll, MethodHandles.lookup());
-            MethodHandles.Lookup f = MethodHandles.privateLookupIn(eventFd, MethodHandles.lookup());
-            MethodHandles.Lookup d = MethodHandles.privateLookupIn(dispatcher, MethodHandles.lookup());
-            h[0] = e.findStatic(epoll, "create", MethodType.methodType(int.class));
-            h[1] = e.findStatic(epoll, "ctl", MethodType.methodType(int.class, int.class, int.class, int.class,
-                    int.class));
-            h[2] = e.findStatic(epoll, "wait", MethodType.methodType(int.class, int.class, long.class, int.class,
-                    int.class));
-            h[3] = e.findStatic(epoll, "allocatePollArray", MethodType.methodType(long.class, int.class));
-            h[4] = e.findStatic(epoll, "freePollArray", MethodType.methodType(void.class, long.class));
-            h[5] = e.findStatic(epoll, "getEvent", MethodType.methodType(long.class, long.class, int.class));
-            h[6] = e.findStatic(epoll, "getDescriptor", MethodType.methodType(int.class, long.class));
-            h[7] = e.findStatic(epoll, "getEvents", MethodType.methodType(int.class, long.class));
-            h[8] = f.findConstructor(eventFd, MethodType.methodType(void.class)).asType(
-                    MethodType.methodType(Object.class));
-            h[9] = f.findVirtual(eventFd, "efd", MethodType.methodType(int.class)).asType(
-                    MethodType.methodType(int.class, Object.class));
-            h[10] = f.findVirtual(eventFd, "set", MethodType.methodType(void.class)).asType(
-                    MethodType.methodType(void.class, Object.class));
-            h[11] = f.findVirtual(eventFd, "reset", MethodType.methodType(void.class)).asType(
-                    MethodType.methodType(void.class, Object.class));
-            h[12] = f.findVirtual(eventFd, "close", MethodType.methodType(void.class)).asType(
-                    MethodType.methodType(void.class, Object.class));
-            h[13] = d.findStatic(dispatcher, "closeIntFD", MethodType.methodType(void.class, int.class));
-        } catch (Throwable t) {
-            cause = new IllegalStateException("the JDK's epoll classes (sun.nio.ch.EPoll, EventFD) are not usable: "
-                    + t + ". The RDMA replication agent needs a Linux JDK 17+ and must be started with -javaagent so "
-                    + "that it can open sun.nio.ch to itself", t);
-        }
-        EPOLL_CREATE = h[0];
-        EPOLL_CTL = h[1];
-        EPOLL_WAIT = h[2];
-        EPOLL_ALLOC = h[3];
-        EPOLL_FREE = h[4];
-        EPOLL_GET_EVENT = h[5];
-        EPOLL_GET_DESCRIPTOR = h[6];
-        EPOLL_GET_EVENTS = h[7];
-        EVENTFD_NEW = h[8];
-        EVENTFD_FD = h[9];
-        EVENTFD_SET = h[10];
-        EVENTFD_RESET = h[11];
-        EVENTFD_CLOSE = h[12];
-        CLOSE_INT_FD = h[13];
-        UNAVAILABILITY_CAUSE = cause;
-    }
+    private static final int CTL_ADD = LinuxEpoll.CTL_ADD;
+    private static final int CTL_DEL = LinuxEpoll.CTL_DEL;
+    private static final int CTL_MOD = LinuxEpoll.CTL_MOD;
 
     private final int epfd;
-    private final Object eventFd;
+    private final LinuxEpoll.EventFd eventFd;
     private final int efd;
     private final long pollArray;
     private final AtomicBoolean signalled = new AtomicBoolean();
@@ -111,74 +37,42 @@ final class PollSet implements AutoCloseable {
     /** Written under {@code eventFdLock}; read without it only by the owning thread, which is the one closing. */
     private boolean closed;
 
-    /** Why the JDK classes cannot be used here, or {@code null}. */
+    /**
+     * Why the JDK classes cannot be used here, or {@code null}. The agent opens {@code sun.nio.ch} before it asks;
+     * without the agent nothing opens it.
+     */
     static Throwable unavailabilityCause() {
-        return UNAVAILABILITY_CAUSE;
+        Throwable cause = LinuxEpoll.unavailabilityCause();
+        return cause == null ? null : new IllegalStateException(cause.getMessage() + ". The RDMA replication agent "
+                + "opens sun.nio.ch itself: start the broker with -javaagent", cause);
     }
 
     PollSet() throws IOException {
-        if (UNAVAILABILITY_CAUSE != null) {
-            throw new IOException(UNAVAILABILITY_CAUSE.getMessage(), UNAVAILABILITY_CAUSE);
-        }
-        int ep;
-        try {
-            ep = (int) EPOLL_CREATE.invokeExact();
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-        Object fd = null;
+        int ep = LinuxEpoll.create();
+        LinuxEpoll.EventFd fd = null;
         long array = 0;
-        int e;
         try {
-            fd = (Object) EVENTFD_NEW.invokeExact();
-            e = (int) EVENTFD_FD.invokeExact(fd);
-            array = (long) EPOLL_ALLOC.invokeExact(2);
-            int rc = (int) EPOLL_CTL.invokeExact(ep, CTL_ADD, e, POLLIN);
+            fd = LinuxEpoll.newEventFd();
+            array = LinuxEpoll.allocatePollArray(2);
+            int rc = LinuxEpoll.ctl(ep, CTL_ADD, fd.fd(), POLLIN);
             if (rc != 0) {
-                throw new IOException("epoll_ctl(op=" + CTL_ADD + ", eventfd " + e + ") failed: errno " + rc);
+                throw new IOException("epoll_ctl(op=" + CTL_ADD + ", eventfd " + fd.fd() + ") failed: errno " + rc);
             }
-        } catch (Throwable t) {
+        } catch (IOException | RuntimeException | Error t) {
             // Whatever was made before the failure goes with it: a connection that fails here leaks no descriptor.
-            releaseQuietly(ep, fd, array);
-            throw asIoException(t);
+            if (array != 0) {
+                LinuxEpoll.freePollArray(array);
+            }
+            if (fd != null) {
+                fd.close();
+            }
+            LinuxEpoll.closeQuietly(ep);
+            throw t;
         }
         epfd = ep;
         eventFd = fd;
-        efd = e;
+        efd = fd.fd();
         pollArray = array;
-    }
-
-    /** Rethrows an unchecked throwable as it is; wraps anything checked in an {@link IOException}. */
-    private static IOException asIoException(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            throw r;
-        }
-        if (t instanceof Error err) {
-            throw err;
-        }
-        return t instanceof IOException io ? io : new IOException(t);
-    }
-
-    private static void releaseQuietly(int ep, Object fd, long array) {
-        try {
-            if (array != 0) {
-                EPOLL_FREE.invokeExact(array);
-            }
-        } catch (Throwable ignored) {
-            // Native memory free cannot fail in practice.
-        }
-        try {
-            if (fd != null) {
-                EVENTFD_CLOSE.invokeExact(fd);
-            }
-        } catch (Throwable ignored) {
-            // Nothing left to release.
-        }
-        try {
-            CLOSE_INT_FD.invokeExact(ep);
-        } catch (Throwable ignored) {
-            // As above.
-        }
     }
 
     /** The descriptor Kafka's selector polls. */
@@ -226,8 +120,8 @@ final class PollSet implements AutoCloseable {
                     return;
                 }
                 try {
-                    EVENTFD_SET.invokeExact(eventFd);
-                } catch (Throwable t) {
+                    eventFd.set();
+                } catch (IOException | RuntimeException t) {
                     // An open eventfd takes the write; should it not, a later signal tries again.
                     signalled.set(false);
                 }
@@ -243,45 +137,25 @@ final class PollSet implements AutoCloseable {
         if (closed) {
             return 0;
         }
-        int n;
-        try {
-            n = (int) EPOLL_WAIT.invokeExact(epfd, pollArray, 2, 0);
-        } catch (IOException | RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new IOException(t);
-        }
+        int n = LinuxEpoll.wait(epfd, pollArray, 2, 0);
         int result = 0;
         for (int i = 0; i < n; i++) {
-            try {
-                long event = (long) EPOLL_GET_EVENT.invokeExact(pollArray, i);
-                int fd = (int) EPOLL_GET_DESCRIPTOR.invokeExact(event);
-                int events = (int) EPOLL_GET_EVENTS.invokeExact(event);
-                if (fd == efd) {
-                    // Drain first, then allow new signals: a signal racing with this either finds the flag still
-                    // set (its state change is seen by the readiness check that follows this poll) or writes anew.
-                    EVENTFD_RESET.invokeExact(eventFd);
-                    signalled.set(false);
-                    result |= 1 << 31;
-                } else if (fd == socketFd) {
-                    result |= events;
-                }
-            } catch (IOException | RuntimeException | Error e) {
-                throw e;
-            } catch (Throwable t) {
-                throw new IOException(t);
+            int fd = LinuxEpoll.readyDescriptor(pollArray, i);
+            if (fd == efd) {
+                // Drain first, then allow new signals: a signal racing with this either finds the flag still set
+                // (its state change is seen by the readiness check that follows this poll) or writes anew.
+                eventFd.reset();
+                signalled.set(false);
+                result |= 1 << 31;
+            } else if (fd == socketFd) {
+                result |= LinuxEpoll.readyEvents(pollArray, i);
             }
         }
         return result;
     }
 
     private void ctl(int op, int fd, int events) throws IOException {
-        int rc;
-        try {
-            rc = (int) EPOLL_CTL.invokeExact(epfd, op, fd, events);
-        } catch (Throwable t) {
-            throw new IOException(t);
-        }
+        int rc = LinuxEpoll.ctl(epfd, op, fd, events);
         // ENOENT after the socket closed itself (it leaves epoll on close) is harmless.
         if (rc != 0 && !(op == CTL_DEL)) {
             throw new IOException("epoll_ctl(op=" + op + ", fd=" + fd + ", events=0x" + Integer.toHexString(events)
@@ -296,21 +170,9 @@ final class PollSet implements AutoCloseable {
                 return;
             }
             closed = true;
-            try {
-                EVENTFD_CLOSE.invokeExact(eventFd);
-            } catch (Throwable ignored) {
-                // Closing after an I/O error: nothing left to release.
-            }
+            eventFd.close();
         }
-        try {
-            CLOSE_INT_FD.invokeExact(epfd);
-        } catch (Throwable ignored) {
-            // As above.
-        }
-        try {
-            EPOLL_FREE.invokeExact(pollArray);
-        } catch (Throwable ignored) {
-            // Native memory free cannot fail in practice.
-        }
+        LinuxEpoll.closeQuietly(epfd);
+        LinuxEpoll.freePollArray(pollArray);
     }
 }

@@ -1,5 +1,6 @@
 package io.rdmabridge.kafka;
 
+import io.rdmabridge.internal.LinuxEpoll;
 import java.lang.instrument.Instrumentation;
 import java.nio.channels.spi.SelectorProvider;
 import java.util.Map;
@@ -32,9 +33,13 @@ public final class RdmaAgent {
     private static void install(Instrumentation inst) {
         Logger log = LoggerFactory.getLogger(RdmaAgent.class);
         try {
+            // LinuxEpoll (the transport's) shares the agent's module where both are on the class path, as in the
+            // plugin's jar; it may not where a class loader of its own loads the transport.
             Module self = RdmaAgent.class.getModule();
-            inst.redefineModule(Object.class.getModule(), Set.of(), Map.of("sun.nio.ch", Set.of(self)),
-                    Map.of("sun.nio.ch", Set.of(self)), Set.of(), Map.of());
+            Module epollModule = LinuxEpoll.class.getModule();
+            Set<Module> users = self == epollModule ? Set.of(self) : Set.of(self, epollModule);
+            inst.redefineModule(Object.class.getModule(), Set.of(), Map.of("sun.nio.ch", users),
+                    Map.of("sun.nio.ch", users), Set.of(), Map.of());
             String existing = System.getProperty(PROVIDER_PROPERTY);
             if (existing != null && !existing.equals(RdmaSelectorProvider.class.getName())) {
                 fail(log, PROVIDER_PROPERTY + " is already set to " + existing + "; remove it, the agent sets it");

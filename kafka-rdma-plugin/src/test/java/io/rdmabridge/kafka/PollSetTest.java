@@ -3,6 +3,7 @@ package io.rdmabridge.kafka;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.rdmabridge.internal.LinuxEpoll;
 import java.io.File;
 import java.io.IOException;
 import java.nio.channels.DatagramChannel;
@@ -63,7 +64,8 @@ class PollSetTest {
      * opens it; returns what it printed.
      */
     private static String runAlone(Class<?> main) throws Exception {
-        String classpath = ChildJvm.location(PollSet.class) + File.pathSeparator + ChildJvm.location(main);
+        String classpath = ChildJvm.location(PollSet.class) + File.pathSeparator + ChildJvm.location(main)
+                + File.pathSeparator + ChildJvm.location(LinuxEpoll.class);
         return ChildJvm.run(List.of("sh", "-c", "ulimit -n 1024 && exec \"$@\"", "sh", ChildJvm.java(), "-Xmx64m",
                 "-XX:TieredStopAtLevel=1", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens",
                 "java.base/sun.nio.ch=ALL-UNNAMED", "-cp", classpath, main.getName()));

@@ -1,8 +1,14 @@
 package io.rdmabridge.verbs;
 
-import org.junit.jupiter.api.Tag;
-
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.rdmabridge.internal.LinuxEpoll;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
 
 /**
  * The conformance suite on the DiSNI provider, with the peer on a thread of this JVM. It runs wherever a real RDMA
@@ -12,10 +18,10 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  *     -Drdmabridge.test.address=&lt;IP of an RDMA interface, e.g. 192.168.1.10&gt; \
  *     -Ddisni.library.path=&lt;directory of libdisni.so, default /usr/local/lib&gt;
  * </pre>
- * (The {@code disni} profile's argLine exports {@code sun.nio.ch} to DiSNI and points {@code java.library.path} at
- * libdisni.) On Soft-RoCE the address is that of the rxe device's interface. The private-data cases are skipped,
- * with the reason, because DiSNI 2.1 delivers none; {@code shouldDeliverNoPrivateDataWhereNoneIsDeclared} runs
- * instead.
+ * (The {@code disni} profile's argLine opens {@code sun.nio.ch}, which DiSNI and the provider's completion event thread
+ * need, and points {@code java.library.path} at libdisni.) On Soft-RoCE the address is that of the rxe device's
+ * interface. The private-data cases are skipped, with the reason, because DiSNI 2.1 delivers none; {@code
+ * shouldDeliverNoPrivateDataWhereNoneIsDeclared} runs instead.
  */
 // The rxe stage selects the device tag (rxe/steps).
 @Tag("device")
@@ -43,5 +49,37 @@ class DisniConformanceTest extends AbstractProviderConformanceTest {
     @Override
     protected void killPeerAbruptly(LocalEnd.Connection c) throws Exception {
         peer.destroy(c.peerIndex);
+    }
+
+    /**
+     * Every completion queue of the provider waits for its events on one thread, however many there are (a peer
+     * decides how many connections, and so queues, a server has): the suite's other cases show that each queue's
+     * events still wake its own notifier, on this JVM's thread and on the peer's queues, which share it.
+     */
+    @Test
+    void shouldWaitForTheEventsOfEveryCompletionQueueOnOneThread() throws Exception {
+        assumeTrue(LinuxEpoll.unavailabilityCause() == null, "sun.nio.ch is not opened to this JVM's class path (the"
+                + " disni profile opens it): each queue has a thread of its own here");
+        RdmaDevice device = local.defaultDevice();
+        long before = provider.resourceUsage().completionQueues();
+        List<CompletionQueue> queues = new ArrayList<>();
+        for (int i = 0; i < 32; i++) {
+            queues.add(local.newCq(device, 16));
+        }
+        assertEquals(1, eventThreads(), "threads waiting for the events of 32 completion queues");
+        for (CompletionQueue cq : queues) {
+            cq.close();
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (provider.resourceUsage().completionQueues() != before && System.nanoTime() - deadline < 0) {
+            Thread.sleep(5);
+        }
+        assertEquals(before, provider.resourceUsage().completionQueues(),
+                () -> "closed completion queues still counted: " + provider.resourceUsage());
+    }
+
+    private static long eventThreads() {
+        return Thread.getAllStackTraces().keySet().stream()
+                .filter(t -> t.isAlive() && t.getName().startsWith("disni-cq-events")).count();
     }
 }

@@ -5,6 +5,7 @@ import com.ibm.disni.verbs.IbvCompChannel;
 import com.ibm.disni.verbs.IbvWC;
 import com.ibm.disni.verbs.SVCReqNotify;
 import com.ibm.disni.verbs.impl.NatIbvCQ;
+import com.ibm.disni.verbs.impl.NatIbvCompChannel;
 import com.ibm.disni.verbs.impl.NativeDispatcher;
 import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.DirectMemory;
@@ -15,6 +16,9 @@ import io.rdmabridge.verbs.WorkCompletions;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -27,21 +31,32 @@ import org.slf4j.LoggerFactory;
  * only {@code wr_id}, {@code status} and {@code opcode} of an error completion and leaves {@code qp_num} and
  * {@code vendor_err} stale, so a flush could be routed to the wrong queue pair.
  *
- * <p>Waking: {@link #requestNotify()} arms with a reused {@link SVCReqNotify}; a daemon thread per queue waits on
- * the completion channel ({@code ibv_get_cq_event}, with a timeout so that it notices {@link #close()}),
- * acknowledges each event and signals the notifier. Without a notifier no thread is started.
+ * <p>Waking: {@link #requestNotify()} arms with a reused {@link SVCReqNotify}. The queue has a completion channel of
+ * its own, because DiSNI's {@code getCqEvent} does not say which queue an event is for and each event must be
+ * acknowledged on its own queue. The provider's {@link CompletionEventThread} watches the channel with every other
+ * queue's; when it is readable, it takes the event ({@code ibv_get_cq_event}, which does not block then),
+ * acknowledges it and signals the notifier. Where that thread cannot be used ({@code sun.nio.ch} not opened), a
+ * daemon thread of this queue's own waits on the channel instead, with a timeout so that it notices {@link #close()}.
+ * Without a notifier nothing waits.
  *
- * <p>Closing: with an event thread, {@link #close()} only tells it to stop, and the thread destroys the queue and its
- * channel once its wait returns (within {@link #EVENT_WAIT_MILLIS}). The closing thread is a channel's event loop,
- * which must not wait out that timeout for every channel it closes; {@link io.rdmabridge.verbs.ResourceUsage} counts
- * the queue until it is destroyed. DiSNI's {@code getCqEvent} does not say which queue an event is for, so queues
- * cannot share one channel and one thread: each event must be acknowledged on its own queue.
+ * <p>Closing: with a waiting thread, {@link #close()} only hands the queue to it, and that thread destroys the queue
+ * and its channel once the channel is out of its wait (at once for the shared thread; within {@link
+ * #EVENT_WAIT_MILLIS} for a queue's own). The closing thread is a channel's event loop, which must not wait for that
+ * for every channel it closes; {@link io.rdmabridge.verbs.ResourceUsage} counts the queue until it is destroyed.
  *
  * <p>Threading: {@link #poll} and {@link #requestNotify()} belong to the owning thread, which also owns the queue
  * pairs attached here (the table that routes completions to them is not thread-safe).
  */
-final class DisniCompletionQueue implements CompletionQueue {
+final class DisniCompletionQueue implements CompletionQueue, CompletionEventThread.Watched {
     private static final Logger logger = LoggerFactory.getLogger(DisniCompletionQueue.class);
+    /**
+     * Offset of {@code fd} in {@code struct ibv_comp_channel { struct ibv_context *context; int fd; int refcnt; }}
+     * (libibverbs, LP64). DiSNI 2.1's {@code IbvCompChannel.getFd()} is always 0: it never reads the descriptor.
+     */
+    private static final int COMP_CHANNEL_FD = 8;
+    /** The kernel's name for a completion channel's file, as {@code /proc/self/fd} shows it. */
+    private static final String COMP_CHANNEL_FILE = "anon_inode:[infinibandevent]";
+    private static final AtomicBoolean channelFdWarned = new AtomicBoolean();
     /** How long the event thread blocks in {@code ibv_get_cq_event} before it looks whether the queue is closing. */
     static final int EVENT_WAIT_MILLIS = 100;
     // Who destroys the queue: the event thread when close() finds it waiting; close() itself when there is no event
@@ -75,6 +90,11 @@ final class DisniCompletionQueue implements CompletionQueue {
     private final long wcAddress;
     private final int wcSize;
     private final QueuePairTable queuePairs = new QueuePairTable();
+    /** The provider's thread that waits for this queue's events, or null. */
+    private final CompletionEventThread sharedEvents;
+    /** The completion channel's descriptor, where the shared thread watches it; else -1. */
+    private final int channelFd;
+    /** This queue's own waiting thread, where there is no shared one; or null. */
     private final Thread eventThread;
     private final AtomicInteger events = new AtomicInteger(WAITING);
     private int users;
@@ -96,12 +116,18 @@ final class DisniCompletionQueue implements CompletionQueue {
         this.wc = ByteBuffer.allocateDirect(wcSize * POLL_BATCH).order(ByteOrder.nativeOrder());
         this.wcBigEndian = wc.duplicate().order(ByteOrder.BIG_ENDIAN); // imm_data is __be32
         this.wcAddress = DirectMemory.address(wc);
-        if (notifier != null) {
+        CompletionEventThread shared = notifier != null ? device.disniProvider().completionEvents() : null;
+        this.channelFd = shared != null ? channelFd(channel) : -1;
+        this.sharedEvents = channelFd >= 0 ? shared : null;
+        if (notifier != null && sharedEvents == null) {
             eventThread = new Thread(this::waitForEvents, "disni-cq-events-" + device.name());
             eventThread.setDaemon(true);
             eventThread.start();
         } else {
             eventThread = null;
+        }
+        if (sharedEvents != null) {
+            sharedEvents.add(this); // last: the thread may take an event from now on
         }
     }
 
@@ -203,6 +229,63 @@ final class DisniCompletionQueue implements CompletionQueue {
         }
     }
 
+    @Override
+    public int fd() {
+        return channelFd;
+    }
+
+    /**
+     * The descriptor of {@code channel}, read from libibverbs' struct and checked against what the kernel says it is;
+     * -1 (logged once) where it is not a completion channel's, which leaves the queue a thread of its own.
+     */
+    private static int channelFd(IbvCompChannel channel) {
+        int fd = NativeWords.getInt(((NatIbvCompChannel) channel).getObjId() + COMP_CHANNEL_FD);
+        String file;
+        try {
+            file = Files.readSymbolicLink(Path.of("/proc/self/fd/" + fd)).toString();
+        } catch (IOException | RuntimeException e) {
+            file = e.toString();
+        }
+        if (fd > 2 && file.equals(COMP_CHANNEL_FILE)) {
+            return fd;
+        }
+        if (channelFdWarned.compareAndSet(false, true)) {
+            logger.warn("A completion channel's descriptor is not where struct ibv_comp_channel keeps it in"
+                    + " libibverbs (read {}, which is {}, not {}): each completion queue waits for its events on a"
+                    + " thread of its own. Report this with the output of ibv_devinfo -v", fd, file,
+                    COMP_CHANNEL_FILE);
+        }
+        return -1;
+    }
+
+    /** The shared thread found the channel readable: take the event, acknowledge it, wake the owner. */
+    @Override
+    public void readable() throws IOException {
+        if (!channel.getCqEvent(cq, 0)) {
+            throw new IOException("completion channel " + channelFd + " was readable but ibv_get_cq_event"
+                    + " returned no event");
+        }
+        // Every event must be acknowledged, or ibv_destroy_cq blocks forever.
+        cq.ackEvents(1);
+        notifier.signal();
+    }
+
+    @Override
+    public void failed(Throwable cause) {
+        logger.warn("Completion events of {} stopped: {}", device.name(), DisniErrors.clean(cause));
+        notifier.signal(); // let the owner poll; its close() destroys the queue
+    }
+
+    /** The shared thread has taken the channel out of its wait, after {@link #close()}. */
+    @Override
+    public void released() {
+        try {
+            destroy();
+        } catch (RuntimeException e) {
+            logger.warn("Closing a completion queue of {} failed: {}", device.name(), e.getMessage());
+        }
+    }
+
     boolean isClosed() {
         return closed;
     }
@@ -217,6 +300,10 @@ final class DisniCompletionQueue implements CompletionQueue {
                     + " close them first)");
         }
         closed = true;
+        if (sharedEvents != null) {
+            sharedEvents.remove(this);
+            return;
+        }
         if (eventThread == null || !events.compareAndSet(WAITING, CLOSE_REQUESTED)) {
             // No thread, or one that has stopped already: nobody else destroys the queue.
             if (eventThread != null) {

@@ -29,6 +29,8 @@ import java.util.Collections;
 import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The real-hardware provider: the verbs SPI over DiSNI 2.1's low-level verbs ({@code com.ibm.disni.verbs}), which
@@ -39,10 +41,10 @@ import java.util.concurrent.ConcurrentHashMap;
  * Nothing DiSNI loads natively is touched by this class's construction or static initialization. The probe, run on
  * the first {@link #isAvailable()} or {@link #unavailabilityCause()}, checks in this order and names every failed
  * prerequisite with its fix: {@code libdisni} on {@code java.library.path}; {@code sun.nio.ch} exported to DiSNI
- * ({@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED}, which DiSNI needs for {@code sun.nio.ch.DirectBuffer} on
- * JDK 17); an RDMA device listed by the kernel and {@code /dev/infiniband/rdma_cm}. Then it loads libdisni, opens an
- * event channel and a connection-manager id, and binds an id to each local IPv4 address to find the devices
- * rdma_cm can reach.
+ * ({@code --add-exports java.base/sun.nio.ch=ALL-UNNAMED} at least, which DiSNI needs for {@code
+ * sun.nio.ch.DirectBuffer} on JDK 17); an RDMA device listed by the kernel and {@code /dev/infiniband/rdma_cm}. Then it
+ * loads libdisni, opens an event channel and a connection-manager id, and binds an id to each local IPv4 address to
+ * find the devices rdma_cm can reach.
  *
  * <h2>What DiSNI 2.1 cannot do (and this provider therefore does not)</h2>
  * <ul>
@@ -57,9 +59,18 @@ import java.util.concurrent.ConcurrentHashMap;
  *   <li>Queue pairs always get 4 scatter/gather entries; {@code responder_resources} and {@code initiator_depth}
  *       are the device's maximum; one memory region holds at most 2^31-1 bytes; IPv4 only; no SRQ.</li>
  * </ul>
+ *
+ * <h2>Completion events</h2>
+ * Where {@code sun.nio.ch} is open to this class ({@code --add-opens java.base/sun.nio.ch=ALL-UNNAMED}, which also
+ * exports it to DiSNI; Spark adds it to its JVMs by default, the Kafka agent opens it itself), one thread,
+ * {@code disni-cq-events}, waits for the events of every completion queue of the provider ({@link
+ * CompletionEventThread}). With {@code --add-exports} alone each queue has a thread of its own, as DiSNI's API
+ * implies; the provider logs that once, with the option that changes it.
+ *
  * Thread-safe.
  */
 public final class DisniProvider implements RdmaProvider {
+    private static final Logger logger = LoggerFactory.getLogger(DisniProvider.class);
     /** The name users choose it by. */
     public static final String NAME = "disni";
     static final int PRIORITY = 10;
@@ -68,6 +79,9 @@ public final class DisniProvider implements RdmaProvider {
     private static final String SOFT_FIX = "or use the software provider (soft) instead";
 
     private final ResourceUsage usage = new ResourceUsage();
+    // Chosen at the first completion queue with a notifier: null where the JDK's epoll cannot be reached.
+    private CompletionEventThread completionEvents;
+    private volatile boolean completionEventsChosen;
     private final ConcurrentHashMap<Long, DisniDevice> devicesByContext = new ConcurrentHashMap<>();
     private final Object probeLock = new Object();
     private volatile boolean probed;
@@ -136,6 +150,25 @@ public final class DisniProvider implements RdmaProvider {
         return usage;
     }
 
+    /** The one thread for every queue's completion events, or {@code null}: each queue then starts its own. */
+    CompletionEventThread completionEvents() {
+        if (!completionEventsChosen) {
+            synchronized (probeLock) {
+                if (!completionEventsChosen) {
+                    Throwable epoll = CompletionEventThread.unavailabilityCause();
+                    if (epoll == null) {
+                        completionEvents = new CompletionEventThread("disni-cq-events");
+                    } else {
+                        logger.info("DiSNI completion events wait on a thread per completion queue, not one for"
+                                + " all, because {}", epoll.getMessage());
+                    }
+                    completionEventsChosen = true;
+                }
+            }
+        }
+        return completionEvents;
+    }
+
     @Override
     public ResourceUsage resourceUsage() {
         return usage;
@@ -194,7 +227,8 @@ public final class DisniProvider implements RdmaProvider {
         Module disni = MemoryUtils.class.getModule(); // loads the class without initializing it
         if (!javaBase.isExported("sun.nio.ch", disni)) {
             problems.add("sun.nio.ch is not exported to DiSNI (it casts buffers to sun.nio.ch.DirectBuffer): add the"
-                    + " JVM option --add-exports java.base/sun.nio.ch=ALL-UNNAMED, " + SOFT_FIX);
+                    + " JVM option --add-opens java.base/sun.nio.ch=ALL-UNNAMED (which also gives all completion"
+                    + " queues one event thread; --add-exports is the minimum), " + SOFT_FIX);
         }
         if (NativeWords.unavailabilityCause() != null || DirectMemory.unavailabilityCause() != null) {
             problems.add("sun.misc.Unsafe is not accessible (" + NativeWords.unavailabilityCause()

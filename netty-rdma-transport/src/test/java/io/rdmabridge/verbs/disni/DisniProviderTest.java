@@ -90,8 +90,9 @@ class DisniProviderTest {
         assumeTrue(!exported, "this JVM runs with --add-exports java.base/sun.nio.ch=ALL-UNNAMED");
         String message = new DisniProvider().unavailabilityCause().getMessage();
         assertTrue(message.contains("; sun.nio.ch is not exported to DiSNI (it casts buffers to"
-                + " sun.nio.ch.DirectBuffer): add the JVM option --add-exports java.base/sun.nio.ch=ALL-UNNAMED, or"
-                + " use the software provider (soft) instead"), message);
+                + " sun.nio.ch.DirectBuffer): add the JVM option --add-opens java.base/sun.nio.ch=ALL-UNNAMED (which"
+                + " also gives all completion queues one event thread; --add-exports is the minimum), or use the"
+                + " software provider (soft) instead"), message);
     }
 
     @Test

@@ -1,0 +1,268 @@
+package io.rdmabridge.internal;
+
+import java.io.IOException;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
+
+/**
+ * Linux epoll and eventfd for descriptors that are not Java channels (a completion channel of the verbs, an epoll set
+ * handed to a {@link java.nio.channels.Selector}), through the JDK's own classes {@code sun.nio.ch.EPoll} and
+ * {@code sun.nio.ch.EventFD}: no native library of this project's own.
+ *
+ * <p>Usable where {@code sun.nio.ch} is open to this class's module ({@code --add-opens
+ * java.base/sun.nio.ch=ALL-UNNAMED}, or an agent that opens it); elsewhere {@link #unavailabilityCause()} says why and
+ * every other method throws {@link IOException}. The methods are thin: each is one system call and reports failure as
+ * the JDK does (an {@link IOException}, or an errno for {@code epoll_ctl}).
+ */
+public final class LinuxEpoll {
+    public static final int EPOLLIN = 0x001;
+    public static final int EPOLLOUT = 0x004;
+    public static final int EPOLLERR = 0x008;
+    public static final int EPOLLHUP = 0x010;
+
+    public static final int CTL_ADD = 1;
+    public static final int CTL_DEL = 2;
+    public static final int CTL_MOD = 3;
+
+    private static final MethodHandle EPOLL_CREATE;
+    private static final MethodHandle EPOLL_CTL;
+    private static final MethodHandle EPOLL_WAIT;
+    private static final MethodHandle EPOLL_ALLOC;
+    private static final MethodHandle EPOLL_FREE;
+    private static final MethodHandle EPOLL_GET_EVENT;
+    private static final MethodHandle EPOLL_GET_DESCRIPTOR;
+    private static final MethodHandle EPOLL_GET_EVENTS;
+    private static final MethodHandle EVENTFD_NEW;
+    private static final MethodHandle EVENTFD_FD;
+    private static final MethodHandle EVENTFD_SET;
+    private static final MethodHandle EVENTFD_RESET;
+    private static final MethodHandle EVENTFD_CLOSE;
+    private static final MethodHandle CLOSE_INT_FD;
+    private static final Throwable UNAVAILABILITY_CAUSE;
+
+    static {
+        MethodHandle[] h = new MethodHandle[14];
+        Throwable cause = null;
+        try {
+            // EPoll's initializer calls a native method before it loads libnio itself; IOUtil's loads it. Needed
+            // where this is the first class of the JVM to touch NIO (an agent's premain).
+            Class.forName("sun.nio.ch.IOUtil");
+            Class<?> epoll = Class.forName("sun.nio.ch.EPoll");
+            Class<?> eventFd = Class.forName("sun.nio.ch.EventFD");
+            Class<?> dispatcher = Class.forName("sun.nio.ch.FileDispatcherImpl");
+            MethodHandles.Lookup e = MethodHandles.privateLookupIn(epoll, MethodHandles.lookup());
+            MethodHandles.Lookup f = MethodHandles.privateLookupIn(eventFd, MethodHandles.lookup());
+            MethodHandles.Lookup d = MethodHandles.privateLookupIn(dispatcher, MethodHandles.lookup());
+            h[0] = e.findStatic(epoll, "create", MethodType.methodType(int.class));
+            h[1] = e.findStatic(epoll, "ctl", MethodType.methodType(int.class, int.class, int.class, int.class,
+                    int.class));
+            h[2] = e.findStatic(epoll, "wait", MethodType.methodType(int.class, int.class, long.class, int.class,
+                    int.class));
+            h[3] = e.findStatic(epoll, "allocatePollArray", MethodType.methodType(long.class, int.class));
+            h[4] = e.findStatic(epoll, "freePollArray", MethodType.methodType(void.class, long.class));
+            h[5] = e.findStatic(epoll, "getEvent", MethodType.methodType(long.class, long.class, int.class));
+            h[6] = e.findStatic(epoll, "getDescriptor", MethodType.methodType(int.class, long.class));
+            h[7] = e.findStatic(epoll, "getEvents", MethodType.methodType(int.class, long.class));
+            h[8] = f.findConstructor(eventFd, MethodType.methodType(void.class)).asType(
+                    MethodType.methodType(Object.class));
+            h[9] = f.findVirtual(eventFd, "efd", MethodType.methodType(int.class)).asType(
+                    MethodType.methodType(int.class, Object.class));
+            h[10] = f.findVirtual(eventFd, "set", MethodType.methodType(void.class)).asType(
+                    MethodType.methodType(void.class, Object.class));
+            h[11] = f.findVirtual(eventFd, "reset", MethodType.methodType(void.class)).asType(
+                    MethodType.methodType(void.class, Object.class));
+            h[12] = f.findVirtual(eventFd, "close", MethodType.methodType(void.class)).asType(
+                    MethodType.methodType(void.class, Object.class));
+            h[13] = d.findStatic(dispatcher, "closeIntFD", MethodType.methodType(void.class, int.class));
+        } catch (Throwable t) {
+            cause = new IllegalStateException("the JDK's epoll classes (sun.nio.ch.EPoll, EventFD) are not usable ("
+                    + t + "): they need a Linux JDK 17+ with java.base/sun.nio.ch opened to this class path, which the"
+                    + " JVM option --add-opens java.base/sun.nio.ch=ALL-UNNAMED does", t);
+        }
+        EPOLL_CREATE = h[0];
+        EPOLL_CTL = h[1];
+        EPOLL_WAIT = h[2];
+        EPOLL_ALLOC = h[3];
+        EPOLL_FREE = h[4];
+        EPOLL_GET_EVENT = h[5];
+        EPOLL_GET_DESCRIPTOR = h[6];
+        EPOLL_GET_EVENTS = h[7];
+        EVENTFD_NEW = h[8];
+        EVENTFD_FD = h[9];
+        EVENTFD_SET = h[10];
+        EVENTFD_RESET = h[11];
+        EVENTFD_CLOSE = h[12];
+        CLOSE_INT_FD = h[13];
+        UNAVAILABILITY_CAUSE = cause;
+    }
+
+    private LinuxEpoll() {
+    }
+
+    /** Why epoll cannot be used in this JVM (naming the fix), or {@code null} when it can. */
+    public static Throwable unavailabilityCause() {
+        return UNAVAILABILITY_CAUSE;
+    }
+
+    /** {@code epoll_create}: a new epoll set's descriptor. */
+    public static int create() throws IOException {
+        checkAvailable();
+        try {
+            return (int) EPOLL_CREATE.invokeExact();
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** {@code epoll_ctl}: 0, or the errno it failed with. */
+    public static int ctl(int epfd, int op, int fd, int events) throws IOException {
+        checkAvailable();
+        try {
+            return (int) EPOLL_CTL.invokeExact(epfd, op, fd, events);
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** {@code epoll_ctl}, its failure ignored (a descriptor leaving a set it may have left already). */
+    public static void ctlQuietly(int epfd, int op, int fd) {
+        try {
+            int rc = (int) EPOLL_CTL.invokeExact(epfd, op, fd, 0);
+        } catch (Throwable ignored) {
+            // As documented.
+        }
+    }
+
+    /**
+     * {@code epoll_wait} into {@code pollArray} (from {@link #allocatePollArray}): how many descriptors are ready, or
+     * a negative value when a signal interrupted the wait.
+     *
+     * @param timeoutMillis {@code -1} waits without limit, 0 not at all
+     */
+    public static int wait(int epfd, long pollArray, int max, int timeoutMillis) throws IOException {
+        checkAvailable();
+        try {
+            return (int) EPOLL_WAIT.invokeExact(epfd, pollArray, max, timeoutMillis);
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** Native memory for {@code max} {@code struct epoll_event}s; give it back with {@link #freePollArray}. */
+    public static long allocatePollArray(int max) throws IOException {
+        checkAvailable();
+        try {
+            return (long) EPOLL_ALLOC.invokeExact(max);
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** Frees what {@link #allocatePollArray} gave. */
+    public static void freePollArray(long pollArray) {
+        try {
+            EPOLL_FREE.invokeExact(pollArray);
+        } catch (Throwable ignored) {
+            // Freeing native memory cannot fail in practice.
+        }
+    }
+
+    /** The descriptor of the {@code i}-th ready entry that {@link #wait} wrote. */
+    public static int readyDescriptor(long pollArray, int i) throws IOException {
+        try {
+            return (int) EPOLL_GET_DESCRIPTOR.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** The events ({@link #EPOLLIN} and so on) of the {@code i}-th ready entry that {@link #wait} wrote. */
+    public static int readyEvents(long pollArray, int i) throws IOException {
+        try {
+            return (int) EPOLL_GET_EVENTS.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** Closes a descriptor this class made (an epoll set). Failures are ignored: nothing is left to release. */
+    public static void closeQuietly(int fd) {
+        try {
+            CLOSE_INT_FD.invokeExact(fd);
+        } catch (Throwable ignored) {
+            // As documented.
+        }
+    }
+
+    /** A new eventfd: readable while set, until reset. */
+    public static EventFd newEventFd() throws IOException {
+        checkAvailable();
+        try {
+            Object fd = (Object) EVENTFD_NEW.invokeExact();
+            return new EventFd(fd, (int) EVENTFD_FD.invokeExact(fd));
+        } catch (Throwable t) {
+            throw asIoException(t);
+        }
+    }
+
+    /** A Linux eventfd (the JDK's {@code sun.nio.ch.EventFD}). Not thread-safe: callers order set and close. */
+    public static final class EventFd {
+        private final Object eventFd;
+        private final int fd;
+
+        private EventFd(Object eventFd, int fd) {
+            this.eventFd = eventFd;
+            this.fd = fd;
+        }
+
+        /** Its descriptor, for {@link #ctl}. */
+        public int fd() {
+            return fd;
+        }
+
+        /** Makes it readable. Must not be called once {@link #close()} ran: the number may be another file's. */
+        public void set() throws IOException {
+            try {
+                EVENTFD_SET.invokeExact(eventFd);
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** Makes it unreadable again. */
+        public void reset() throws IOException {
+            try {
+                EVENTFD_RESET.invokeExact(eventFd);
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** Closes it; failures are ignored (nothing is left to release). */
+        public void close() {
+            try {
+                EVENTFD_CLOSE.invokeExact(eventFd);
+            } catch (Throwable ignored) {
+                // As documented.
+            }
+        }
+    }
+
+    private static void checkAvailable() throws IOException {
+        if (UNAVAILABILITY_CAUSE != null) {
+            throw new IOException(UNAVAILABILITY_CAUSE.getMessage(), UNAVAILABILITY_CAUSE);
+        }
+    }
+
+    /** Rethrows an unchecked throwable as it is; wraps anything checked in an {@link IOException}. */
+    private static IOException asIoException(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            throw r;
+        }
+        if (t instanceof Error err) {
+            throw err;
+        }
+        return t instanceof IOException io ? io : new IOException(t);
+    }
+}

@@ -1,0 +1,241 @@
+package io.rdmabridge.verbs.disni;
+
+import io.rdmabridge.internal.LinuxEpoll;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One thread that waits for the events of many completion channels: it watches their descriptors in one epoll set
+ * and, for each that is readable, lets its owner take the event ({@code ibv_get_cq_event}, which then does not block).
+ *
+ * <p>Why: DiSNI waits on one completion channel per call ({@code getCqEvent}) and does not say which queue an event
+ * is for, so without this every completion queue needs a channel and a thread of its own. A connection has a queue,
+ * and a peer decides how many connections it opens: thousands of threads, each waking every 100 ms to look whether
+ * its queue is closing. Here a thousand queues cost one thread that sleeps until an event or a change.
+ *
+ * <p>The thread starts with the first {@link #add} and ends when the last channel is removed (a later add starts a
+ * new one), so an idle provider holds no thread and no descriptor. {@link #remove} hands the channel back to the
+ * thread, which takes it out of the set and then calls {@link Watched#released()} (the queue's destruction): a
+ * channel's descriptor is never closed while the thread may still read it. A channel whose {@link
+ * Watched#readable()} fails is taken out of the set and told through {@link Watched#failed}; the others go on.
+ *
+ * <p>Threading: {@link #add} and {@link #remove} from any thread (they take this object's lock, and are called once
+ * per completion queue, never per completion); the callbacks run on the thread.
+ */
+final class CompletionEventThread {
+    private static final Logger logger = LoggerFactory.getLogger(CompletionEventThread.class);
+    /** Ready descriptors taken per {@code epoll_wait}; more are reported by the next. */
+    static final int MAX_EVENTS = 64;
+
+    /** A completion channel and what to do with it. */
+    interface Watched {
+        /** The descriptor to watch: readable while an event waits. */
+        int fd();
+
+        /** The descriptor is readable: take the event. Throwing takes it out of the set ({@link #failed}). */
+        void readable() throws IOException;
+
+        /** It left the set because {@link #readable()} or the thread failed. On the thread, or on {@link #add}'s. */
+        void failed(Throwable cause);
+
+        /** After {@link #remove}: it is out of the set, release it. Once, on the thread or on {@link #remove}'s. */
+        void released();
+    }
+
+    private final String threadName;
+    private final ConcurrentLinkedQueue<Watched> removals = new ConcurrentLinkedQueue<>();
+    // Guarded by this: the running thread's set, and what it watches by descriptor number.
+    private Thread thread;
+    private int epfd = -1;
+    private LinuxEpoll.EventFd wake;
+    private Watched[] byFd = new Watched[0];
+    private int watched;
+
+    CompletionEventThread(String threadName) {
+        this.threadName = threadName;
+    }
+
+    /** Why no such thread can be used in this JVM (naming the fix), or {@code null} when it can. */
+    static Throwable unavailabilityCause() {
+        return LinuxEpoll.unavailabilityCause();
+    }
+
+    /** Starts watching {@code w}; starts the thread if none runs. */
+    synchronized void add(Watched w) throws IOException {
+        if (thread == null) {
+            start();
+        }
+        int fd = w.fd();
+        if (fd < 0 || (fd < byFd.length && byFd[fd] != null)) {
+            throw new IllegalArgumentException("descriptor " + fd + " (expected: an open one not watched yet)");
+        }
+        int rc = LinuxEpoll.ctl(epfd, LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
+        if (rc != 0) {
+            signalWake(); // a thread just started for this channel ends again once it finds nothing to watch
+            throw new IOException("epoll_ctl(ADD) of completion channel " + fd + " failed: errno " + rc);
+        }
+        if (fd >= byFd.length) {
+            byFd = Arrays.copyOf(byFd, Math.max(fd + 1, byFd.length * 2));
+        }
+        byFd[fd] = w;
+        watched++;
+    }
+
+    /** Stops watching {@code w}, then releases it (on the thread, or here when no thread runs). Any thread. */
+    void remove(Watched w) {
+        synchronized (this) {
+            if (thread != null) {
+                removals.add(w);
+                signalWake();
+                return;
+            }
+        }
+        w.released(); // the thread ended (it failed): nothing reads the descriptor any more
+    }
+
+    /** Whether the thread runs (tests: it ends with the last channel). */
+    synchronized boolean isRunning() {
+        return thread != null;
+    }
+
+    private void start() throws IOException {
+        int ep = LinuxEpoll.create();
+        LinuxEpoll.EventFd fd = null;
+        try {
+            fd = LinuxEpoll.newEventFd();
+            int rc = LinuxEpoll.ctl(ep, LinuxEpoll.CTL_ADD, fd.fd(), LinuxEpoll.EPOLLIN);
+            if (rc != 0) {
+                throw new IOException("epoll_ctl(ADD) of an eventfd failed: errno " + rc);
+            }
+        } catch (IOException | RuntimeException | Error e) {
+            if (fd != null) {
+                fd.close();
+            }
+            LinuxEpoll.closeQuietly(ep);
+            throw e;
+        }
+        epfd = ep;
+        wake = fd;
+        LinuxEpoll.EventFd wakeFd = fd;
+        Thread t = new Thread(() -> run(ep, wakeFd), threadName);
+        t.setDaemon(true);
+        thread = t;
+        t.start();
+    }
+
+    private void signalWake() {
+        try {
+            wake.set();
+        } catch (IOException | RuntimeException e) {
+            // An open eventfd takes the write; the thread still finds the removal at its next event.
+            logger.warn("Waking the completion event thread failed: {}", e.toString());
+        }
+    }
+
+    private void run(int ep, LinuxEpoll.EventFd fd) {
+        long events;
+        try {
+            events = LinuxEpoll.allocatePollArray(MAX_EVENTS);
+        } catch (IOException | RuntimeException e) {
+            fail(e);
+            return;
+        }
+        try {
+            while (true) {
+                int n = LinuxEpoll.wait(ep, events, MAX_EVENTS, -1);
+                for (int i = 0; i < n; i++) {
+                    int ready = LinuxEpoll.readyDescriptor(events, i);
+                    if (ready == fd.fd()) {
+                        fd.reset();
+                        continue;
+                    }
+                    Watched w = watchedAt(ready);
+                    if (w == null) {
+                        continue; // removed by an earlier entry of this batch
+                    }
+                    try {
+                        w.readable();
+                    } catch (IOException | RuntimeException e) {
+                        if (forget(w)) {
+                            w.failed(e);
+                        }
+                    }
+                }
+                Watched w;
+                while ((w = removals.poll()) != null) {
+                    forget(w);
+                    w.released();
+                }
+                if (stopIfIdle()) {
+                    return;
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            fail(e);
+        } finally {
+            LinuxEpoll.freePollArray(events);
+        }
+    }
+
+    private synchronized Watched watchedAt(int fd) {
+        return fd < byFd.length ? byFd[fd] : null;
+    }
+
+    /** Takes {@code w} out of the set; whether it was in it. */
+    private synchronized boolean forget(Watched w) {
+        int fd = w.fd();
+        if (fd < 0 || fd >= byFd.length || byFd[fd] != w) {
+            return false;
+        }
+        // Before its descriptor closes (released() does that), so that the number can be reused.
+        LinuxEpoll.ctlQuietly(epfd, LinuxEpoll.CTL_DEL, fd);
+        byFd[fd] = null;
+        watched--;
+        return true;
+    }
+
+    /** Ends the thread (closing the set) when nothing is watched and nothing waits for removal; whether it did. */
+    private synchronized boolean stopIfIdle() {
+        if (watched > 0 || !removals.isEmpty()) {
+            return false;
+        }
+        closeSet();
+        return true;
+    }
+
+    private synchronized void closeSet() {
+        wake.close();
+        LinuxEpoll.closeQuietly(epfd);
+        epfd = -1;
+        wake = null;
+        thread = null;
+    }
+
+    /** The set itself failed: every channel leaves it, told why; removals waiting are released. */
+    private void fail(Throwable cause) {
+        logger.warn("The completion event thread {} stopped: {}", threadName, cause.toString());
+        List<Watched> failed = new ArrayList<>();
+        synchronized (this) {
+            for (int i = 0; i < byFd.length; i++) {
+                if (byFd[i] != null) {
+                    failed.add(byFd[i]);
+                    byFd[i] = null;
+                }
+            }
+            watched = 0;
+            closeSet();
+        }
+        for (Watched w : failed) {
+            w.failed(cause);
+        }
+        Watched w;
+        while ((w = removals.poll()) != null) {
+            w.released();
+        }
+    }
+}
