@@ -121,7 +121,7 @@ final class PollSet implements AutoCloseable {
                 }
                 try {
                     eventFd.set();
-                } catch (IOException | RuntimeException t) {
+                } catch (Throwable t) {
                     // An open eventfd takes the write; should it not, a later signal tries again.
                     signalled.set(false);
                 }

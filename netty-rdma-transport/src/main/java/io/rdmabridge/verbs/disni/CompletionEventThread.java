@@ -6,6 +6,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -18,8 +19,9 @@ import org.slf4j.LoggerFactory;
  * and a peer decides how many connections it opens: thousands of threads, each waking every 100 ms to look whether
  * its queue is closing. Here a thousand queues cost one thread that sleeps until an event or a change.
  *
- * <p>The thread starts with the first {@link #add} and ends when the last channel is removed (a later add starts a
- * new one), so an idle provider holds no thread and no descriptor. {@link #remove} hands the channel back to the
+ * <p>The thread starts with the first {@link #add} and ends once no channel has been watched for {@link
+ * #IDLE_LINGER_MILLIS} (a later add starts a new one), so an idle provider holds no thread and no descriptor, and a
+ * peer that connects and closes over and over does not make a thread each time. {@link #remove} hands the channel back to the
  * thread, which takes it out of the set and then calls {@link Watched#released()} (the queue's destruction): a
  * channel's descriptor is never closed while the thread may still read it. A channel whose {@link
  * Watched#readable()} fails is taken out of the set and told through {@link Watched#failed}; the others go on.
@@ -31,6 +33,8 @@ final class CompletionEventThread {
     private static final Logger logger = LoggerFactory.getLogger(CompletionEventThread.class);
     /** Ready descriptors taken per {@code epoll_wait}; more are reported by the next. */
     static final int MAX_EVENTS = 64;
+    /** How long the thread stays after its last channel left, for the next one. */
+    static final long IDLE_LINGER_MILLIS = 5_000;
 
     /** A completion channel and what to do with it. */
     interface Watched {
@@ -48,6 +52,7 @@ final class CompletionEventThread {
     }
 
     private final String threadName;
+    private final long lingerNanos;
     private final ConcurrentLinkedQueue<Watched> removals = new ConcurrentLinkedQueue<>();
     // Guarded by this: the running thread's set, and what it watches by descriptor number.
     private Thread thread;
@@ -57,7 +62,13 @@ final class CompletionEventThread {
     private int watched;
 
     CompletionEventThread(String threadName) {
+        this(threadName, IDLE_LINGER_MILLIS);
+    }
+
+    /** With another linger than {@link #IDLE_LINGER_MILLIS} (tests). */
+    CompletionEventThread(String threadName, long lingerMillis) {
         this.threadName = threadName;
+        this.lingerNanos = TimeUnit.MILLISECONDS.toNanos(lingerMillis);
     }
 
     /** Why no such thread can be used in this JVM (naming the fix), or {@code null} when it can. */
@@ -67,12 +78,12 @@ final class CompletionEventThread {
 
     /** Starts watching {@code w}; starts the thread if none runs. */
     synchronized void add(Watched w) throws IOException {
-        if (thread == null) {
-            start();
-        }
         int fd = w.fd();
         if (fd < 0 || (fd < byFd.length && byFd[fd] != null)) {
             throw new IllegalArgumentException("descriptor " + fd + " (expected: an open one not watched yet)");
+        }
+        if (thread == null) {
+            start();
         }
         int rc = LinuxEpoll.ctl(epfd, LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
         if (rc != 0) {
@@ -95,7 +106,7 @@ final class CompletionEventThread {
                 return;
             }
         }
-        w.released(); // the thread ended (it failed): nothing reads the descriptor any more
+        w.released(); // no thread runs: nothing reads the descriptor
     }
 
     /** Whether the thread runs (tests: it ends with the last channel). */
@@ -145,9 +156,15 @@ final class CompletionEventThread {
             fail(e);
             return;
         }
+        long idleSince = 0;
         try {
             while (true) {
-                int n = LinuxEpoll.wait(ep, events, MAX_EVENTS, -1);
+                int timeout = -1;
+                if (idleSince != 0) {
+                    timeout = (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(lingerNanos - (System.nanoTime()
+                            - idleSince)) + 1);
+                }
+                int n = LinuxEpoll.wait(ep, events, MAX_EVENTS, timeout);
                 for (int i = 0; i < n; i++) {
                     int ready = LinuxEpoll.readyDescriptor(events, i);
                     if (ready == fd.fd()) {
@@ -162,21 +179,29 @@ final class CompletionEventThread {
                         w.readable();
                     } catch (IOException | RuntimeException e) {
                         if (forget(w)) {
-                            w.failed(e);
+                            failedQuietly(w, e);
                         }
                     }
                 }
                 Watched w;
                 while ((w = removals.poll()) != null) {
                     forget(w);
-                    w.released();
+                    releaseQuietly(w);
                 }
-                if (stopIfIdle()) {
+                if (!isIdle()) {
+                    idleSince = 0;
+                } else if (idleSince == 0) {
+                    idleSince = System.nanoTime();
+                } else if (System.nanoTime() - idleSince >= lingerNanos && stopIfIdle()) {
                     return;
                 }
             }
-        } catch (IOException | RuntimeException e) {
-            fail(e);
+        } catch (Throwable t) {
+            // An Error too: a thread that died without fail() would leave every later channel in a set nobody reads.
+            fail(t);
+            if (t instanceof Error e) {
+                throw e;
+            }
         } finally {
             LinuxEpoll.freePollArray(events);
         }
@@ -197,6 +222,10 @@ final class CompletionEventThread {
         byFd[fd] = null;
         watched--;
         return true;
+    }
+
+    private synchronized boolean isIdle() {
+        return watched == 0 && removals.isEmpty();
     }
 
     /** Ends the thread (closing the set) when nothing is watched and nothing waits for removal; whether it did. */
@@ -220,6 +249,7 @@ final class CompletionEventThread {
     private void fail(Throwable cause) {
         logger.warn("The completion event thread {} stopped: {}", threadName, cause.toString());
         List<Watched> failed = new ArrayList<>();
+        List<Watched> released = new ArrayList<>();
         synchronized (this) {
             for (int i = 0; i < byFd.length; i++) {
                 if (byFd[i] != null) {
@@ -228,14 +258,35 @@ final class CompletionEventThread {
                 }
             }
             watched = 0;
+            // Taken with the set: a removal after this lock belongs to the thread the next add starts.
+            Watched w;
+            while ((w = removals.poll()) != null) {
+                released.add(w);
+            }
             closeSet();
         }
         for (Watched w : failed) {
-            w.failed(cause);
+            failedQuietly(w, cause);
         }
-        Watched w;
-        while ((w = removals.poll()) != null) {
+        for (Watched w : released) {
+            releaseQuietly(w);
+        }
+    }
+
+    // A callback that throws concerns its own channel: the others, and the thread, go on.
+    private static void failedQuietly(Watched w, Throwable cause) {
+        try {
+            w.failed(cause);
+        } catch (RuntimeException e) {
+            logger.warn("Telling a completion channel that its events stopped failed: {}", e.toString());
+        }
+    }
+
+    private static void releaseQuietly(Watched w) {
+        try {
             w.released();
+        } catch (RuntimeException e) {
+            logger.warn("Releasing a completion channel failed: {}", e.toString());
         }
     }
 }

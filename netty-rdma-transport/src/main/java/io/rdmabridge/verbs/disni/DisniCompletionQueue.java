@@ -98,6 +98,8 @@ final class DisniCompletionQueue implements CompletionQueue, CompletionEventThre
     private final Thread eventThread;
     private final AtomicInteger events = new AtomicInteger(WAITING);
     private int users;
+    /** Why nothing waits for this queue's events any more, or null; the next arming reports it to the owner. */
+    private volatile String eventsFailure;
     /** Set by the owner's close; read by {@link DisniCmId#createQueuePair}, which may run on another thread. */
     private volatile boolean closed;
 
@@ -127,7 +129,12 @@ final class DisniCompletionQueue implements CompletionQueue, CompletionEventThre
             eventThread = null;
         }
         if (sharedEvents != null) {
-            sharedEvents.add(this); // last: the thread may take an event from now on
+            try {
+                sharedEvents.add(this); // last: the thread may take an event from now on
+            } catch (IOException | RuntimeException e) {
+                arm.free(); // the caller destroys the queue and its channel
+                throw e;
+            }
         }
     }
 
@@ -197,6 +204,12 @@ final class DisniCompletionQueue implements CompletionQueue, CompletionEventThre
         if (notifier == null || closed) {
             return; // nobody waits: arming could only produce events nobody reads
         }
+        String failure = eventsFailure;
+        if (failure != null) {
+            // Armed or not, nothing would wake the owner: a connection left on it would move only on timers.
+            throw new IllegalStateException("completion events of " + device.name() + " stopped (" + failure
+                    + "): nothing wakes this queue's owner any more; close the connection and open a new one");
+        }
         try {
             arm.execute();
         } catch (IOException e) {
@@ -215,8 +228,9 @@ final class DisniCompletionQueue implements CompletionQueue, CompletionEventThre
                 }
             } catch (IOException | RuntimeException e) {
                 if (events.compareAndSet(WAITING, EVENTS_FAILED)) {
-                    logger.warn("Completion events of {} stopped: {}", device.name(), DisniErrors.clean(e));
-                    notifier.signal(); // let the owner poll and notice what failed; its close() destroys the queue
+                    eventsFailure = DisniErrors.clean(e);
+                    logger.warn("Completion events of {} stopped: {}", device.name(), eventsFailure);
+                    notifier.signal(); // the owner polls, and its next arming reports the failure (requestNotify)
                     return;
                 }
                 break; // closing: the failure is the channel's teardown racing the wait
@@ -272,8 +286,9 @@ final class DisniCompletionQueue implements CompletionQueue, CompletionEventThre
 
     @Override
     public void failed(Throwable cause) {
-        logger.warn("Completion events of {} stopped: {}", device.name(), DisniErrors.clean(cause));
-        notifier.signal(); // let the owner poll; its close() destroys the queue
+        eventsFailure = DisniErrors.clean(cause);
+        logger.warn("Completion events of {} stopped: {}", device.name(), eventsFailure);
+        notifier.signal(); // the owner polls, and its next arming reports the failure (requestNotify)
     }
 
     /** The shared thread has taken the channel out of its wait, after {@link #close()}. */

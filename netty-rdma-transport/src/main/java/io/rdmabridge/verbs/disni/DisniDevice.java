@@ -113,7 +113,7 @@ final class DisniDevice implements RdmaDevice {
         DisniCompletionQueue queue;
         try {
             queue = new DisniCompletionQueue(this, channel, cq, entries, notifier);
-        } catch (IOException e) {
+        } catch (IOException | RuntimeException e) {
             try {
                 cq.destroyCQ();
             } catch (IOException ignored) {

@@ -26,7 +26,8 @@ import org.junit.jupiter.api.Test;
  */
 class CompletionEventThreadTest {
     private static final String NAME = "test-cq-events";
-    private final CompletionEventThread events = new CompletionEventThread(NAME);
+    /** Short linger, so that each test sees its thread end. */
+    private final CompletionEventThread events = new CompletionEventThread(NAME, 50);
     private final List<Channel> channels = new ArrayList<>();
 
     @BeforeAll
@@ -126,6 +127,52 @@ class CompletionEventThreadTest {
         assertNull(c.failedWith.get());
     }
 
+    @Test
+    void shouldKeepItsThreadForAChannelThatComesSoonAfterTheLastLeft() throws Exception {
+        // A peer that connects and closes, over and over, on an otherwise idle server: not a thread per connection.
+        CompletionEventThread lingering = new CompletionEventThread("test-cq-linger", 10_000);
+        Channel first = new Channel();
+        lingering.add(first);
+        Thread thread = threadNamed("test-cq-linger");
+        lingering.remove(first);
+        await(() -> first.releasedOn.get() != null, "the first channel released");
+        Channel second = new Channel();
+        lingering.add(second);
+        second.fire();
+        await(() -> second.readable.get() == 1, "the second channel took its event");
+        assertTrue(thread.isAlive() && lingering.isRunning(), "the thread ended between the channels");
+        assertSame(thread, threadNamed("test-cq-linger"), "a new thread for the second channel");
+        lingering.remove(second);
+        await(() -> second.releasedOn.get() != null, "the second channel released");
+    }
+
+    /**
+     * An Error on the thread (out of memory, say) ends it, but not silently: every channel is told, waiting removals
+     * are released, and the next channel gets a thread that works.
+     */
+    @Test
+    void shouldTellEveryChannelAndStartAfreshWhenTheThreadMeetsAnError() throws Exception {
+        Channel victim = add(new Channel());
+        Channel bystander = add(new Channel());
+        victim.errorWith = new OutOfMemoryError("injected: Java heap space");
+        victim.fire();
+        await(() -> victim.failedWith.get() != null && bystander.failedWith.get() != null, "both channels told");
+        assertSame(victim.errorWith, bystander.failedWith.get());
+        await(() -> !events.isRunning(), "the thread ended");
+
+        Channel later = add(new Channel());
+        later.fire();
+        await(() -> later.readable.get() == 1, "a channel added after the error took its event");
+        bystander.removed = true;
+        events.remove(bystander); // left the set with the error: released at once by whoever removes it
+        await(() -> bystander.releasedOn.get() != null, "a channel of the failed thread released");
+    }
+
+    private static Thread threadNamed(String name) {
+        return Thread.getAllStackTraces().keySet().stream().filter(t -> t.getName().equals(name)).findFirst()
+                .orElseThrow(() -> new AssertionError("no thread named " + name));
+    }
+
     private Channel add(Channel c) throws IOException {
         channels.add(c);
         events.add(c);
@@ -151,6 +198,7 @@ class CompletionEventThreadTest {
         final AtomicReference<Throwable> failedWith = new AtomicReference<>();
         final AtomicReference<String> releasedOn = new AtomicReference<>();
         volatile IOException failWith;
+        volatile Error errorWith;
         boolean removed;
 
         Channel() throws IOException {
@@ -168,6 +216,10 @@ class CompletionEventThreadTest {
         @Override
         public void readable() throws IOException {
             readable.incrementAndGet();
+            Error error = errorWith;
+            if (error != null) {
+                throw error;
+            }
             IOException e = failWith;
             if (e != null) {
                 throw e; // the event stays: only leaving the set stops the reports
