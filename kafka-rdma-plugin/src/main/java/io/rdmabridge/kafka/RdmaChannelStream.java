@@ -140,6 +140,14 @@ final class RdmaChannelStream extends ChannelInboundHandlerAdapter implements Rd
         src.limit(src.position() + n);
         try {
             buf.writeBytes(src);
+        } catch (InternalError e) {
+            // A fault reading the source: a memory-mapped log segment truncated while the leader sends it (transferTo
+            // maps it). Part of the response may be gone already, so the connection must close: an IOException
+            // makes Kafka's selector close it at once, where an Error would leave it half-sent until a timeout.
+            buf.release();
+            throw new IOException("RDMA stream " + describe() + ": reading the bytes to send faulted (" + e.getMessage()
+                    + "); a memory-mapped log segment truncated while it was sent does this. The connection closes and"
+                    + " the follower fetches again", e);
         } catch (RuntimeException | Error e) {
             // The copy failed: the buffer is still ours to give back.
             buf.release();
