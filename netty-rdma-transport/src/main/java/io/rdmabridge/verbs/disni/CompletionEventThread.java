@@ -21,9 +21,9 @@ import org.slf4j.LoggerFactory;
  *
  * <p>The thread starts with the first {@link #add} and ends once no channel has been watched for {@link
  * #IDLE_LINGER_MILLIS} (a later add starts a new one), so an idle provider holds no thread and no descriptor, and a
- * peer that connects and closes over and over does not make a thread each time. {@link #remove} hands the channel back to the
- * thread, which takes it out of the set and then calls {@link Watched#released()} (the queue's destruction): a
- * channel's descriptor is never closed while the thread may still read it. A channel whose {@link
+ * peer that connects and closes over and over does not make a thread each time. {@link #remove} hands the channel
+ * back to the thread, which takes it out of the set and then calls {@link Watched#released()} (the queue's
+ * destruction): a channel's descriptor is never closed while the thread may still read it. A channel whose {@link
  * Watched#readable()} fails is taken out of the set and told through {@link Watched#failed}; the others go on.
  *
  * <p>Threading: {@link #add} and {@link #remove} from any thread (they take this object's lock, and are called once
@@ -44,7 +44,7 @@ final class CompletionEventThread {
         /** The descriptor is readable: take the event. Throwing takes it out of the set ({@link #failed}). */
         void readable() throws IOException;
 
-        /** It left the set because {@link #readable()} or the thread failed. On the thread, or on {@link #add}'s. */
+        /** It left the set because {@link #readable()} or the thread failed. On the thread. */
         void failed(Throwable cause);
 
         /** After {@link #remove}: it is out of the set, release it. Once, on the thread or on {@link #remove}'s. */
@@ -87,7 +87,7 @@ final class CompletionEventThread {
         }
         int rc = LinuxEpoll.ctl(epfd, LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
         if (rc != 0) {
-            signalWake(); // a thread just started for this channel ends again once it finds nothing to watch
+            signalWake(); // a thread just started for this channel ends again, after its linger, with nothing to watch
             throw new IOException("epoll_ctl(ADD) of completion channel " + fd + " failed: errno " + rc);
         }
         if (fd >= byFd.length) {
@@ -109,7 +109,7 @@ final class CompletionEventThread {
         w.released(); // no thread runs: nothing reads the descriptor
     }
 
-    /** Whether the thread runs (tests: it ends with the last channel). */
+    /** Whether the thread runs (tests: it ends after its linger once the last channel left). */
     synchronized boolean isRunning() {
         return thread != null;
     }
@@ -130,13 +130,20 @@ final class CompletionEventThread {
             LinuxEpoll.closeQuietly(ep);
             throw e;
         }
-        epfd = ep;
-        wake = fd;
         LinuxEpoll.EventFd wakeFd = fd;
         Thread t = new Thread(() -> run(ep, wakeFd), threadName);
         t.setDaemon(true);
+        try {
+            t.start();
+        } catch (Throwable e) {
+            // No thread (the process is out of them): no set may be left that nobody reads.
+            fd.close();
+            LinuxEpoll.closeQuietly(ep);
+            throw e;
+        }
+        epfd = ep;
+        wake = fd;
         thread = t;
-        t.start();
     }
 
     private void signalWake() {
