@@ -43,7 +43,12 @@ final class RdmaChannelInbound {
     private volatile int eagerReleases = 1;
     private volatile AtomicIntegerArray releasedElsewhere;
 
-    private boolean readPending;
+    /**
+     * Written on the loop, except that {@link #clearReadPending} clears it at once from any thread: the loop handles
+     * completions before its tasks, so a message could otherwise be read after autoRead was turned off.
+     */
+    private volatile boolean readPending;
+    private final Runnable clearReadPendingTask = () -> readPending = false;
     private boolean readScheduled;
     private ReceiveBuffers recv;
     private RdmaReceivedByteBuf[] slotBuffers;
@@ -116,9 +121,13 @@ final class RdmaChannelInbound {
         }
     }
 
-    /** {@code autoRead} was turned off (any thread). */
+    /**
+     * {@code autoRead} was turned off (any thread). Cleared at once, and again on the loop after a read the loop began
+     * before it saw autoRead off.
+     */
     void clearReadPending() {
-        channel.runOnLoop(() -> readPending = false);
+        readPending = false;
+        channel.runOnLoop(clearReadPendingTask);
     }
 
     private void scheduledRead() {

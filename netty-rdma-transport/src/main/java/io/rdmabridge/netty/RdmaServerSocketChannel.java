@@ -52,7 +52,11 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
     private RdmaCmId id;
     private volatile boolean active;
     private volatile boolean open = true;
-    private boolean readPending;
+    /**
+     * Written on the loop, except that {@link #clearReadPending} clears it at once from any thread: a connection
+     * request the loop handles before that thread's clearing task must not be accepted either.
+     */
+    private volatile boolean readPending;
     private boolean readScheduled;
 
     /** Creates an unbound listener. */
@@ -138,8 +142,13 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         }
     }
 
-    /** {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. */
+    /**
+     * {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. Cleared
+     * at once, since the loop handles I/O before its tasks and a request could arrive first; and again on the loop,
+     * after a read the loop began before it saw autoRead off.
+     */
     void clearReadPending() {
+        readPending = false;
         runOnLoop(() -> readPending = false);
     }
 

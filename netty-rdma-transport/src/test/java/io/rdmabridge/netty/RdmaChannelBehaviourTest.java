@@ -87,6 +87,40 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     }
 
     /**
+     * An accepted channel whose autoRead another thread turns off reads nothing more until it reads again, although
+     * its loop handles completions before the tasks handed to it. The listener's twin above: under load the next
+     * message used to be read before the loop ran the task that cleared the pending read.
+     */
+    @Test
+    @Timeout(60)
+    void shouldReadNothingOnceAnotherThreadTurnedAutoReadOff() throws Exception {
+        LinkedBlockingQueue<Integer> reads = new LinkedBlockingQueue<>();
+        ChildRecorder recorder = new ChildRecorder();
+        Channel server = listen(new ServerBootstrap().childHandler(new ChannelInitializer<Channel>() {
+            @Override
+            protected void initChannel(Channel ch) {
+                ch.pipeline().addLast(recorder, new ChannelInboundHandlerAdapter() {
+                    @Override
+                    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                        reads.add(((ByteBuf) msg).readableBytes());
+                        ((ByteBuf) msg).release();
+                    }
+                });
+            }
+        }));
+        Channel client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
+        assertNotNull(child, "the accepted channel");
+        client.writeAndFlush(Unpooled.wrappedBuffer(new byte[1])).sync();
+        assertEquals(1, reads.poll(10, TimeUnit.SECONDS), "the first message");
+        child.config().setAutoRead(false);
+        client.writeAndFlush(Unpooled.wrappedBuffer(new byte[2])).sync();
+        assertNull(reads.poll(1, TimeUnit.SECONDS), "read while the channel's autoRead was off");
+        child.config().setAutoRead(true);
+        assertEquals(2, reads.poll(10, TimeUnit.SECONDS), "the second message, once reading again");
+    }
+
+    /**
      * A channel's completion queue signals, and its connection-manager id reports to, the handler of the loop it was
      * first registered with: registering it again after deregister() is refused by name, and the channel closes and
      * releases everything (checked after each test). It used to be accepted, and another loop slept through the
