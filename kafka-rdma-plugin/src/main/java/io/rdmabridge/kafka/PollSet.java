@@ -25,10 +25,7 @@ final class PollSet implements AutoCloseable {
     private static final int CTL_DEL = LinuxEpoll.CTL_DEL;
     private static final int CTL_MOD = LinuxEpoll.CTL_MOD;
 
-    private final int epfd;
-    private final LinuxEpoll.EventFd eventFd;
-    private final int efd;
-    private final long pollArray;
+    private final LinuxEpoll.WakeableSet set;
     private final AtomicBoolean signalled = new AtomicBoolean();
     /** Makes {@link #signal()}'s eventfd write and {@link #close()} mutually exclusive. */
     private final Object eventFdLock = new Object();
@@ -47,37 +44,14 @@ final class PollSet implements AutoCloseable {
                 + "opens sun.nio.ch itself: start the broker with -javaagent", cause);
     }
 
+    /** A new set watching nothing but its signal; a failure part-way leaks no descriptor. */
     PollSet() throws IOException {
-        int ep = LinuxEpoll.create();
-        LinuxEpoll.EventFd fd = null;
-        long array = 0;
-        try {
-            fd = LinuxEpoll.newEventFd();
-            array = LinuxEpoll.allocatePollArray(2);
-            int rc = LinuxEpoll.ctl(ep, CTL_ADD, fd.fd(), POLLIN);
-            if (rc != 0) {
-                throw new IOException("epoll_ctl(op=" + CTL_ADD + ", eventfd " + fd.fd() + ") failed: errno " + rc);
-            }
-        } catch (IOException | RuntimeException | Error t) {
-            // Whatever was made before the failure goes with it: a connection that fails here leaks no descriptor.
-            if (array != 0) {
-                LinuxEpoll.freePollArray(array);
-            }
-            if (fd != null) {
-                fd.close();
-            }
-            LinuxEpoll.closeQuietly(ep);
-            throw t;
-        }
-        epfd = ep;
-        eventFd = fd;
-        efd = fd.fd();
-        pollArray = array;
+        set = LinuxEpoll.WakeableSet.open(2);
     }
 
     /** The descriptor Kafka's selector polls. */
     int fd() {
-        return epfd;
+        return set.fd();
     }
 
     /**
@@ -120,7 +94,7 @@ final class PollSet implements AutoCloseable {
                     return;
                 }
                 try {
-                    eventFd.set();
+                    set.wake();
                 } catch (Throwable t) {
                     // An open eventfd takes the write; should it not, a later signal tries again.
                     signalled.set(false);
@@ -137,25 +111,25 @@ final class PollSet implements AutoCloseable {
         if (closed) {
             return 0;
         }
-        int n = LinuxEpoll.wait(epfd, pollArray, 2, 0);
+        int n = set.wait(0);
         int result = 0;
         for (int i = 0; i < n; i++) {
-            int fd = LinuxEpoll.readyDescriptor(pollArray, i);
-            if (fd == efd) {
+            int fd = set.readyDescriptor(i);
+            if (set.isWake(fd)) {
                 // Drain first, then allow new signals: a signal racing with this either finds the flag still set
                 // (its state change is seen by the readiness check that follows this poll) or writes anew.
-                eventFd.reset();
+                set.resetWake();
                 signalled.set(false);
                 result |= 1 << 31;
             } else if (fd == socketFd) {
-                result |= LinuxEpoll.readyEvents(pollArray, i);
+                result |= set.readyEvents(i);
             }
         }
         return result;
     }
 
     private void ctl(int op, int fd, int events) throws IOException {
-        int rc = LinuxEpoll.ctl(epfd, op, fd, events);
+        int rc = set.ctl(op, fd, events);
         // ENOENT after the socket closed itself (it leaves epoll on close) is harmless.
         if (rc != 0 && !(op == CTL_DEL)) {
             throw new IOException("epoll_ctl(op=" + op + ", fd=" + fd + ", events=0x" + Integer.toHexString(events)
@@ -170,9 +144,7 @@ final class PollSet implements AutoCloseable {
                 return;
             }
             closed = true;
-            eventFd.close();
+            set.close();
         }
-        LinuxEpoll.closeQuietly(epfd);
-        LinuxEpoll.freePollArray(pollArray);
     }
 }

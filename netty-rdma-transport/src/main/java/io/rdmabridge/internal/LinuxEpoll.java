@@ -12,8 +12,8 @@ import java.lang.invoke.MethodType;
  *
  * <p>Usable where {@code sun.nio.ch} is open to this class's module ({@code --add-opens
  * java.base/sun.nio.ch=ALL-UNNAMED}, or an agent that opens it); elsewhere {@link #unavailabilityCause()} says why and
- * every other method throws {@link IOException}. The methods are thin: each is one system call and reports failure as
- * the JDK does (an {@link IOException}, or an errno for {@code epoll_ctl}).
+ * {@link WakeableSet#open} throws {@link IOException}. The methods are thin: each is one system call and reports failure
+ * as the JDK does (an {@link IOException}, or an errno for {@code epoll_ctl}).
  */
 public final class LinuxEpoll {
     public static final int EPOLLIN = 0x001;
@@ -105,62 +105,135 @@ public final class LinuxEpoll {
         return UNAVAILABILITY_CAUSE;
     }
 
-    /** {@code epoll_create}: a new epoll set's descriptor. */
-    public static int create() throws IOException {
-        checkAvailable();
-        try {
-            return (int) EPOLL_CREATE.invokeExact();
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-    }
-
-    /** {@code epoll_ctl}: 0, or the errno it failed with. */
-    public static int ctl(int epfd, int op, int fd, int events) throws IOException {
-        checkAvailable();
-        try {
-            return (int) EPOLL_CTL.invokeExact(epfd, op, fd, events);
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-    }
-
-    /** {@code epoll_ctl}, its failure ignored (a descriptor leaving a set it may have left already). */
-    public static void ctlQuietly(int epfd, int op, int fd) {
-        try {
-            int rc = (int) EPOLL_CTL.invokeExact(epfd, op, fd, 0);
-        } catch (Throwable ignored) {
-            // As documented.
-        }
-    }
-
     /**
-     * {@code epoll_wait} into {@code pollArray} (from {@link #allocatePollArray}): how many descriptors are ready, or
-     * a negative value when a signal interrupted the wait.
+     * An epoll set with an eventfd in it, by which any thread can wake its waiter, and the native array that {@code
+     * epoll_wait} fills: made together and closed together, so that a failure part-way leaks no descriptor.
      *
-     * @param timeoutMillis {@code -1} waits without limit, 0 not at all
+     * <p>Not thread-safe: its owner calls {@link #wait}, the ready-entry readers and {@link #close()}; others may call
+     * {@link #wake()} only while the owner guarantees the set is open (the eventfd's number is reused once closed).
      */
-    public static int wait(int epfd, long pollArray, int max, int timeoutMillis) throws IOException {
-        checkAvailable();
-        try {
-            return (int) EPOLL_WAIT.invokeExact(epfd, pollArray, max, timeoutMillis);
-        } catch (Throwable t) {
-            throw asIoException(t);
+    public static final class WakeableSet implements AutoCloseable {
+        private final int epfd;
+        private final EventFd wake;
+        private final long pollArray;
+        private final int maxEvents;
+
+        private WakeableSet(int epfd, EventFd wake, long pollArray, int maxEvents) {
+            this.epfd = epfd;
+            this.wake = wake;
+            this.pollArray = pollArray;
+            this.maxEvents = maxEvents;
+        }
+
+        /** A new set that reports at most {@code maxEvents} ready descriptors per {@link #wait}. */
+        public static WakeableSet open(int maxEvents) throws IOException {
+            checkAvailable();
+            int ep = -1;
+            EventFd fd = null;
+            long array = 0;
+            try {
+                ep = (int) EPOLL_CREATE.invokeExact();
+                fd = newEventFd();
+                array = (long) EPOLL_ALLOC.invokeExact(maxEvents);
+                int rc = (int) EPOLL_CTL.invokeExact(ep, CTL_ADD, fd.fd, EPOLLIN);
+                if (rc != 0) {
+                    throw new IOException("epoll_ctl(ADD) of an eventfd failed: errno " + rc);
+                }
+                return new WakeableSet(ep, fd, array, maxEvents);
+            } catch (Throwable t) {
+                if (array != 0) {
+                    freePollArray(array);
+                }
+                if (fd != null) {
+                    fd.close();
+                }
+                if (ep >= 0) {
+                    closeQuietly(ep);
+                }
+                throw asIoException(t);
+            }
+        }
+
+        /** The epoll set's descriptor (pollable itself: readable while a member is ready). */
+        public int fd() {
+            return epfd;
+        }
+
+        /** {@code epoll_ctl} on this set: 0, or the errno it failed with. */
+        public int ctl(int op, int fd, int events) throws IOException {
+            try {
+                return (int) EPOLL_CTL.invokeExact(epfd, op, fd, events);
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** Takes {@code fd} out of the set, a failure ignored (it may have left already, by closing). */
+        public void removeQuietly(int fd) {
+            try {
+                EPOLL_CTL.invoke(epfd, CTL_DEL, fd, 0); // invoke, not invokeExact: the errno is dropped
+            } catch (Throwable ignored) {
+                // As documented.
+            }
+        }
+
+        /**
+         * {@code epoll_wait}: how many descriptors are ready (read them with {@link #readyDescriptor} and {@link
+         * #readyEvents}), or a negative value when a signal interrupted the wait.
+         *
+         * @param timeoutMillis {@code -1} waits without limit, 0 not at all
+         */
+        public int wait(int timeoutMillis) throws IOException {
+            try {
+                return (int) EPOLL_WAIT.invokeExact(epfd, pollArray, maxEvents, timeoutMillis);
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** The descriptor of the {@code i}-th ready entry of the last {@link #wait}. */
+        public int readyDescriptor(int i) throws IOException {
+            try {
+                return (int) EPOLL_GET_DESCRIPTOR.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** The events ({@link #EPOLLIN} and so on) of the {@code i}-th ready entry of the last {@link #wait}. */
+        public int readyEvents(int i) throws IOException {
+            try {
+                return (int) EPOLL_GET_EVENTS.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
+            } catch (Throwable t) {
+                throw asIoException(t);
+            }
+        }
+
+        /** Whether {@code fd}, a ready descriptor, is this set's eventfd: then {@link #resetWake()}. */
+        public boolean isWake(int fd) {
+            return fd == wake.fd;
+        }
+
+        /** Makes the eventfd readable: the owner's {@link #wait} returns. */
+        public void wake() throws IOException {
+            wake.set();
+        }
+
+        /** Makes the eventfd unreadable again. */
+        public void resetWake() throws IOException {
+            wake.reset();
+        }
+
+        /** Closes the eventfd and the set and frees the array; failures are ignored (nothing is left to release). */
+        @Override
+        public void close() {
+            wake.close();
+            closeQuietly(epfd);
+            freePollArray(pollArray);
         }
     }
 
-    /** Native memory for {@code max} {@code struct epoll_event}s; give it back with {@link #freePollArray}. */
-    public static long allocatePollArray(int max) throws IOException {
-        checkAvailable();
-        try {
-            return (long) EPOLL_ALLOC.invokeExact(max);
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-    }
-
-    /** Frees what {@link #allocatePollArray} gave. */
-    public static void freePollArray(long pollArray) {
+    private static void freePollArray(long pollArray) {
         try {
             EPOLL_FREE.invokeExact(pollArray);
         } catch (Throwable ignored) {
@@ -168,30 +241,11 @@ public final class LinuxEpoll {
         }
     }
 
-    /** The descriptor of the {@code i}-th ready entry that {@link #wait} wrote. */
-    public static int readyDescriptor(long pollArray, int i) throws IOException {
-        try {
-            return (int) EPOLL_GET_DESCRIPTOR.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-    }
-
-    /** The events ({@link #EPOLLIN} and so on) of the {@code i}-th ready entry that {@link #wait} wrote. */
-    public static int readyEvents(long pollArray, int i) throws IOException {
-        try {
-            return (int) EPOLL_GET_EVENTS.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
-        } catch (Throwable t) {
-            throw asIoException(t);
-        }
-    }
-
-    /** Closes a descriptor this class made (an epoll set). Failures are ignored: nothing is left to release. */
-    public static void closeQuietly(int fd) {
+    private static void closeQuietly(int fd) {
         try {
             CLOSE_INT_FD.invokeExact(fd);
         } catch (Throwable ignored) {
-            // As documented.
+            // Nothing is left to release.
         }
     }
 
@@ -216,7 +270,7 @@ public final class LinuxEpoll {
             this.fd = fd;
         }
 
-        /** Its descriptor, for {@link #ctl}. */
+        /** Its descriptor. */
         public int fd() {
             return fd;
         }

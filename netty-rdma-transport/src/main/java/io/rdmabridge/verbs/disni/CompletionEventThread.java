@@ -3,10 +3,10 @@ package io.rdmabridge.verbs.disni;
 import io.rdmabridge.internal.LinuxEpoll;
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -27,7 +27,8 @@ import org.slf4j.LoggerFactory;
  * Watched#readable()} fails is taken out of the set and told through {@link Watched#failed}; the others go on.
  *
  * <p>Threading: {@link #add} and {@link #remove} from any thread (they take this object's lock, and are called once
- * per completion queue, never per completion); the callbacks run on the thread.
+ * per completion queue, never per completion); the callbacks run on the thread, which finds a ready descriptor's
+ * channel without the lock.
  */
 final class CompletionEventThread {
     private static final Logger logger = LoggerFactory.getLogger(CompletionEventThread.class);
@@ -54,12 +55,16 @@ final class CompletionEventThread {
     private final String threadName;
     private final long lingerNanos;
     private final ConcurrentLinkedQueue<Watched> removals = new ConcurrentLinkedQueue<>();
-    // Guarded by this: the running thread's set, and what it watches by descriptor number.
+    // Guarded by this: the running thread and its set.
     private Thread thread;
-    private int epfd = -1;
-    private LinuxEpoll.EventFd wake;
-    private Watched[] byFd = new Watched[0];
-    private int watched;
+    private LinuxEpoll.WakeableSet set;
+    /**
+     * What is watched, by descriptor number: written under this object's lock (a grown array is filled before it is
+     * published), read by the thread without it.
+     */
+    private volatile AtomicReferenceArray<Watched> byFd = new AtomicReferenceArray<>(0);
+    /** Written under this object's lock; the thread reads it without, then checks again under it. */
+    private volatile int watched;
 
     CompletionEventThread(String threadName) {
         this(threadName, IDLE_LINGER_MILLIS);
@@ -79,21 +84,34 @@ final class CompletionEventThread {
     /** Starts watching {@code w}; starts the thread if none runs. */
     synchronized void add(Watched w) throws IOException {
         int fd = w.fd();
-        if (fd < 0 || (fd < byFd.length && byFd[fd] != null)) {
+        AtomicReferenceArray<Watched> table = byFd;
+        if (fd < 0 || (fd < table.length() && table.get(fd) != null)) {
             throw new IllegalArgumentException("descriptor " + fd + " (expected: an open one not watched yet)");
         }
         if (thread == null) {
             start();
         }
-        int rc = LinuxEpoll.ctl(epfd, LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
+        if (fd >= table.length()) {
+            AtomicReferenceArray<Watched> grown = new AtomicReferenceArray<>(Math.max(fd + 1, table.length() * 2));
+            for (int i = 0; i < table.length(); i++) {
+                grown.set(i, table.get(i));
+            }
+            byFd = table = grown;
+        }
+        // Known before it joins the set: the thread may see it ready at once.
+        table.set(fd, w);
+        int rc;
+        try {
+            rc = set.ctl(LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
+        } catch (IOException | RuntimeException e) {
+            table.set(fd, null);
+            throw e;
+        }
         if (rc != 0) {
+            table.set(fd, null);
             signalWake(); // a thread just started for this channel ends again, after its linger, with nothing to watch
             throw new IOException("epoll_ctl(ADD) of completion channel " + fd + " failed: errno " + rc);
         }
-        if (fd >= byFd.length) {
-            byFd = Arrays.copyOf(byFd, Math.max(fd + 1, byFd.length * 2));
-        }
-        byFd[fd] = w;
         watched++;
     }
 
@@ -115,54 +133,30 @@ final class CompletionEventThread {
     }
 
     private void start() throws IOException {
-        int ep = LinuxEpoll.create();
-        LinuxEpoll.EventFd fd = null;
-        try {
-            fd = LinuxEpoll.newEventFd();
-            int rc = LinuxEpoll.ctl(ep, LinuxEpoll.CTL_ADD, fd.fd(), LinuxEpoll.EPOLLIN);
-            if (rc != 0) {
-                throw new IOException("epoll_ctl(ADD) of an eventfd failed: errno " + rc);
-            }
-        } catch (IOException | RuntimeException | Error e) {
-            if (fd != null) {
-                fd.close();
-            }
-            LinuxEpoll.closeQuietly(ep);
-            throw e;
-        }
-        LinuxEpoll.EventFd wakeFd = fd;
-        Thread t = new Thread(() -> run(ep, wakeFd), threadName);
+        LinuxEpoll.WakeableSet s = LinuxEpoll.WakeableSet.open(MAX_EVENTS);
+        Thread t = new Thread(() -> run(s), threadName);
         t.setDaemon(true);
         try {
             t.start();
         } catch (Throwable e) {
             // No thread (the process is out of them): no set may be left that nobody reads.
-            fd.close();
-            LinuxEpoll.closeQuietly(ep);
+            s.close();
             throw e;
         }
-        epfd = ep;
-        wake = fd;
+        set = s;
         thread = t;
     }
 
     private void signalWake() {
         try {
-            wake.set();
+            set.wake();
         } catch (IOException | RuntimeException e) {
             // An open eventfd takes the write; the thread still finds the removal at its next event.
             logger.warn("Waking the completion event thread failed: {}", e.toString());
         }
     }
 
-    private void run(int ep, LinuxEpoll.EventFd fd) {
-        long events;
-        try {
-            events = LinuxEpoll.allocatePollArray(MAX_EVENTS);
-        } catch (IOException | RuntimeException e) {
-            fail(e);
-            return;
-        }
+    private void run(LinuxEpoll.WakeableSet s) {
         long idleSince = 0;
         try {
             while (true) {
@@ -171,11 +165,11 @@ final class CompletionEventThread {
                     timeout = (int) Math.max(1, TimeUnit.NANOSECONDS.toMillis(lingerNanos - (System.nanoTime()
                             - idleSince)) + 1);
                 }
-                int n = LinuxEpoll.wait(ep, events, MAX_EVENTS, timeout);
+                int n = s.wait(timeout);
                 for (int i = 0; i < n; i++) {
-                    int ready = LinuxEpoll.readyDescriptor(events, i);
-                    if (ready == fd.fd()) {
-                        fd.reset();
+                    int ready = s.readyDescriptor(i);
+                    if (s.isWake(ready)) {
+                        s.resetWake();
                         continue;
                     }
                     Watched w = watchedAt(ready);
@@ -195,7 +189,7 @@ final class CompletionEventThread {
                     forget(w);
                     releaseQuietly(w);
                 }
-                if (!isIdle()) {
+                if (watched > 0 || !removals.isEmpty()) {
                     idleSince = 0;
                 } else if (idleSince == 0) {
                     idleSince = System.nanoTime();
@@ -209,30 +203,26 @@ final class CompletionEventThread {
             if (t instanceof Error e) {
                 throw e;
             }
-        } finally {
-            LinuxEpoll.freePollArray(events);
         }
     }
 
-    private synchronized Watched watchedAt(int fd) {
-        return fd < byFd.length ? byFd[fd] : null;
+    private Watched watchedAt(int fd) {
+        AtomicReferenceArray<Watched> table = byFd;
+        return fd < table.length() ? table.get(fd) : null;
     }
 
     /** Takes {@code w} out of the set; whether it was in it. */
     private synchronized boolean forget(Watched w) {
         int fd = w.fd();
-        if (fd < 0 || fd >= byFd.length || byFd[fd] != w) {
+        AtomicReferenceArray<Watched> table = byFd;
+        if (fd < 0 || fd >= table.length() || table.get(fd) != w) {
             return false;
         }
         // Before its descriptor closes (released() does that), so that the number can be reused.
-        LinuxEpoll.ctlQuietly(epfd, LinuxEpoll.CTL_DEL, fd);
-        byFd[fd] = null;
+        set.removeQuietly(fd);
+        table.set(fd, null);
         watched--;
         return true;
-    }
-
-    private synchronized boolean isIdle() {
-        return watched == 0 && removals.isEmpty();
     }
 
     /** Ends the thread (closing the set) when nothing is watched and nothing waits for removal; whether it did. */
@@ -245,10 +235,8 @@ final class CompletionEventThread {
     }
 
     private synchronized void closeSet() {
-        wake.close();
-        LinuxEpoll.closeQuietly(epfd);
-        epfd = -1;
-        wake = null;
+        set.close();
+        set = null;
         thread = null;
     }
 
@@ -258,10 +246,11 @@ final class CompletionEventThread {
         List<Watched> failed = new ArrayList<>();
         List<Watched> released = new ArrayList<>();
         synchronized (this) {
-            for (int i = 0; i < byFd.length; i++) {
-                if (byFd[i] != null) {
-                    failed.add(byFd[i]);
-                    byFd[i] = null;
+            AtomicReferenceArray<Watched> table = byFd;
+            for (int i = 0; i < table.length(); i++) {
+                Watched w = table.getAndSet(i, null);
+                if (w != null) {
+                    failed.add(w);
                 }
             }
             watched = 0;
