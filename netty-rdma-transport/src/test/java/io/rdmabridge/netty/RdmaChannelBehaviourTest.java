@@ -552,7 +552,9 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     /**
      * A peer host that vanishes without a reset (power lost, cable cut): the channel's write waits for an
      * acknowledgement that never comes, so the channel closes once the transport's retries would have run out on a NIC
-     * (RETRY_EXC_ERR), naming it. It used to wait for TCP's own retransmission timeout, about 15 minutes.
+     * (RETRY_EXC_ERR), naming it. It used to wait for TCP's own retransmission timeout, about 15 minutes. The vanished
+     * side wrote first, and sooner: a host that is gone runs no timer of its own, so nothing of its reaches the client
+     * (its transport used to time out first and close the link, which the client saw as a reset).
      */
     @Test
     @Timeout(30)
@@ -567,6 +569,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         RdmaSocketChannel client = client(server, clientSink);
         RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
         provider.faults().silence(child.queuePair());
+        child.writeAndFlush(child.alloc().directBuffer(100).writeZero(100));
+        Thread.sleep(600); // more than a liveness check apart: were its timer to run, it would fire first
         client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100));
         assertTrue(clientSink.inactive.await(10, TimeUnit.SECONDS), "the client waited on for its vanished peer");
         Throwable failure = clientSink.failure.get();

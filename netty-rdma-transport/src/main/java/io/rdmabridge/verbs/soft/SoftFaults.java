@@ -118,9 +118,10 @@ public final class SoftFaults {
 
     /**
      * Silences the TCP link under {@code qp} as if its host vanished without a reset (power lost, cable cut,
-     * partition): that side stops reading and writing, its socket stays open, and its peer hears nothing more. The
-     * peer's waiting work requests then end by its transport timeout ({@code rdmabridge.soft.transportTimeoutMillis}).
-     * The silenced side closes as usual when its queue pair or id is closed.
+     * partition): that side stops reading and writing and runs no transport timeout of its own, its socket stays
+     * open, and its peer hears nothing more. The peer's waiting work requests then end by its transport timeout
+     * ({@code rdmabridge.soft.transportTimeoutMillis}). The silenced side closes as usual when its queue pair or id is
+     * closed.
      *
      * @throws IllegalArgumentException when {@code qp} is not connected over TCP (an in-JVM peer cannot vanish; use
      *                                  {@code rdmabridge.soft.loopback=tcp})

@@ -2287,7 +2287,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
      * queue's lock, so that an acknowledgement executed meanwhile (its bytes were read first) cancels it.
      */
     private void checkLiveness() {
-        if (phase != CONNECTED || torn.get()) {
+        // A silenced link stands for a host that vanished: it runs no timer either, or its own timeout would close
+        // the socket and tell the peer, which a host that lost power never does.
+        if (phase != CONNECTED || torn.get() || silenced) {
             return;
         }
         long signs = signs();
@@ -2344,7 +2346,10 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         closeNow();
     }
 
-    /** {@link SoftFaults#silence}: from now on this side neither reads nor writes, without closing its socket. */
+    /**
+     * {@link SoftFaults#silence}: from now on this side neither reads nor writes nor times out, without closing its
+     * socket.
+     */
     void silence() {
         silenced = true;
         engine.execute(() -> {
