@@ -57,6 +57,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
      * request the loop handles before that thread's clearing task must not be accepted either.
      */
     private volatile boolean readPending;
+    private final Runnable clearReadPendingTask = () -> readPending = false;
     private boolean readScheduled;
 
     /** Creates an unbound listener. */
@@ -149,7 +150,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
      */
     void clearReadPending() {
         readPending = false;
-        runOnLoop(() -> readPending = false);
+        runOnLoop(clearReadPendingTask);
     }
 
     private void readAccepted() {
