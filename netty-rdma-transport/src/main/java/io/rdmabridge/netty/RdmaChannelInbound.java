@@ -43,12 +43,7 @@ final class RdmaChannelInbound {
     private volatile int eagerReleases = 1;
     private volatile AtomicIntegerArray releasedElsewhere;
 
-    /**
-     * Written on the loop, except that {@link #clearReadPending} clears it at once from any thread: the loop handles
-     * completions before its tasks, so a message could otherwise be read after autoRead was turned off.
-     */
-    private volatile boolean readPending;
-    private final Runnable clearReadPendingTask = () -> readPending = false;
+    private final ReadPending readPending;
     private boolean readScheduled;
     private ReceiveBuffers recv;
     private RdmaReceivedByteBuf[] slotBuffers;
@@ -67,6 +62,7 @@ final class RdmaChannelInbound {
 
     RdmaChannelInbound(RdmaSocketChannel channel) {
         this.channel = channel;
+        this.readPending = new ReadPending(channel);
     }
 
     /** The channel became active: one reusable buffer per receive slot of {@code recv}. */
@@ -90,7 +86,7 @@ final class RdmaChannelInbound {
     }
 
     boolean isReadPending() {
-        return readPending;
+        return readPending.isPending();
     }
 
     /** Whether a rendezvous waits for send-queue room for its READ: the next poll should read again. */
@@ -113,7 +109,7 @@ final class RdmaChannelInbound {
         if (inputShutdown && inputEndSeen) {
             return;
         }
-        readPending = true;
+        readPending.set();
         RdmaConnection c = channel.connection;
         if (c != null && (hasInbound(c) || channel.closing.isPeerGone()) && !readScheduled) {
             readScheduled = true;
@@ -121,19 +117,15 @@ final class RdmaChannelInbound {
         }
     }
 
-    /**
-     * {@code autoRead} was turned off (any thread). Cleared at once, and again on the loop after a read the loop began
-     * before it saw autoRead off.
-     */
+    /** {@code autoRead} was turned off (any thread): no message is read from now on until the next read. */
     void clearReadPending() {
-        readPending = false;
-        channel.runOnLoop(clearReadPendingTask);
+        readPending.cancel();
     }
 
     private void scheduledRead() {
         readScheduled = false;
         try {
-            if (readPending && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
+            if (readPending.isPending() && channel.state == RdmaSocketChannel.STATE_ACTIVE) {
                 readNow();
                 RdmaConnection c = channel.connection;
                 if (channel.closing.isPeerGone() && c != null && !hasInbound(c)) {
@@ -292,7 +284,7 @@ final class RdmaChannelInbound {
         allocHandle.attemptedBytesRead(bytes);
         allocHandle.lastBytesRead(bytes);
         allocHandle.incMessagesRead(1);
-        readPending = false;
+        readPending.delivered();
         channel.pipeline().fireChannelRead(piece);
     }
 
@@ -443,7 +435,7 @@ final class RdmaChannelInbound {
     /** The loop's rendezvous budget grew: read the waiting rendezvous if a read is pending. Loop thread. */
     void budgetMayBeAvailable() {
         awaitingBudget = false;
-        if (channel.state == RdmaSocketChannel.STATE_ACTIVE && readPending) {
+        if (channel.state == RdmaSocketChannel.STATE_ACTIVE && readPending.isPending()) {
             readNow();
         }
     }

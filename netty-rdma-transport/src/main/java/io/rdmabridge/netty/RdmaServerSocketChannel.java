@@ -52,12 +52,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
     private RdmaCmId id;
     private volatile boolean active;
     private volatile boolean open = true;
-    /**
-     * Written on the loop, except that {@link #clearReadPending} clears it at once from any thread: a connection
-     * request the loop handles before that thread's clearing task must not be accepted either.
-     */
-    private volatile boolean readPending;
-    private final Runnable clearReadPendingTask = () -> readPending = false;
+    private final ReadPending readPending = new ReadPending(this);
     private boolean readScheduled;
 
     /** Creates an unbound listener. */
@@ -133,7 +128,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
 
     @Override
     protected void doBeginRead() {
-        readPending = true;
+        readPending.set();
         if (!pending.isEmpty() && !readScheduled) {
             readScheduled = true;
             eventLoop().execute(() -> {
@@ -143,18 +138,13 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         }
     }
 
-    /**
-     * {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. Cleared
-     * at once, since the loop handles I/O before its tasks and a request could arrive first; and again on the loop,
-     * after a read the loop began before it saw autoRead off.
-     */
+    /** {@code autoRead} was turned off (any thread): accepted channels wait in the backlog until the next read. */
     void clearReadPending() {
-        readPending = false;
-        runOnLoop(clearReadPendingTask);
+        readPending.cancel();
     }
 
     private void readAccepted() {
-        if (!readPending || pending.isEmpty() || !isOpen()) {
+        if (!readPending.isPending() || pending.isEmpty() || !isOpen()) {
             return;
         }
         RecvByteBufAllocator.Handle allocHandle = unsafe().recvBufAllocHandle();
@@ -166,7 +156,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
                 break;
             }
             allocHandle.incMessagesRead(1);
-            readPending = false;
+            readPending.delivered();
             delivered = true;
             pipeline().fireChannelRead(child);
         } while (allocHandle.continueReading());
@@ -203,7 +193,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
             return;
         }
         pending.add(child);
-        if (readPending) {
+        if (readPending.isPending()) {
             readAccepted();
         }
     }
