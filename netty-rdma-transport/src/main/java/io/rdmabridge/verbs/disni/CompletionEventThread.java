@@ -92,11 +92,7 @@ final class CompletionEventThread {
             start();
         }
         if (fd >= table.length()) {
-            AtomicReferenceArray<Watched> grown = new AtomicReferenceArray<>(Math.max(fd + 1, table.length() * 2));
-            for (int i = 0; i < table.length(); i++) {
-                grown.set(i, table.get(i));
-            }
-            byFd = table = grown;
+            byFd = table = grown(table, fd + 1);
         }
         // Known before it joins the set: the thread may see it ready at once.
         table.set(fd, w);
@@ -204,6 +200,15 @@ final class CompletionEventThread {
                 throw e;
             }
         }
+    }
+
+    /** A copy of {@code table} with room for at least {@code length} descriptors, filled before it is published. */
+    private static AtomicReferenceArray<Watched> grown(AtomicReferenceArray<Watched> table, int length) {
+        AtomicReferenceArray<Watched> grown = new AtomicReferenceArray<>(Math.max(length, table.length() * 2));
+        for (int i = 0; i < table.length(); i++) {
+            grown.set(i, table.get(i));
+        }
+        return grown;
     }
 
     private Watched watchedAt(int fd) {
