@@ -258,6 +258,16 @@ final class RdmaChannelClosing {
         channel.state = RdmaSocketChannel.STATE_CLOSED;
         closeRequested = true;
         cancelLinger();
+        if (delayedShutdownPromise != null) {
+            // The writes it waited for never completed (a peer that does not read them, say): it never will.
+            ChannelPromise p = delayedShutdownPromise;
+            delayedShutdownPromise = null;
+            ClosedChannelException closed = new ClosedChannelException();
+            closed.initCause(new IOException("the channel closed before the writes that shutdownOutput() waited for "
+                    + "had completed (the peer had not read them), so no end of stream followed them; to shut the "
+                    + "output down first, await the shutdown's future before closing"));
+            p.tryFailure(closed);
+        }
         channel.setup.closed();
         if (previous != RdmaSocketChannel.STATE_CLOSED) {
             releaseResources();

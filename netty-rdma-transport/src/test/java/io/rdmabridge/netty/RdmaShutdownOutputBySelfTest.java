@@ -264,6 +264,33 @@ class RdmaShutdownOutputBySelfTest extends AbstractSoftChannelTest {
 
     @Test
     @Timeout(30)
+    void shouldFailAShutdownStillWaitingForAWriteWhenTheChannelCloses() throws Exception {
+        // The peer never reads, so the rendezvous it was offered is never pulled and the shutdown waits for it; the
+        // close (graceful, then forced after its linger) must end that wait rather than leave the future pending.
+        Peer peer = new Peer();
+        Channel server = listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .childOption(ChannelOption.AUTO_READ, false).childHandler(peer));
+        RdmaSocketChannel ch = connect(clientBootstrap(new Self()), server);
+        peer.awaitChannel();
+
+        byte[] large = randomBytes(512 * 1024, 6);
+        List<ChannelFuture> futures = ch.eventLoop().submit(() -> List.of(
+                ch.writeAndFlush(direct(ch, large)),
+                ch.shutdownOutput())).get();
+        ChannelFuture shutdown = futures.get(1);
+        assertFalse(shutdown.await(300, TimeUnit.MILLISECONDS), "the shutdown did not wait for the write");
+
+        ch.close();
+        assertTrue(shutdown.await(10, TimeUnit.SECONDS), "the shutdown's future stayed pending after the close");
+        assertInstanceOf(ClosedChannelException.class, shutdown.cause());
+        assertTrue(String.valueOf(shutdown.cause().getCause()).contains("await the shutdown's future"),
+                String.valueOf(shutdown.cause().getCause()));
+        assertTrue(futures.get(0).await(10, TimeUnit.SECONDS), "the write's future stayed pending after the close");
+        assertFalse(futures.get(0).isSuccess(), "a write the peer never read succeeded");
+    }
+
+    @Test
+    @Timeout(30)
     void shouldFailShutdownOfAClosedChannel() throws Exception {
         Peer peer = new Peer();
         Channel server = server(peer);
