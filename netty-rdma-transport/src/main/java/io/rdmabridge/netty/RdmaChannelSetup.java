@@ -30,6 +30,7 @@ import java.nio.channels.UnresolvedAddressException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -79,7 +80,8 @@ final class RdmaChannelSetup {
     private final Object acceptLock = new Object();
     /** Set under {@link #acceptLock} once this channel released what its accept task would use. */
     private boolean acceptAbandoned;
-    private boolean handshakeCounted;
+    /** Whether this accepted channel counts against its listener's backlog: from its read until active or closed. */
+    private final AtomicBoolean handshakeCounted = new AtomicBoolean();
     private InetSocketAddress requestedRemote;
 
     /** For an unconnected channel ({@code id} {@code null}), or an accepted one whose id {@code idOwner} owns. */
@@ -274,9 +276,6 @@ final class RdmaChannelSetup {
 
     /** Accepted channel, on its own loop: prepare, then let the id's owner create the queue pair and accept. */
     private void startAccept() {
-        // Counted against the listener's backlog until it is active or closed: it holds a queue pair from now on.
-        ((RdmaServerSocketChannel) channel.parent()).handshakeStarted();
-        handshakeCounted = true;
         try {
             createQueuePair();
         } catch (Throwable e) {
@@ -498,9 +497,19 @@ final class RdmaChannelSetup {
 
     /** The handshake ended (the channel is active, or closed): the listener may take one more request. */
     void handshakeEnded() {
-        if (handshakeCounted) {
-            handshakeCounted = false;
+        if (handshakeCounted.compareAndSet(true, false)) {
             ((RdmaServerSocketChannel) channel.parent()).handshakeEnded();
+        }
+    }
+
+    /**
+     * The listener read this accepted channel (its loop): from now until the channel is active or closed it counts
+     * against the listener's backlog, since it will hold a queue pair and receive buffers, and its registration with
+     * a loop of its own may wait behind that loop's other work.
+     */
+    void handshakeStarted() {
+        if (handshakeCounted.compareAndSet(false, true)) {
+            ((RdmaServerSocketChannel) channel.parent()).handshakeStarted();
         }
     }
 

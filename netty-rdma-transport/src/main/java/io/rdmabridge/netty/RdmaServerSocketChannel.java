@@ -44,9 +44,10 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
     private final RdmaServerChannelConfig config = new RdmaServerChannelConfig(this);
     private final ArrayDeque<RdmaSocketChannel> pending = new ArrayDeque<>();
     /**
-     * Accepted channels registered and in their handshake: each holds a queue pair and its receive buffers, so
-     * {@code SO_BACKLOG} bounds them with the requests not yet read, as a TCP listener's backlog bounds its
-     * half-open connections. Children start and end their handshake on their own event loops.
+     * Accepted channels read and not yet active nor closed: each holds, or is about to hold once its own loop has
+     * registered it, a queue pair and its receive buffers, so {@code SO_BACKLOG} bounds them with the requests not yet
+     * read, as a TCP listener's backlog bounds its half-open connections. Counted when read (this loop), ended on the
+     * children's own loops.
      */
     private final AtomicInteger handshaking = new AtomicInteger();
     private RdmaCmId id;
@@ -158,6 +159,7 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
             allocHandle.incMessagesRead(1);
             readPending.delivered();
             delivered = true;
+            child.setup.handshakeStarted();
             pipeline().fireChannelRead(child);
         } while (allocHandle.continueReading());
         if (delivered) {
@@ -198,12 +200,12 @@ public final class RdmaServerSocketChannel extends AbstractRdmaChannel implement
         }
     }
 
-    /** An accepted channel starts its handshake: it creates its queue pair (on its own event loop). */
+    /** An accepted channel left the backlog for the pipeline: it counts against it until active or closed. */
     void handshakeStarted() {
         handshaking.incrementAndGet();
     }
 
-    /** An accepted channel that started its handshake became active or closed (on its own event loop). */
+    /** An accepted channel that was read became active or closed (on its own event loop). */
     void handshakeEnded() {
         handshaking.decrementAndGet();
     }

@@ -10,6 +10,8 @@ import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.ConnectTimeoutException;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
@@ -20,7 +22,14 @@ import org.junit.jupiter.api.Test;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
@@ -231,5 +240,80 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
             }
         } while (outcome != CmEventType.ESTABLISHED && System.nanoTime() < deadline);
         assertEquals(CmEventType.ESTABLISHED, outcome, "the listener stayed full");
+    }
+
+    @Test
+    void shouldCountAcceptedConnectionsAgainstSoBacklogWhileTheirOwnLoopIsBusy() throws Exception {
+        // Children on a loop of their own: between the listener's read and their registration there, a burst of
+        // requests must not slip past SO_BACKLOG, for each will hold a queue pair and its receive buffers.
+        EventLoopGroup children = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        ExecutorService clients = Executors.newFixedThreadPool(8);
+        CountDownLatch busy = new CountDownLatch(1);
+        List<Future<RawVerbsPeer>> attempts = new ArrayList<>();
+        try {
+            Channel server = new ServerBootstrap().group(group, children).channel(RdmaServerSocketChannel.class)
+                    .option(ChannelOption.SO_BACKLOG, 2)
+                    .childHandler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public boolean isSharable() {
+                            return true;
+                        }
+                    })
+                    .bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).sync().channel();
+            channels.add(server);
+            children.execute(() -> {
+                try {
+                    busy.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            InetSocketAddress address = (InetSocketAddress) server.localAddress();
+            for (int i = 0; i < 8; i++) {
+                attempts.add(clients.submit(() -> RawVerbsPeer.attempt(provider, address, () -> { })));
+            }
+            // The refused ones end while the children's loop is still busy; the two admitted wait for it.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(8);
+            int rejected;
+            do {
+                rejected = 0;
+                for (Future<RawVerbsPeer> f : attempts) {
+                    if (f.isDone() && outcome(f) == CmEventType.REJECTED) {
+                        rejected++;
+                    }
+                }
+                Thread.sleep(20);
+            } while (rejected < 6 && System.nanoTime() < deadline);
+            assertEquals(6, rejected, "connection requests refused by a listener with SO_BACKLOG 2 while its "
+                    + "children's loop was busy");
+            busy.countDown();
+            int established = 0;
+            for (Future<RawVerbsPeer> f : attempts) {
+                if (f.get(10, TimeUnit.SECONDS).outcome() == CmEventType.ESTABLISHED) {
+                    established++;
+                }
+            }
+            assertEquals(2, established, "connections accepted once the children's loop was free");
+        } finally {
+            busy.countDown();
+            for (Future<RawVerbsPeer> f : attempts) {
+                try {
+                    f.get(15, TimeUnit.SECONDS).close();
+                } catch (ExecutionException e) {
+                    // The attempt itself failed; the assertions above name it.
+                }
+            }
+            clients.shutdown();
+            children.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
+    }
+
+    /** How a finished attempt ended; {@code null} when the attempt itself failed (the test's assertions name it). */
+    private static CmEventType outcome(Future<RawVerbsPeer> attempt) throws InterruptedException {
+        try {
+            return attempt.get().outcome();
+        } catch (ExecutionException e) {
+            return null;
+        }
     }
 }
