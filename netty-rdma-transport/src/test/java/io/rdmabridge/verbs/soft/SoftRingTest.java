@@ -966,6 +966,28 @@ class SoftRingTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
+    @Test
+    void shouldRefuseARingFrameThatNamesTheRingThisLinkWrites() throws Exception {
+        // A peer claiming our pid may be a link of ours to ourselves, which reads the ring our other link writes;
+        // handed back the ring this very link writes, the link would read its own frames as the peer's.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        long pid = SoftEngine.get().sharedMemory.pid();
+        try (Listener l = Listener.open(provider); Socket h = l.connect()) {
+            l.acceptSameHost(h, pid);
+            DataInputStream in = new DataInputStream(h.getInputStream());
+            in.readFully(new byte[SoftHandshake.HEADER_LENGTH]); // the ACCEPT
+            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+            in.readFully(header);
+            SoftFrame ring = new SoftFrame().wrap(ByteBuffer.wrap(header), 0);
+            assertEquals(SoftFrame.RING, ring.opcode(), "the server's first frame");
+
+            h.getOutputStream().write(ringFrame(ring.messageLength(), ring.address()));
+            CmEvent e = SoftPair.awaitEvent(l.channel, CmEventType.DISCONNECTED);
+            assertTrue(String.valueOf(e.detail()).contains("the ring this link writes"), "reason: " + e.detail());
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
     private static byte[] ringFrame(int capacity, long number) {
         ByteBuffer frame = ByteBuffer.allocate(SoftFrame.HEADER_LENGTH);
         new SoftFrame().wrap(frame, 0).header(SoftFrame.RING, 0, 0, 0, capacity, number, 0, 0);
