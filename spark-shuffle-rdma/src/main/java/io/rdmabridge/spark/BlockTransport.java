@@ -5,6 +5,7 @@ import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.netty.RdmaChannelMetrics;
 import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.netty.RdmaIoHandler;
@@ -28,6 +29,14 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class BlockTransport {
     /** Provider value that selects the software RDMA provider. */
     static final String SOFT = "soft";
+
+    /**
+     * The largest message a block server takes from a client in one piece. Clients send requests and authentication
+     * frames of at most a few hundred bytes; a larger write arrives in parts of this size, each read only once the
+     * server has decoded what came before, so a peer cannot make the server hold megabytes of registered memory by
+     * sending them in one message (the channel's default allows 16 MiB).
+     */
+    static final int SERVER_MAX_MESSAGE_SIZE = Handshake.MIN_MAX_MESSAGE_SIZE;
 
     private final EventLoopGroup group;
     private final RdmaProvider provider;
@@ -75,7 +84,8 @@ final class BlockTransport {
     ServerBootstrap newServerBootstrap() {
         return new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                 .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, sendQueueDepth)
-                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth);
+                .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, recvQueueDepth)
+                .childOption(RdmaChannelOption.MAX_MESSAGE_SIZE, SERVER_MAX_MESSAGE_SIZE);
     }
 
     /** Called from each connection's initializer (so registered): its event loop's copy counters join the sums. */

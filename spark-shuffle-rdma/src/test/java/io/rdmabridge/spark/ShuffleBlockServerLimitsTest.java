@@ -10,11 +10,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
 import io.netty.channel.FileRegion;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.channel.embedded.EmbeddedChannel;
+import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import io.rdmabridge.verbs.ResourceUsage;
 import java.io.ByteArrayOutputStream;
@@ -247,6 +249,43 @@ class ShuffleBlockServerLimitsTest {
                 assertEquals(BlockFrame.BLOCK, block.type);
                 assertArrayEquals(slice((int) block.requestId, 1000), block.body);
             }
+            assertTrue(server.peakOutstandingRequests() <= 8, "peak: " + server.peakOutstandingRequests());
+            greedy.close();
+            baseline.awaitReturn(server);
+        }
+    }
+
+    @Test
+    void shouldTakeOneLargeMessageOfRequestsOnlyAsFastAsItServesThem() throws Exception {
+        // Thousands of requests in one message, offered for the server to READ whole (the sender's rendezvous
+        // threshold lowered): the server takes it in small parts and stops taking them while it is paused, rather than
+        // holding the whole message in registered memory; and it still answers every request, in order.
+        int requests = 3000;
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_REQUESTS_PER_CONNECTION, "8")) {
+            Baseline baseline = new Baseline();
+            RawPeer greedy = authenticatedPeer(server);
+            greedy.ch.config().setAutoRead(false);
+            int part = BlockTransport.SERVER_MAX_MESSAGE_SIZE;
+            greedy.ch.config().setOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD, part);
+            // Sized at once: a buffer grown step by step would leave a pooled slab of registered memory per size.
+            ByteBuf batch = greedy.ch.alloc().directBuffer(requests * (BlockFrame.LENGTH_FIELD_LENGTH
+                    + BlockFrame.TYPE_LENGTH + BlockFrame.REQUEST_ID_LENGTH + 2 + ("b_" + requests + "_10").length()));
+            for (int i = 0; i < requests; i++) {
+                ByteBuf fetch = BlockFrame.fetch(greedy.ch.alloc(), i, "b_" + i + "_10");
+                batch.writeBytes(fetch);
+                fetch.release();
+            }
+            assertTrue(batch.readableBytes() > 16 * part, batch.readableBytes() + " bytes");
+            ChannelFuture write = greedy.ch.writeAndFlush(batch);
+            assertFalse(write.await(1, TimeUnit.SECONDS), "the server took the whole message while it was paused");
+            greedy.ch.config().setAutoRead(true);
+            for (int i = 0; i < requests; i++) {
+                Frame block = greedy.next();
+                assertEquals(BlockFrame.BLOCK, block.type, block.toString());
+                assertEquals(i, block.requestId);
+                assertArrayEquals(slice(i, 10), block.body);
+            }
+            assertTrue(write.await(10, TimeUnit.SECONDS) && write.isSuccess(), String.valueOf(write.cause()));
             assertTrue(server.peakOutstandingRequests() <= 8, "peak: " + server.peakOutstandingRequests());
             greedy.close();
             baseline.awaitReturn(server);
