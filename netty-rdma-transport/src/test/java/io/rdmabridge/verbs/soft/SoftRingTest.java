@@ -951,12 +951,7 @@ class SoftRingTest {
         long pid = SoftEngine.get().sharedMemory.pid();
         try (Listener l = Listener.open(provider); Socket q = l.connect(); Socket h = l.connect()) {
             l.acceptSameHost(q, pid + 1_000_000);
-            DataInputStream in = new DataInputStream(q.getInputStream());
-            in.readFully(new byte[SoftHandshake.HEADER_LENGTH]); // the ACCEPT
-            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
-            in.readFully(header);
-            SoftFrame ring = new SoftFrame().wrap(ByteBuffer.wrap(header), 0);
-            assertEquals(SoftFrame.RING, ring.opcode(), "the server's first frame to Q");
+            SoftFrame ring = ringAnnounced(q);
 
             l.acceptSameHost(h, pid);
             h.getOutputStream().write(ringFrame(ring.messageLength(), ring.address()));
@@ -974,18 +969,24 @@ class SoftRingTest {
         long pid = SoftEngine.get().sharedMemory.pid();
         try (Listener l = Listener.open(provider); Socket h = l.connect()) {
             l.acceptSameHost(h, pid);
-            DataInputStream in = new DataInputStream(h.getInputStream());
-            in.readFully(new byte[SoftHandshake.HEADER_LENGTH]); // the ACCEPT
-            byte[] header = new byte[SoftFrame.HEADER_LENGTH];
-            in.readFully(header);
-            SoftFrame ring = new SoftFrame().wrap(ByteBuffer.wrap(header), 0);
-            assertEquals(SoftFrame.RING, ring.opcode(), "the server's first frame");
+            SoftFrame ring = ringAnnounced(h);
 
             h.getOutputStream().write(ringFrame(ring.messageLength(), ring.address()));
             CmEvent e = SoftPair.awaitEvent(l.channel, CmEventType.DISCONNECTED);
             assertTrue(String.valueOf(e.detail()).contains("the ring this link writes"), "reason: " + e.detail());
         }
         SoftPair.assertResourcesReleased(provider);
+    }
+
+    /** Reads the listener's ACCEPT from {@code s}, then its first frame, which must announce its ring. */
+    private static SoftFrame ringAnnounced(Socket s) throws IOException {
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        in.readFully(new byte[SoftHandshake.HEADER_LENGTH]);
+        byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+        in.readFully(header);
+        SoftFrame ring = new SoftFrame().wrap(ByteBuffer.wrap(header), 0);
+        assertEquals(SoftFrame.RING, ring.opcode(), "the listener's first frame on a same-host link");
+        return ring;
     }
 
     private static byte[] ringFrame(int capacity, long number) {
