@@ -1,6 +1,7 @@
 package io.rdmabridge.netty;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
@@ -26,6 +27,7 @@ import org.junitpioneer.jupiter.RestoreSystemProperties;
 class RdmaSendCompletionPollTest extends AbstractSoftChannelTest {
     private static final int WARM_UP = 3000;
     private static final int ROUNDS = 1000;
+    private static final int ATTEMPTS = 3;
 
     @BeforeEach
     void sameHostRings() {
@@ -36,14 +38,24 @@ class RdmaSendCompletionPollTest extends AbstractSoftChannelTest {
     @Test
     void shouldServeAPingPongWithoutSleepingWhileItsSendsAwaitTheirCompletion() throws Exception {
         // The longest window, so that a loaded machine's scheduling does not decide the outcome.
-        long polling = sleepsDuringPingPong(RdmaChannelConfig.MAX_SEND_COMPLETION_POLL_NANOS);
-        long sleeping = sleepsDuringPingPong(0);
-        assertTrue(sleeping >= ROUNDS, "the loops slept " + sleeping + " times in " + ROUNDS + " round trips without"
-                + " the window (expected: at least once per round trip, waiting for each answer)");
-        // Not 0: on two cores a third thread (the JIT, the collector, the provider's engine) preempts one of the two
-        // polling loops now and then for longer than the window, and its peer then sleeps.
-        assertTrue(polling * 2 < sleeping, "the loops slept " + polling + " times in " + ROUNDS + " round trips with"
-                + " a 1 ms window (expected: less than half of the " + sleeping + " sleeps without it)");
+        StringBuilder attempts = new StringBuilder();
+        for (int attempt = 1; attempt <= ATTEMPTS; attempt++) {
+            long polling = sleepsDuringPingPong(RdmaChannelConfig.MAX_SEND_COMPLETION_POLL_NANOS);
+            long sleeping = sleepsDuringPingPong(0);
+            assertTrue(sleeping >= ROUNDS, "the loops slept " + sleeping + " times in " + ROUNDS + " round trips "
+                    + "without the window (expected: at least once per round trip, waiting for each answer)");
+            // Not 0: on two cores a third thread (the JIT, the collector, the provider's engine) preempts one of the
+            // two polling loops now and then for longer than the window, and its peer then sleeps.
+            if (polling * 2 < sleeping) {
+                return;
+            }
+            attempts.append(String.format("%n  attempt %d: %d sleeps with a 1 ms window, %d without", attempt,
+                    polling, sleeping));
+        }
+        // A window that does not work fails every attempt; one that works fails one only where another process kept
+        // a core for most of it (CI boots its RDMA guest beside these tests), so each attempt is measured afresh.
+        fail("the loops slept at least half as often with a 1 ms window as without it, in " + ROUNDS + " round trips,"
+                + " in every attempt:" + attempts);
     }
 
     /** Sleeps of the client's and the server's loops while they play {@link #ROUNDS} round trips of 64 bytes. */
