@@ -85,12 +85,14 @@ final class SharedMemoryFiles {
     final AtomicLong doorbells = new AtomicLong();
     final AtomicLong directWakes = new AtomicLong();
     /**
-     * The numbers of our live ring files made for a peer in this process, and whether a link of ours reads that ring:
-     * a peer that claims our own pid (a queue pair of this process, or a liar) may name only such a ring that nobody
-     * reads yet, never registered memory, another link's ring, or our ring that another process reads.
+     * The numbers of our live ring files made for a peer in this process, each with the link that writes it until
+     * another link of ours reads it ({@link #CLAIMED}): a peer that claims our own pid (a queue pair of this process,
+     * or a liar) may name only such a ring that nobody reads yet and that the naming link does not write itself, never
+     * registered memory, another link's ring, or our ring that another process reads.
      */
-    private final java.util.concurrent.ConcurrentHashMap<Long, Boolean> ownRings =
+    private final java.util.concurrent.ConcurrentHashMap<Long, Object> ownRings =
             new java.util.concurrent.ConcurrentHashMap<>();
+    private static final Object CLAIMED = new Object();
 
     /** Whether {@value #SAME_HOST_PROPERTY} asks for the shared-memory path now. */
     static boolean enabled() {
@@ -231,17 +233,22 @@ final class SharedMemoryFiles {
         return m != null && m.base() == address ? m.number() : -1;
     }
 
-    void ringCreated(long number) {
-        ownRings.put(number, Boolean.FALSE);
+    void ringCreated(long number, Object writer) {
+        ownRings.put(number, writer);
     }
 
     void ringReleased(long number) {
         ownRings.remove(number);
     }
 
-    /** Whether our ring {@code number} exists and had no reader; it has one now. */
-    boolean claimOwnRing(long number) {
-        return ownRings.replace(number, Boolean.FALSE, Boolean.TRUE);
+    /**
+     * Whether our ring {@code number} exists, had no reader and is not written by {@code reader}; {@code reader} reads
+     * it now. Never its writer: reading its own frames, a link would take its own requests for the peer's and run them
+     * against this process's keys.
+     */
+    boolean claimOwnRing(long number, Object reader) {
+        Object writer = ownRings.get(number);
+        return writer != null && writer != CLAIMED && writer != reader && ownRings.replace(number, writer, CLAIMED);
     }
 
     /** Shared files of this process that are not freed yet. */

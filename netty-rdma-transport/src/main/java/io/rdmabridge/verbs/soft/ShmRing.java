@@ -121,15 +121,16 @@ final class ShmRing {
     }
 
     /**
-     * A new ring in a file of ours, for a peer in this process when {@code readHere} (a link between two queue pairs
-     * of this JVM over TCP): only such a ring may be claimed by a RING frame that names our pid.
+     * A new ring in a file of ours; {@code writerHere} is the link that writes it when its peer is in this process (a
+     * link between two queue pairs of this JVM over TCP), else null: only such a ring may be claimed by a RING frame
+     * that names our pid, and never by its writer.
      *
      * @throws IOException naming the file and the cause when the shared-memory directory cannot hold it
      */
-    static ShmRing create(SharedMemoryFiles files, int capacity, boolean readHere) throws IOException {
+    static ShmRing create(SharedMemoryFiles files, int capacity, Object writerHere) throws IOException {
         SharedMemoryFiles.SharedFile f = files.create(CONTROL + capacity);
-        if (readHere) {
-            files.ringCreated(f.number());
+        if (writerHere != null) {
+            files.ringCreated(f.number(), writerHere);
         }
         return new ShmRing(f.map(), f.channel(), f.number(), capacity);
     }

@@ -176,8 +176,6 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private volatile boolean sharedWaiting;
     /** Our ring, made at CONNECTED on a same-host link; the drainer announces it and then writes into it. */
     private volatile ShmRing ringToAnnounce;
-    /** The file number of our ring, 0 when none was made; engine thread. */
-    private long ownRingNumber;
     // ---- our ring's writer (the drainer); private counters, since the peer can spoil the published ones
     private ShmRing outRing;
     private long outTail;
@@ -535,8 +533,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (sameHost && ShmRing.enabled()) {
             try {
                 ShmRing ring = ShmRing.create(engine.sharedMemory, ShmRing.configuredCapacity(),
-                        peerPid == engine.sharedMemory.pid());
-                ownRingNumber = ring.number;
+                        peerPid == engine.sharedMemory.pid() ? this : null);
                 ringToAnnounce = ring;
             } catch (IOException e) {
                 if (RING_FALLBACK_LOGGED.compareAndSet(false, true)) {
@@ -840,16 +837,9 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
         peerSwitched = true;
         SharedMemoryFiles files = engine.sharedMemory;
-        if (peerPid == files.pid() && f.address() == ownRingNumber) {
-            // Claimable by a link of ours to ourselves, but never by its writer: reading its own frames, this link
-            // would take its own requests for the peer's and run them against this process's keys.
-            violation("RING frame names file " + f.address() + ", the ring this link writes (expected: the peer's "
-                    + "own ring)");
-            return;
-        }
-        if (peerPid == files.pid() && !files.claimOwnRing(f.address())) {
-            violation("RING frame names file " + f.address() + " of this process (expected: a ring of ours that no"
-                    + " link reads yet)");
+        if (peerPid == files.pid() && !files.claimOwnRing(f.address(), this)) {
+            violation("RING frame names file " + f.address() + " of this process (expected: the peer's own ring: one"
+                    + " of ours that no link reads yet and not the ring this link writes)");
             return;
         }
         try {

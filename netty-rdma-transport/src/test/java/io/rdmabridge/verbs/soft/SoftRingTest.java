@@ -188,7 +188,7 @@ class SoftRingTest {
         // the rest before the end is too small for a frame: the writer pads from `at`. (A Spark job met this: the
         // padding threw IndexOutOfBoundsException and the connection closed while both processes ran.)
         SharedMemoryFiles files = SoftEngine.get().sharedMemory;
-        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, false);
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, null);
         try {
             int at = r.capacity - ShmRing.MIN_ROOM + 1;
             r.map.put(ShmRing.CONTROL + at, (byte) 0x7F);
@@ -441,7 +441,7 @@ class SoftRingTest {
     void shouldRefuseToMapAPeerRingOfACapacityNoPeerMayAnnounceOrThatItsFileDoesNotHave() throws Exception {
         // What a RING frame names is the peer's word: a capacity outside the range, or one its file does not have.
         SharedMemoryFiles files = SoftEngine.get().sharedMemory;
-        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, false);
+        ShmRing r = ShmRing.create(files, ShmRing.MIN_CAPACITY, null);
         long pid = ProcessHandle.current().pid();
         try {
             for (int capacity : new int[] {0, 300_000, ShmRing.MIN_CAPACITY / 2, ShmRing.MAX_CAPACITY * 2}) {
