@@ -49,7 +49,12 @@ abstract class AbstractChannelTest {
 
     /** Binds {@code bootstrap} (handlers and options set, no group, no channel) on the address under test, any port. */
     Channel listen(ServerBootstrap bootstrap) throws InterruptedException {
-        Channel ch = bootstrap.group(group).channel(RdmaServerSocketChannel.class)
+        return listen(bootstrap, group);
+    }
+
+    /** As {@link #listen(ServerBootstrap)}, with the accepted channels on {@code childGroup}. */
+    Channel listen(ServerBootstrap bootstrap, EventLoopGroup childGroup) throws InterruptedException {
+        Channel ch = bootstrap.group(group, childGroup).channel(RdmaServerSocketChannel.class)
                 .bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).sync().channel();
         channels.add(ch);
         return ch;

@@ -251,16 +251,13 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
         CountDownLatch busy = new CountDownLatch(1);
         List<Future<RawVerbsPeer>> attempts = new ArrayList<>();
         try {
-            Channel server = new ServerBootstrap().group(group, children).channel(RdmaServerSocketChannel.class)
-                    .option(ChannelOption.SO_BACKLOG, 2)
+            Channel server = listen(new ServerBootstrap().option(ChannelOption.SO_BACKLOG, 2)
                     .childHandler(new ChannelInboundHandlerAdapter() {
                         @Override
                         public boolean isSharable() {
                             return true;
                         }
-                    })
-                    .bind(new InetSocketAddress(DeviceUnderTest.address(), 0)).sync().channel();
-            channels.add(server);
+                    }), children);
             children.execute(() -> {
                 try {
                     busy.await();
