@@ -181,11 +181,13 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     /**
-     * Registers {@code [address, address + length)} the caller owns for the device to read only (mapped file chunks:
-     * the device sends from them, nothing writes them; a rendezvous exposes its part with {@link #exposeForRead}).
+     * Registers {@code [address, address + length)}, a read-only mapping of a file the caller owns, for the device
+     * to read only (file chunks: the device sends from them, nothing writes them; a rendezvous exposes its part with
+     * {@link #exposeForRead}, which a same-host peer of the soft provider then reads from the file itself:
+     * {@link ProtectionDomain#registerFileMapping}).
      */
-    public MemoryRegion registerReadOnly(long address, long length) throws RdmaException {
-        MemoryRegion mr = pd.register(address, length, 0);
+    public MemoryRegion registerFileMapping(long address, long length) throws RdmaException {
+        MemoryRegion mr = pd.registerFileMapping(address, length);
         regions.add(mr);
         return mr;
     }

@@ -20,9 +20,10 @@ import java.util.concurrent.locks.LockSupport;
  * or out of the owner's shared memory files, with no work on the owner's side: one-sided, as a NIC does it.
  *
  * <h2>Layout (native byte order; entries indexed by key slot and by queue pair number)</h2>
- * A header (magic, version, slot counts, committed key slots); then one 48-byte entry per key slot of {@link MemoryKeyTable}:
+ * A header (magic, version, slot counts, committed key slots); then one 64-byte entry per key slot of {@link MemoryKeyTable}:
  * key (0 while not published), in-use count, protection-domain id, access, the region's address and length in the
- * owner, and the file number and offset of its shared file; then one 8-byte entry per queue-pair slot
+ * owner, the file number and offset of its shared file, and, when that file is a link to a mapped file of the owner
+ * ({@link MappedFileLinks}), the device and inode the link must lead to (0 otherwise); then one 8-byte entry per queue-pair slot
  * ({@code qpn & (QP_SLOTS - 1)}): the queue pair number (0 when none) and its domain's id.
  *
  * <h2>Deregistration against a peer's copy</h2>
@@ -44,11 +45,11 @@ import java.util.concurrent.locks.LockSupport;
  */
 final class SharedKeyTable {
     static final int MAGIC = 0x5242534b;
-    static final int VERSION = 2;
+    static final int VERSION = 3;
     static final int REGION_SLOTS = MemoryKeyTable.MAX_REGIONS + 1;
     static final int QP_SLOTS = 1 << 16;
     static final int HEADER = 64;
-    static final int REGION_ENTRY = 48;
+    static final int REGION_ENTRY = 64;
     static final int QP_ENTRY = 8;
     static final long SIZE = HEADER + (long) REGION_SLOTS * REGION_ENTRY + (long) QP_SLOTS * QP_ENTRY;
     static final long WITHDRAW_WAIT_NANOS = 2_000_000_000L;
@@ -66,6 +67,8 @@ final class SharedKeyTable {
     static final int LENGTH = 24;
     static final int FILE_NUMBER = 32;
     static final int FILE_OFFSET = 40;
+    static final int FILE_DEVICE = 48;
+    static final int FILE_INODE = 56;
 
     private static final VarHandle INT =
             MethodHandles.byteBufferViewVarHandle(int[].class, ByteOrder.nativeOrder());
@@ -87,7 +90,7 @@ final class SharedKeyTable {
     static SharedKeyTable create(Path file) throws IOException {
         Files.deleteIfExists(file);
         Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-        // The file stays sparse (48 MiB), but every page anyone touches is committed first: a page that tmpfs has to
+        // The file stays sparse (64 MiB), but every page anyone touches is committed first: a page that tmpfs has to
         // allocate on first touch, in a full directory, faults the toucher (SIGBUS, which JDK 17 reports late).
         FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
         try {
@@ -150,7 +153,8 @@ final class SharedKeyTable {
      *
      * @return {@code false} when the slot's entry could not be committed (no space left): not published
      */
-    boolean publish(int key, int domain, int access, long address, long length, long fileNumber, long fileOffset) {
+    boolean publish(int key, int domain, int access, long address, long length, long fileNumber, long fileOffset,
+            long fileDevice, long fileInode) {
         int slot = key & (REGION_SLOTS - 1);
         if (slot >= committed) {
             int grown = Math.min(REGION_SLOTS, Math.max(committed * 2, slot + 1));
@@ -169,6 +173,8 @@ final class SharedKeyTable {
         LONG.set(map, e + LENGTH, length);
         LONG.set(map, e + FILE_NUMBER, fileNumber);
         LONG.set(map, e + FILE_OFFSET, fileOffset);
+        LONG.set(map, e + FILE_DEVICE, fileDevice);
+        LONG.set(map, e + FILE_INODE, fileInode);
         INT.setVolatile(map, e + KEY, key);
         return true;
     }
@@ -264,6 +270,14 @@ final class SharedKeyTable {
 
     long fileOffset(int e) {
         return (long) LONG.get(map, e + FILE_OFFSET);
+    }
+
+    long fileDevice(int e) {
+        return (long) LONG.get(map, e + FILE_DEVICE);
+    }
+
+    long fileInode(int e) {
+        return (long) LONG.get(map, e + FILE_INODE);
     }
 
     /** The domain id of connected queue pair {@code qpn}, or -1 when it is not published (gone, or in error). */

@@ -63,6 +63,8 @@ final class SharedMemoryFiles {
     /** Where our files are, and where a same-host peer's are (equal tokens mean equal directories). */
     final Path directory = Paths.get(System.getProperty(DIRECTORY_PROPERTY, "/dev/shm"));
     private final AtomicLong nextFile = new AtomicLong();
+    /** Registered read-only file mappings, offered to peers through links to their files. */
+    final MappedFileLinks fileLinks = new MappedFileLinks(this);
     /** Live files, sorted by the address of their mapping; replaced whole under {@code this} (rare). */
     private volatile Mappings mappings = new Mappings(new Mapping[0]);
     private final AtomicLong liveBytes = new AtomicLong();
@@ -193,6 +195,12 @@ final class SharedMemoryFiles {
                 at += ch.write(zeros, at);
             }
         }
+    }
+
+    /** The number of a new file or link of ours in {@link #directory}; it will be deleted at exit. */
+    long nextFileNumber() {
+        start(directory);
+        return nextFile.incrementAndGet();
     }
 
     /** Before our first file: stale files go, and ours will go at exit. */
@@ -422,6 +430,7 @@ final class SharedMemoryFiles {
         for (Mapping m : mappings.entries) {
             deleteQuietly(m.path());
         }
+        fileLinks.deleteAll();
         SharedKeyTable t = keyTable;
         if (t != null) {
             deleteQuietly(t.file);
@@ -455,20 +464,37 @@ final class SharedMemoryFiles {
     }
 
     /**
-     * Publishes a registration under {@code key} when its range lies in one of our shared files (peers can then
-     * reach it one-sided); anything else stays private and is served through the TCP path. Caller holds the
-     * engine's key lock. Allocates nothing once the table exists.
+     * Publishes a registration under {@code key} when its range lies in one of our shared files, or, for remote read
+     * only, in a registered read-only file mapping ({@link MappedFileLinks}): peers can then reach it one-sided.
+     * Anything else stays private and is served through the TCP path. Caller holds the engine's key lock. Allocates
+     * nothing once the table exists (and a file mapping's link is made).
      */
     void publish(int key, int domain, int access, long address, long length) {
         if ((access & (Access.REMOTE_READ | Access.REMOTE_WRITE)) == 0) {
             return;
         }
         Mapping m = mappings.find(address, length);
-        if (m == null) {
+        long number;
+        long offset;
+        long device = 0;
+        long inode = 0;
+        if (m != null) {
+            number = m.number();
+            offset = address - m.base();
+        } else if ((access & Access.REMOTE_WRITE) == 0 && enabled()) {
+            MappedFileLinks.Entry f = fileLinks.find(address, length);
+            if (f == null) {
+                return;
+            }
+            number = f.number;
+            offset = f.fileOffset + (address - f.base);
+            device = f.device;
+            inode = f.inode;
+        } else {
             return;
         }
         SharedKeyTable t = keyTable();
-        if (t != null && !t.publish(key, domain, access, address, length, m.number(), address - m.base())
+        if (t != null && !t.publish(key, domain, access, address, length, number, offset, device, inode)
                 && fallbackLogged.compareAndSet(false, true)) {
             SoftEngine.logger.warn("soft0: the shared key table in {} cannot grow (no space left): regions registered "
                     + "from now on are reached by same-host peers through the TCP path (give the directory more space, "

@@ -87,8 +87,11 @@ final class SharedPeer {
     private ByteBuffer inline;
     /** Why the last {@link #FAILED} failed: names the file, the cause and the fix. */
     private String failure;
-    // The peer's files open: number, channel, size at open and when last used (a count of lookups); count entries.
+    // The peer's files open: number, channel, size at open, when last used (a count of lookups), and for a link to a
+    // mapped file of the peer the device and inode it led to (0 otherwise); count entries.
     private long[] numbers = new long[4];
+    private long[] devices = new long[4];
+    private long[] inodes = new long[4];
     private FileChannel[] channels = new FileChannel[4];
     private long[] sizes = new long[4];
     private long[] lastUse = new long[4];
@@ -143,7 +146,10 @@ final class SharedPeer {
                     return DECLINED;
                 }
                 int f = file(number);
-                if (f < 0) {
+                // A link to a mapped file of the peer is read only, and only while it leads to the file the peer
+                // published (not one renamed over it since).
+                if (f < 0 || inodes[f] != 0 && (!read || t.fileInode(e) != inodes[f]
+                        || t.fileDevice(e) != devices[f])) {
                     return DECLINED;
                 }
                 long at = offset + (remote - address);
@@ -261,6 +267,26 @@ final class SharedPeer {
         }
     }
 
+    /**
+     * Where the peer's link {@code path} leads, when it is a link to a regular file outside the shared-memory directory
+     * (a mapped file of the peer, {@link MappedFileLinks}), else {@code null}. The target is then opened by its real
+     * path, not through a link; opened for writing too, as every peer file is, so that a FIFO put there meanwhile
+     * cannot block the open. Never a file of the shared-memory directory: a peer must not make us read our own
+     * memory, or another peer's, as its own.
+     */
+    private Path linkTarget(Path path) {
+        try {
+            if (!Files.isSymbolicLink(path)) {
+                return null;
+            }
+            Path target = path.toRealPath();
+            return Files.isRegularFile(target, LinkOption.NOFOLLOW_LINKS)
+                    && !target.startsWith(directory.toRealPath()) ? target : null;
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
     /** The index of peer file {@code number}, opened now if need be, or -1 when it cannot be. */
     private int file(long number) {
         lookups++;
@@ -286,9 +312,25 @@ final class SharedPeer {
             }
             forget(oldest);
         }
-        FileChannel ch = open(directory.resolve(filePrefix + number));
+        Path path = directory.resolve(filePrefix + number);
+        FileChannel ch = open(path);
+        long device = 0;
+        long inode = 0;
         if (ch == null) {
-            return -1;
+            Path target = linkTarget(path);
+            if (target == null || (ch = open(target)) == null) {
+                return -1;
+            }
+            try {
+                device = ((Number) Files.getAttribute(target, "unix:dev", LinkOption.NOFOLLOW_LINKS)).longValue();
+                inode = ((Number) Files.getAttribute(target, "unix:ino", LinkOption.NOFOLLOW_LINKS)).longValue();
+            } catch (IOException | RuntimeException e) {
+                inode = 0;
+            }
+            if (inode == 0) {
+                closeQuietly(ch);
+                return -1;
+            }
         }
         long size;
         try {
@@ -305,8 +347,12 @@ final class SharedPeer {
             channels = Arrays.copyOf(channels, count * 2);
             sizes = Arrays.copyOf(sizes, count * 2);
             lastUse = Arrays.copyOf(lastUse, count * 2);
+            devices = Arrays.copyOf(devices, count * 2);
+            inodes = Arrays.copyOf(inodes, count * 2);
         }
         numbers[count] = number;
+        devices[count] = device;
+        inodes[count] = inode;
         channels[count] = ch;
         sizes[count] = size;
         lastUse[count] = lookups;
@@ -323,6 +369,8 @@ final class SharedPeer {
         channels[k] = channels[count];
         sizes[k] = sizes[count];
         lastUse[k] = lastUse[count];
+        devices[k] = devices[count];
+        inodes[k] = inodes[count];
         channels[count] = null;
     }
 

@@ -112,9 +112,12 @@ final class SoftEngine {
      * Registers {@code mr} (new, or closed by its owner) under a fresh key ({@link MemoryKeyTable}): its lkey, and
      * its rkey too when it grants remote access. A region without remote access gets rkey 0, which names no region:
      * the InfiniBand specification returns an R_Key only for remote access, and rxe does exactly this (mlx5 reports
-     * the lkey's value instead); 0 makes a misused key fail at once rather than look valid. Allocates nothing.
+     * the lkey's value instead); 0 makes a misused key fail at once rather than look valid. A {@code fileMapping} (a
+     * read-only mapping of a file) is noted for same-host peers ({@link MappedFileLinks}). Allocates nothing, but for
+     * a file mapping's note.
      */
-    void register(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
+    void register(SoftMemoryRegion mr, long address, long length, int access, boolean fileMapping)
+            throws RdmaException {
         synchronized (keyLock) {
             int key = keys.add(mr);
             if (key == 0) {
@@ -123,6 +126,9 @@ final class SoftEngine {
             }
             mr.open(address, length, access, key);
             sharedMemory.publish(key, mr.pd.id, access, address, length);
+            if (fileMapping) {
+                sharedMemory.fileLinks.registered(key, address, length);
+            }
             usage.memoryRegistered(length);
         }
     }
@@ -131,6 +137,7 @@ final class SoftEngine {
     void deregister(int key, long length) {
         synchronized (keyLock) {
             // Before the slot is free: once this returns, no same-host peer copies into or out of the region.
+            sharedMemory.fileLinks.deregistered(key);
             if (sharedMemory.withdraw(key)) {
                 keys.remove(key);
             } else {

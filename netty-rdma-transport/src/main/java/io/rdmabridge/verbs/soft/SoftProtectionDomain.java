@@ -63,6 +63,16 @@ final class SoftProtectionDomain implements ProtectionDomain {
         return mr;
     }
 
+    /** Notes the file behind the mapping, so a same-host peer can read the file itself ({@link MappedFileLinks}). */
+    @Override
+    public MemoryRegion registerFileMapping(long address, long length) throws RdmaException {
+        validate(address, length, 0);
+        SoftMemoryRegion mr = new SoftMemoryRegion(this);
+        engine.register(mr, address, length, 0, true);
+        memoryRegions.incrementAndGet();
+        return mr;
+    }
+
     /** In a shared file a same-host peer can map, when {@value SharedMemoryFiles#SAME_HOST_PROPERTY} is shm. */
     @Override
     public ByteBuffer allocateMemory(int capacity) {
@@ -94,7 +104,7 @@ final class SoftProtectionDomain implements ProtectionDomain {
     }
 
     private void open(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
-        engine.register(mr, address, length, access);
+        engine.register(mr, address, length, access, false);
         memoryRegions.incrementAndGet();
     }
 

@@ -177,11 +177,11 @@
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
  *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied.</li>
- *   <li>The key table stays a 48 MiB sparse file: only the header, the queue-pair slots (512 KiB) and the key slots
+ *   <li>The key table stays a 64 MiB sparse file: only the header, the queue-pair slots (512 KiB) and the key slots
  *       the device has handed out (4,096 at first, doubling as it hands out more) are committed, each page before it
  *       is touched, so that a full directory fails a registration's publication (it stays on the TCP path) instead of
  *       faulting. Sizing it to the live slots would need peers to remap it as it grows, for a saving
- *       bounded by 48 MiB per process; not done.</li>
+ *       bounded by 64 MiB per process; not done.</li>
  * </ul>
  * Limits: a peer killed mid-copy holds the deregistration of that key up for 2 s (then a WARN); a killed peer whose
  * pid still looks alive 13 s after the last link to it closed leaves its files to the next process on the host that

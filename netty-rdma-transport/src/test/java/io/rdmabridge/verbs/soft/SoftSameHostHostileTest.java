@@ -355,6 +355,88 @@ class SoftSameHostHostileTest {
     }
 
     @Test
+    void shouldReadNoFileThroughAPeersLinkThatLeadsElsewhereThanItPublished(@TempDir Path elsewhere) throws Exception {
+        // A peer's table may name a link to a mapped file it offers (MappedFileLinks). One that leads to a FIFO (its
+        // open could block the reading thread) or into the shared-memory directory (our own memory, or another
+        // peer's, taken for this peer's), even with that file's device and inode published, or to another file than
+        // the device and inode published, is declined: the READ takes the TCP path, where the peer's engine serves it
+        // from its registered memory.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        Path fifo = elsewhere.resolve("fifo");
+        assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor(), "mkfifo");
+        Path other = elsewhere.resolve("other");
+        Files.write(other, new byte[REGION]);
+        String prefix = SharedMemoryFiles.filePrefix(ProcessHandle.current().pid());
+        List<Path> links = new ArrayList<>();
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = p.buffer(p.client, 4096);
+            try (Target t = new Target(p.server); Target ours = new Target(p.client)) {
+                byte[] expected = new byte[4096];
+                for (int i = 0; i < 4096; i++) {
+                    expected[i] = (byte) (i * 7 + 1);
+                    t.memory.put(GUARD + i, expected[i]);
+                }
+                read(p, local.mr(), t, 0, 4096, 1, WcStatus.SUCCESS);
+                long oneSided = provider.oneSidedOperations();
+                assertTrue(oneSided > 0, "the first READ ran one-sided: the peer's table is in use");
+                try (FileChannel ch = FileChannel.open(deviceDir.resolve(prefix + "keys"), StandardOpenOption.READ,
+                        StandardOpenOption.WRITE)) {
+                    MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
+                    table.order(ByteOrder.nativeOrder());
+                    int e = SharedKeyTable.HEADER + (t.mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1))
+                            * SharedKeyTable.REGION_ENTRY;
+                    long real = table.getLong(e + SharedKeyTable.FILE_NUMBER);
+                    long realOffset = table.getLong(e + SharedKeyTable.FILE_OFFSET);
+                    List<Path> targets = List.of(fifo, ours.file, other);
+                    for (int k = 0; k < targets.size(); k++) {
+                        Path link = deviceDir.resolve(prefix + (2_000_000 + k));
+                        links.add(Files.createSymbolicLink(link, targets.get(k)));
+                        table.putLong(e + SharedKeyTable.FILE_NUMBER, 2_000_000 + k);
+                        table.putLong(e + SharedKeyTable.FILE_OFFSET, 0);
+                        boolean published = targets.get(k) != other;
+                        table.putLong(e + SharedKeyTable.FILE_DEVICE, published ? ((Number) Files.getAttribute(
+                                targets.get(k), "unix:dev")).longValue() : 0);
+                        table.putLong(e + SharedKeyTable.FILE_INODE, published ? ((Number) Files.getAttribute(
+                                targets.get(k), "unix:ino")).longValue() : 0);
+                        local.buf().clear().put(new byte[4096]);
+                        read(p, local.mr(), t, 0, 4096, 10 + k, WcStatus.SUCCESS);
+                        byte[] got = new byte[4096];
+                        local.buf().clear().get(got);
+                        assertEquals(java.util.Arrays.toString(expected), java.util.Arrays.toString(got),
+                                "bytes read through a link to " + targets.get(k));
+                        assertEquals(oneSided, provider.oneSidedOperations(), "a READ through a link to "
+                                + targets.get(k) + " ran one-sided");
+                    }
+                    // The same link to a file outside, now with its device and inode published: read from it, as
+                    // the peer offered (its own choice of bytes), so the refusals above were the checks'.
+                    table.putLong(e + SharedKeyTable.FILE_DEVICE, ((Number) Files.getAttribute(other, "unix:dev"))
+                            .longValue());
+                    table.putLong(e + SharedKeyTable.FILE_INODE, ((Number) Files.getAttribute(other, "unix:ino"))
+                            .longValue());
+                    read(p, local.mr(), t, 0, 4096, 20, WcStatus.SUCCESS);
+                    byte[] got = new byte[4096];
+                    local.buf().clear().get(got);
+                    assertEquals(java.util.Arrays.toString(new byte[4096]), java.util.Arrays.toString(got),
+                            "bytes read through the link with its file's device and inode published");
+                    assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ of the published file");
+                    table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
+                    table.putLong(e + SharedKeyTable.FILE_OFFSET, realOffset);
+                    table.putLong(e + SharedKeyTable.FILE_DEVICE, 0);
+                    table.putLong(e + SharedKeyTable.FILE_INODE, 0);
+                    DirectMemory.free(table);
+                }
+                t.assertGuardsIntact();
+            }
+        } finally {
+            for (Path link : links) {
+                Files.deleteIfExists(link);
+            }
+        }
+        SoftPair.assertResourcesReleased(provider);
+        awaitPeerMappingsReleased();
+    }
+
+    @Test
     void shouldDeleteTheFilesOfAKilledPeerProcessWithinBoundedTime() throws Exception {
         String java = System.getProperty("java.home") + File.separator + "bin" + File.separator + "java";
         Process child = new ProcessBuilder(java, "-Xmx64m", "-D" + SharedMemoryFiles.SAME_HOST_PROPERTY + "=shm",

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.Access;
+import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RecvWorkRequest;
@@ -22,9 +23,11 @@ import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
@@ -312,13 +315,101 @@ class SoftSameHostTest {
     }
 
     @Test
+    void shouldReadARegisteredFileMappingOneSidedFromTheFileUnlessItWasReplacedUnderItsPath() throws Exception {
+        // A file region's chunk (a read-only mapping registered as such) exposed for READ: the peer reads the file
+        // itself through a link, one copy and no work here, as a NIC reads the pinned pages; never a file renamed
+        // over the mapped one since (Spark commits shuffle files by renaming), which holds other bytes.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        int size = 1 << 20;
+        Path file = dir.resolve("shuffle.data");
+        Files.write(file, pattern(size, 3));
+        List<Runnable> toFree = new ArrayList<>();
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = shared(p, p.client, 65536, Access.LOCAL_WRITE, toFree);
+            long oneSided = provider.oneSidedOperations();
+
+            // Renamed over after the exposure and before the peer's first READ: served by this process, from the
+            // mapping, which still holds the first file's bytes.
+            MappedByteBuffer first = map(file, size);
+            MemoryRegion firstChunk = p.server.pd.registerFileMapping(DirectMemory.address(first), size);
+            MemoryRegion firstExposed = p.server.pd.register(DirectMemory.address(first) + 4096, 65536,
+                    Access.REMOTE_READ);
+            assertEquals(List.of(file), links(), "the exposure made one link, to the mapped file");
+            Path replacement = dir.resolve("shuffle.data.tmp");
+            Files.write(replacement, pattern(size, 5));
+            Files.move(replacement, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            read(p, local, firstExposed, 1);
+            assertArrayEquals(Arrays.copyOfRange(pattern(size, 3), 4096, 4096 + 65536), bytes(local.buf(), 65536));
+            assertEquals(oneSided, provider.oneSidedOperations(), "a READ of a replaced file ran one-sided");
+
+            // The file now at the path, mapped and exposed in turn: read from the file, one-sided.
+            MappedByteBuffer second = map(file, size);
+            MemoryRegion secondChunk = p.server.pd.registerFileMapping(DirectMemory.address(second), size);
+            MemoryRegion secondExposed = p.server.pd.register(DirectMemory.address(second) + size - 65536, 65536,
+                    Access.REMOTE_READ);
+            read(p, local, secondExposed, 2);
+            assertArrayEquals(Arrays.copyOfRange(pattern(size, 5), size - 65536, size), bytes(local.buf(), 65536));
+            assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ of the mapped file ran one-sided");
+
+            for (MemoryRegion mr : List.of(firstExposed, firstChunk, secondExposed, secondChunk)) {
+                mr.close();
+            }
+            assertEquals(List.of(), links(), "links left after their mappings were deregistered");
+            DirectMemory.free(first);
+            DirectMemory.free(second);
+        } finally {
+            toFree.forEach(Runnable::run);
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
+    private static byte[] pattern(int size, int seed) {
+        byte[] b = new byte[size];
+        for (int i = 0; i < size; i++) {
+            b[i] = (byte) (seed + i * 31 + (i >> 12));
+        }
+        return b;
+    }
+
+    private static MappedByteBuffer map(Path file, int size) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            return ch.map(FileChannel.MapMode.READ_ONLY, 0, size);
+        }
+    }
+
+    private static byte[] bytes(ByteBuffer b, int length) {
+        byte[] out = new byte[length];
+        b.duplicate().clear().get(out);
+        return out;
+    }
+
+    /** Where the device's links lead: the mapped files offered to same-host peers. */
+    private static List<Path> links() throws IOException {
+        try (Stream<Path> s = Files.list(deviceDir)) {
+            List<Path> out = new ArrayList<>();
+            for (Path f : s.filter(Files::isSymbolicLink).toList()) {
+                out.add(Files.readSymbolicLink(f));
+            }
+            return out;
+        }
+    }
+
+    private static void read(SoftPair p, SoftPair.Buffer into, MemoryRegion remote, long wrId) throws Exception {
+        p.client.qp.postSend(new SendWorkRequest(1).wrId(wrId).opcode(WrOpcode.RDMA_READ)
+                .flags(SendWorkRequest.SIGNALED).remote(remote.address(), remote.rkey())
+                .addSge(into.address(), (int) remote.length(), into.mr().lkey()));
+        SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), wrId, WcStatus.SUCCESS,
+                WcOpcode.RDMA_READ);
+    }
+
+    @Test
     void shouldMakeDeregistrationWaitForAPeersCopyAndRefuseTheKeyAfterwards() throws Exception {
         SharedKeyTable owner = SharedKeyTable.create(dir.resolve(SharedMemoryFiles.filePrefix(1) + "keys"));
         FileChannel peerChannel = FileChannel.open(owner.file, StandardOpenOption.READ, StandardOpenOption.WRITE);
         SharedKeyTable peer = SharedKeyTable.open(peerChannel, owner.file);
         try {
             int key = 0x5a000007;
-            owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512);
+            owner.publish(key, 3, Access.REMOTE_WRITE, 0x10000, 4096, 2, 512, 0, 0);
             assertEquals(-1, peer.acquire(key ^ 0x100000), "a key of another tag");
             int e = peer.acquire(key);
             assertTrue(e >= 0);
