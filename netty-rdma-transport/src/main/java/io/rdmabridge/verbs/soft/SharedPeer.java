@@ -19,7 +19,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The requester's side of the one-sided same-host path for one TCP link: it maps the peer's {@link SharedKeyTable},
- * opens, on first use, each of the peer's shared memory files, and executes an RDMA WRITE or READ by checking the
+ * opens, on first use, each of the peer's shared memory files (or, for a READ, the mapped file a link of the peer leads
+ * to: {@link MappedFileLinks}), and executes an RDMA WRITE or READ by checking the
  * peer's published key, bounds, access rights and queue pair, then copying straight between our registered memory
  * and the peer's file, with no work on the peer's side. Whatever it cannot do that way (memory the peer could not
  * share, a key or queue pair not published, any value from the peer's table that does not add up) it declines, and

@@ -66,6 +66,12 @@
  *       waits out peers' copies (an in-use count per key slot; a slot whose holder never let go is retired).
  *       Everything else takes the TCP path unchanged, which stays the authority: a doubtful case is never failed
  *       one-sided, it is sent.</li>
+ *   <li>Mapped files ({@link io.rdmabridge.verbs.soft.MappedFileLinks}): a read-only file mapping registered as such
+ *       ({@link io.rdmabridge.verbs.ProtectionDomain#registerFileMapping}, a file region's chunk) is published, for
+ *       remote read, with a link to its file in the shared-memory directory and the file's device and inode; the
+ *       requester reads the file itself with {@code pread}, one copy out of the page cache and no work on the owner's
+ *       side, where before the owner's engine copied the chunk into the ring for it. {@code SoftSameHostTest} and
+ *       {@code SoftSameHostHostileTest} cover it, a file renamed over the mapped one and links that lead elsewhere.</li>
  *   <li>Frames through shared memory ({@link io.rdmabridge.verbs.soft.ShmRing}, issue 13's second stage): after
  *       CONNECTED each side creates a ring in a file of its own and announces it with a RING frame, its last data
  *       frame on the socket; it then encodes every frame straight into the ring, and the peer, once it has processed
@@ -176,7 +182,6 @@
  *   <li>One-sided requests while earlier ones are still in flight (today they wait for an acknowledgement, a round
  *       trip through the peer's engine, or go over the wire); this needs the earlier requests' target ranges, since
  *       a READ must see an earlier SEND's or WRITE's bytes.</li>
- *   <li>Mapped files ({@code FileChunkCache}) shared by path rather than copied.</li>
  *   <li>The key table stays a 64 MiB sparse file: only the header, the queue-pair slots (512 KiB) and the key slots
  *       the device has handed out (4,096 at first, doubling as it hands out more) are committed, each page before it
  *       is touched, so that a full directory fails a registration's publication (it stays on the TCP path) instead of
