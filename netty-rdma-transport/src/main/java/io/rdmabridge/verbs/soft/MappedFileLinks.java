@@ -27,6 +27,12 @@ import java.util.Arrays;
  * registration. {@link #deleteAll} may run on any thread (the exit hook).
  */
 final class MappedFileLinks {
+    /**
+     * System property: {@code false} keeps mappings registered from now on off this path (peers then read them
+     * through this process, as before); read at each mapping's first remote-read registration.
+     */
+    static final String PROPERTY = "rdmabridge.soft.fileLinks";
+
     /** One registered file mapping; resolved on first use. */
     static final class Entry {
         final int key;
@@ -90,7 +96,11 @@ final class MappedFileLinks {
         for (Entry e : entries) {
             if (address >= e.base && length <= e.length && address - e.base <= e.length - length) {
                 if (e.number == 0) {
-                    resolve(e);
+                    if ("false".equalsIgnoreCase(System.getProperty(PROPERTY, "true").trim())) {
+                        e.number = -1;
+                    } else {
+                        resolve(e);
+                    }
                 }
                 return e.number > 0 ? e : null;
             }
