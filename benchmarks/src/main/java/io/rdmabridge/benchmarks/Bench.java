@@ -43,11 +43,12 @@ public final class Bench implements AutoCloseable {
         return connect(server, server.localAddress(), transport, provider, echo, size, batchBytes, payload);
     }
 
-    /** Server in a child JVM on loopback, client here. */
-    public static Bench crossProcess(Transport transport, boolean echo, int size, int batchBytes) throws Exception {
+    /** Server in a child JVM on loopback, client here, writing {@code payload}. */
+    public static Bench crossProcess(Transport transport, boolean echo, int size, int batchBytes, Payload payload)
+            throws Exception {
         RdmaProvider provider = transport == Transport.RDMA ? Transport.provider(providerName()) : null;
         ChildServer server = ChildServer.start(transport, providerName());
-        return connect(server, server.address(), transport, provider, echo, size, batchBytes, Payload.ALLOCATOR);
+        return connect(server, server.address(), transport, provider, echo, size, batchBytes, payload);
     }
 
     private static Bench connect(AutoCloseable server, SocketAddress address, Transport transport,

@@ -39,6 +39,8 @@ public final class RdmaTuning {
     public static final String COPY_HELPER = "rdmabridge.soft.copyHelper";
     /** Whether the soft provider holds acknowledgements for the answer ({@code true}, the default); to the child. */
     public static final String HOLD_ACKNOWLEDGEMENTS = "rdmabridge.soft.holdAcknowledgements";
+    /** The soft provider's links to mapped files for same-host peers ({@code rdmabridge.soft.fileLinks}). */
+    public static final String FILE_LINKS = "rdmabridge.soft.fileLinks";
 
     private RdmaTuning() {
     }
@@ -83,7 +85,8 @@ public final class RdmaTuning {
     static List<String> jvmOptions() {
         List<String> options = new ArrayList<>();
         for (String name : new String[] {RENDEZVOUS_THRESHOLD, RECEIVE_BUFFER_SIZE, BUSY_POLL_NANOS,
-                SEND_COMPLETION_POLL_NANOS, SAME_HOST, RINGS, RING_SPIN_MICROS, COPY_HELPER, HOLD_ACKNOWLEDGEMENTS}) {
+                SEND_COMPLETION_POLL_NANOS, SAME_HOST, RINGS, RING_SPIN_MICROS, COPY_HELPER, HOLD_ACKNOWLEDGEMENTS,
+                FILE_LINKS}) {
             String value = System.getProperty(name);
             if (value != null) {
                 options.add("-D" + name + "=" + value);

@@ -90,7 +90,7 @@ public final class FileChunkCache implements AutoCloseable {
         MappedByteBuffer map = file.map(FileChannel.MapMode.READ_ONLY, start, length);
         MemoryRegion mr;
         try {
-            mr = memory.registerFileMapping(DirectMemory.address(map), length);
+            mr = memory.registerFileMapping(DirectMemory.address(map), length, start);
         } catch (RdmaException e) {
             // Linux before 6.2 pins every page it registers for writing and so refuses a read-only shared mapping
             // (EFAULT; rxe on Linux 6.1 says "Bad address"). A private mapping needs a writable FileChannel, which

@@ -181,13 +181,14 @@ public final class RegisteredMemory implements AutoCloseable {
     }
 
     /**
-     * Registers {@code [address, address + length)}, a read-only mapping of a file the caller owns, for the device
+     * Registers {@code [address, address + length)}, a read-only mapping of a file the caller owns from
+     * {@code fileOffset}, for the device
      * to read only (file chunks: the device sends from them, nothing writes them; a rendezvous exposes its part with
      * {@link #exposeForRead}, which a same-host peer of the soft provider then reads from the file itself:
      * {@link ProtectionDomain#registerFileMapping}).
      */
-    public MemoryRegion registerFileMapping(long address, long length) throws RdmaException {
-        MemoryRegion mr = pd.registerFileMapping(address, length);
+    public MemoryRegion registerFileMapping(long address, long length, long fileOffset) throws RdmaException {
+        MemoryRegion mr = pd.registerFileMapping(address, length, fileOffset);
         regions.add(mr);
         return mr;
     }

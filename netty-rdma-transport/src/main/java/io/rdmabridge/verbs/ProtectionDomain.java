@@ -37,16 +37,16 @@ public interface ProtectionDomain extends AutoCloseable {
 
     /**
      * Registers a read-only shared mapping of a file ({@link java.nio.channels.FileChannel#map} in
-     * {@code READ_ONLY} mode), {@code [address, address + length)}, for local access, as
-     * {@code register(address, length, 0)} does. A device reaches the page cache pages the registration pins; a
-     * provider that moves bytes in software may instead note which file the range maps, so that a peer on the same
-     * host can read the file itself when a part of the range is later registered for remote read (the soft
-     * provider's same-host path). The default, which the DiSNI provider uses, is {@code register(address, length,
-     * 0)}. The mapping must stay in place until the region is closed.
+     * {@code READ_ONLY} mode), {@code [address, address + length)} mapping the file from {@code fileOffset}, for
+     * local access, as {@code register(address, length, 0)} does. A device reaches the page cache pages the
+     * registration pins; a provider that moves bytes in software may instead note which file the range maps, so that
+     * a peer on the same host can read the file itself when a part of the range is later registered for remote read
+     * (the soft provider's same-host path). The default, which the DiSNI provider uses, is
+     * {@code register(address, length, 0)}. The mapping must stay in place until the region is closed.
      *
      * @throws IllegalArgumentException as {@link #register(long, long, int)}
      */
-    default MemoryRegion registerFileMapping(long address, long length) throws RdmaException {
+    default MemoryRegion registerFileMapping(long address, long length, long fileOffset) throws RdmaException {
         return register(address, length, 0);
     }
 

@@ -1,6 +1,7 @@
 package io.rdmabridge.benchmarks.jmh;
 
 import io.rdmabridge.benchmarks.Bench;
+import io.rdmabridge.benchmarks.Payload;
 import io.rdmabridge.benchmarks.RdmaTuning;
 import io.rdmabridge.benchmarks.Transport;
 import org.openjdk.jmh.annotations.Param;
@@ -66,6 +67,22 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param("true")
     public String copyHelper;
 
+    /**
+     * What {@code throughput} writes ({@link io.rdmabridge.benchmarks.Payload}): {@code allocator} (buffers from the
+     * channel's allocator, the default) or {@code file} ({@code DefaultFileRegion}s of a temporary file, one per
+     * message, as Spark's block server sends shuffle blocks; epoll and NIO send them with {@code sendfile}).
+     */
+    @Param("allocator")
+    public String payload;
+
+    /**
+     * The soft provider's links to mapped files at both ends ({@code rdmabridge.soft.fileLinks}; RDMA only):
+     * {@code true} (the default) lets the same-host peer READ a file region's rendezvous from the file itself,
+     * {@code false} has the sender's provider serve it from its mapping.
+     */
+    @Param("true")
+    public String fileLinks;
+
     @Override
     Bench open(boolean echo) throws Exception {
         // Each parameter combination runs in its own forked JVM, so the properties only reach this trial.
@@ -84,9 +101,10 @@ public class CrossProcessChannelBenchmark extends ChannelBenchmark {
         System.setProperty(RdmaTuning.SAME_HOST, sameHost);
         System.setProperty(RdmaTuning.COPY_HELPER, copyHelper);
         System.setProperty(RdmaTuning.HOLD_ACKNOWLEDGEMENTS, holdAcknowledgements);
+        System.setProperty(RdmaTuning.FILE_LINKS, fileLinks);
         if (sendCompletionPollNanos >= 0) {
             System.setProperty(RdmaTuning.SEND_COMPLETION_POLL_NANOS, Long.toString(sendCompletionPollNanos));
         }
-        return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes);
+        return Bench.crossProcess(Transport.of(transport), echo, size, batchBytes, Payload.of(payload));
     }
 }

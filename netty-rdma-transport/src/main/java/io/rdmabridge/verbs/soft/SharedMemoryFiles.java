@@ -486,10 +486,10 @@ final class SharedMemoryFiles {
             if (f == null) {
                 return;
             }
-            number = f.number;
+            number = f.link.number;
             offset = f.fileOffset + (address - f.base);
-            device = f.device;
-            inode = f.inode;
+            device = f.link.device;
+            inode = f.link.inode;
         } else {
             return;
         }

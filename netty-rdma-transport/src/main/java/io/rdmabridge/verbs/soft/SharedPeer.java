@@ -86,6 +86,8 @@ final class SharedPeer {
     private final ByteBuffer view = CopyHelper.newView();
     /** The queue pair's inline bytes, made on the first inline WRITE. */
     private ByteBuffer inline;
+    /** The shared-memory directory with every link resolved, once a peer's link needs it; drainer only. */
+    private Path realDirectory;
     /** Why the last {@link #FAILED} failed: names the file, the cause and the fix. */
     private String failure;
     // The peer's files open: number, channel, size at open, when last used (a count of lookups), and for a link to a
@@ -281,8 +283,11 @@ final class SharedPeer {
                 return null;
             }
             Path target = path.toRealPath();
-            return Files.isRegularFile(target, LinkOption.NOFOLLOW_LINKS)
-                    && !target.startsWith(directory.toRealPath()) ? target : null;
+            if (realDirectory == null) {
+                realDirectory = directory.toRealPath();
+            }
+            return Files.isRegularFile(target, LinkOption.NOFOLLOW_LINKS) && !target.startsWith(realDirectory)
+                    ? target : null;
         } catch (IOException | RuntimeException e) {
             return null;
         }

@@ -112,11 +112,11 @@ final class SoftEngine {
      * Registers {@code mr} (new, or closed by its owner) under a fresh key ({@link MemoryKeyTable}): its lkey, and
      * its rkey too when it grants remote access. A region without remote access gets rkey 0, which names no region:
      * the InfiniBand specification returns an R_Key only for remote access, and rxe does exactly this (mlx5 reports
-     * the lkey's value instead); 0 makes a misused key fail at once rather than look valid. A {@code fileMapping} (a
-     * read-only mapping of a file) is noted for same-host peers ({@link MappedFileLinks}). Allocates nothing, but for
-     * a file mapping's note.
+     * the lkey's value instead); 0 makes a misused key fail at once rather than look valid. A read-only mapping of a
+     * file (from {@code fileOffset}; -1 for any other memory) is noted for same-host peers ({@link MappedFileLinks}).
+     * Allocates nothing, but for a file mapping's note.
      */
-    void register(SoftMemoryRegion mr, long address, long length, int access, boolean fileMapping)
+    void register(SoftMemoryRegion mr, long address, long length, int access, long fileOffset)
             throws RdmaException {
         synchronized (keyLock) {
             int key = keys.add(mr);
@@ -126,8 +126,8 @@ final class SoftEngine {
             }
             mr.open(address, length, access, key);
             sharedMemory.publish(key, mr.pd.id, access, address, length);
-            if (fileMapping) {
-                sharedMemory.fileLinks.registered(key, address, length);
+            if (fileOffset >= 0) {
+                sharedMemory.fileLinks.registered(key, address, length, fileOffset);
             }
             usage.memoryRegistered(length);
         }

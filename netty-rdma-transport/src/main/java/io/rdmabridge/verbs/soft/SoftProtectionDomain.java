@@ -65,10 +65,13 @@ final class SoftProtectionDomain implements ProtectionDomain {
 
     /** Notes the file behind the mapping, so a same-host peer can read the file itself ({@link MappedFileLinks}). */
     @Override
-    public MemoryRegion registerFileMapping(long address, long length) throws RdmaException {
+    public MemoryRegion registerFileMapping(long address, long length, long fileOffset) throws RdmaException {
         validate(address, length, 0);
+        if (fileOffset < 0) {
+            throw new IllegalArgumentException("fileOffset: " + fileOffset + " (expected: >= 0)");
+        }
         SoftMemoryRegion mr = new SoftMemoryRegion(this);
-        engine.register(mr, address, length, 0, true);
+        engine.register(mr, address, length, 0, fileOffset);
         memoryRegions.incrementAndGet();
         return mr;
     }
@@ -104,7 +107,7 @@ final class SoftProtectionDomain implements ProtectionDomain {
     }
 
     private void open(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
-        engine.register(mr, address, length, access, false);
+        engine.register(mr, address, length, access, -1);
         memoryRegions.incrementAndGet();
     }
 

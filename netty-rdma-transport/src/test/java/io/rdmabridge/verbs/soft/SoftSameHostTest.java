@@ -324,43 +324,73 @@ class SoftSameHostTest {
         Path file = dir.resolve("shuffle.data");
         Files.write(file, pattern(size, 3));
         List<Runnable> toFree = new ArrayList<>();
+        List<MemoryRegion> regions = new ArrayList<>();
         try (SoftPair p = SoftPair.tcp()) {
-            SoftPair.Buffer local = shared(p, p.client, 65536, Access.LOCAL_WRITE, toFree);
-            long oneSided = provider.oneSidedOperations();
+            try {
+                SoftPair.Buffer local = shared(p, p.client, 65536, Access.LOCAL_WRITE, toFree);
+                long oneSided = provider.oneSidedOperations();
 
-            // Renamed over after the exposure and before the peer's first READ: served by this process, from the
-            // mapping, which still holds the first file's bytes.
-            MappedByteBuffer first = map(file, size);
-            MemoryRegion firstChunk = p.server.pd.registerFileMapping(DirectMemory.address(first), size);
-            MemoryRegion firstExposed = p.server.pd.register(DirectMemory.address(first) + 4096, 65536,
-                    Access.REMOTE_READ);
-            assertEquals(List.of(file), links(), "the exposure made one link, to the mapped file");
-            Path replacement = dir.resolve("shuffle.data.tmp");
-            Files.write(replacement, pattern(size, 5));
-            Files.move(replacement, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-            read(p, local, firstExposed, 1);
-            assertArrayEquals(Arrays.copyOfRange(pattern(size, 3), 4096, 4096 + 65536), bytes(local.buf(), 65536));
-            assertEquals(oneSided, provider.oneSidedOperations(), "a READ of a replaced file ran one-sided");
+                // A mapping from an offset into the file, named by its own bounds (/proc/self/map_files).
+                MappedByteBuffer first = map(file, 65536, size - 65536, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(first), size - 65536, 65536));
+                MemoryRegion exposed = expose(p, DirectMemory.address(first) + 4096, regions);
+                assertEquals(List.of(file), links(), "the exposure made one link, to the mapped file");
+                read(p, local, exposed, 1);
+                assertArrayEquals(Arrays.copyOfRange(pattern(size, 3), 65536 + 4096, 65536 + 4096 + 65536),
+                        bytes(local.buf(), 65536));
+                assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ of the mapped file ran one-sided");
 
-            // The file now at the path, mapped and exposed in turn: read from the file, one-sided.
-            MappedByteBuffer second = map(file, size);
-            MemoryRegion secondChunk = p.server.pd.registerFileMapping(DirectMemory.address(second), size);
-            MemoryRegion secondExposed = p.server.pd.register(DirectMemory.address(second) + size - 65536, 65536,
-                    Access.REMOTE_READ);
-            read(p, local, secondExposed, 2);
-            assertArrayEquals(Arrays.copyOfRange(pattern(size, 5), size - 65536, size), bytes(local.buf(), 65536));
-            assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ of the mapped file ran one-sided");
+                // Another file, renamed over after the exposure and before the peer's first READ of it: served by this
+                // process, from the mapping, which still holds the replaced file's bytes.
+                Path other = dir.resolve("other.data");
+                Files.write(other, pattern(size, 5));
+                MappedByteBuffer second = map(other, 0, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(second), size, 0));
+                exposed = expose(p, DirectMemory.address(second), regions);
+                assertEquals(2, links().size(), "one link per file: " + links());
+                Path replacement = dir.resolve("other.data.tmp");
+                Files.write(replacement, pattern(size, 7));
+                Files.move(replacement, other, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+                read(p, local, exposed, 2);
+                assertArrayEquals(Arrays.copyOfRange(pattern(size, 5), 0, 65536), bytes(local.buf(), 65536));
+                assertEquals(oneSided + 1, provider.oneSidedOperations(), "a READ of a replaced file ran one-sided");
 
-            for (MemoryRegion mr : List.of(firstExposed, firstChunk, secondExposed, secondChunk)) {
-                mr.close();
+                // The file now at that path, registered from inside its mapping (no map_files entry has those bounds;
+                // found in /proc/self/maps): read from the file, one-sided.
+                MappedByteBuffer third = map(other, 0, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(third) + 8192, size - 8192, 8192));
+                exposed = expose(p, DirectMemory.address(third) + size - 65536, regions);
+                read(p, local, exposed, 3);
+                assertArrayEquals(Arrays.copyOfRange(pattern(size, 7), size - 65536, size), bytes(local.buf(), 65536));
+                assertEquals(oneSided + 2, provider.oneSidedOperations(), "the READ of the new file ran one-sided");
+
+                // A second mapping of the first file shares its link, which the peer has open already.
+                MappedByteBuffer fourth = map(file, 0, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(fourth), size, 0));
+                exposed = expose(p, DirectMemory.address(fourth), regions);
+                assertEquals(3, links().size(), "links of the first file, the replaced one and the new one: "
+                        + links());
+                read(p, local, exposed, 4);
+                assertArrayEquals(Arrays.copyOfRange(pattern(size, 3), 0, 65536), bytes(local.buf(), 65536));
+                assertEquals(oneSided + 3, provider.oneSidedOperations(),
+                        "the READ of the first file's second mapping");
+
+            } finally {
+                for (int i = regions.size() - 1; i >= 0; i--) {
+                    regions.get(i).close();
+                }
             }
             assertEquals(List.of(), links(), "links left after their mappings were deregistered");
-            DirectMemory.free(first);
-            DirectMemory.free(second);
         } finally {
             toFree.forEach(Runnable::run);
         }
         SoftPair.assertResourcesReleased(provider);
+    }
+
+    private static MemoryRegion expose(SoftPair p, long address, List<MemoryRegion> regions) throws Exception {
+        MemoryRegion mr = p.server.pd.register(address, 65536, Access.REMOTE_READ);
+        regions.add(mr);
+        return mr;
     }
 
     private static byte[] pattern(int size, int seed) {
@@ -371,9 +401,12 @@ class SoftSameHostTest {
         return b;
     }
 
-    private static MappedByteBuffer map(Path file, int size) throws IOException {
+    private static MappedByteBuffer map(Path file, long position, int size, List<Runnable> toFree)
+            throws IOException {
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            return ch.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, position, size);
+            toFree.add(() -> DirectMemory.free(map));
+            return map;
         }
     }
 
