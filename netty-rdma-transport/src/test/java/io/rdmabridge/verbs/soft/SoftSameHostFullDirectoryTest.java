@@ -18,8 +18,9 @@ import org.junit.jupiter.api.Test;
 /**
  * The same-host path in a shared-memory directory too small for what is asked (a container's 64 MiB {@code /dev/shm}
  * is the common case): every page is committed when a file is made, so a full directory falls back to private memory
- * with a WARN instead of faulting (SIGBUS) on first touch. Needs a tmpfs of its own: the test mounts a 1 MiB one,
- * which takes root (CI and the development machines run as root; elsewhere it is skipped, saying so).
+ * with a WARN instead of faulting (SIGBUS) on first touch. Needs a tmpfs of its own: the test mounts a 2 MiB one (the
+ * key table commits 768 KiB of it), which takes root (CI and the development machines run as root; elsewhere it is
+ * skipped, saying so).
  */
 class SoftSameHostFullDirectoryTest {
     private Path mount;
@@ -28,10 +29,10 @@ class SoftSameHostFullDirectoryTest {
     @BeforeEach
     void mountSmallTmpfs() throws Exception {
         mount = Files.createTempDirectory("rdmabridge-small-shm");
-        Process p = new ProcessBuilder("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", mount.toString())
+        Process p = new ProcessBuilder("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", mount.toString())
                 .redirectErrorStream(true).start();
         mounted = p.waitFor(20, TimeUnit.SECONDS) && p.exitValue() == 0;
-        assumeTrue(mounted, "mounting a 1 MiB tmpfs needs root and mount(8): "
+        assumeTrue(mounted, "mounting a 2 MiB tmpfs needs root and mount(8): "
                 + new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim());
     }
 
