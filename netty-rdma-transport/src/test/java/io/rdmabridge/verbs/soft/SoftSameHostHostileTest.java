@@ -105,6 +105,30 @@ class SoftSameHostHostileTest {
         }
     }
 
+    /** This process's own key table, mapped writable as a hostile peer would map it, to tell lies in. */
+    private final class OwnKeyTable implements AutoCloseable {
+        private final FileChannel channel;
+        final MappedByteBuffer table;
+
+        OwnKeyTable() throws IOException {
+            channel = FileChannel.open(deviceDir.resolve(SharedMemoryFiles.filePrefix(ProcessHandle.current().pid())
+                    + "keys"), StandardOpenOption.READ, StandardOpenOption.WRITE);
+            table = channel.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
+            table.order(ByteOrder.nativeOrder());
+        }
+
+        /** Where the entry of the region with this rkey starts. */
+        int region(int rkey) {
+            return SharedKeyTable.HEADER + (rkey & (SharedKeyTable.REGION_SLOTS - 1)) * SharedKeyTable.REGION_ENTRY;
+        }
+
+        @Override
+        public void close() throws IOException {
+            DirectMemory.free(table);
+            channel.close();
+        }
+    }
+
     private static List<Path> files(Path d) throws IOException {
         try (Stream<Path> s = Files.list(d)) {
             return new ArrayList<>(s.filter(f -> !f.getFileName().toString().endsWith("-keys")).toList());
@@ -202,21 +226,15 @@ class SoftSameHostHostileTest {
                 local.fill(1);
                 write(p, local.buf(), local.mr(), t, 0, REGION, 1, WcStatus.SUCCESS);
                 long oneSided = provider.oneSidedOperations();
-                Path tableFile = deviceDir.resolve(SharedMemoryFiles.filePrefix(ProcessHandle.current().pid())
-                        + "keys");
-                try (FileChannel ch = FileChannel.open(tableFile, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                    MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
-                    table.order(ByteOrder.nativeOrder());
-                    int e = SharedKeyTable.HEADER + (t.mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1))
-                            * SharedKeyTable.REGION_ENTRY;
+                try (OwnKeyTable own = new OwnKeyTable()) {
+                    MappedByteBuffer table = own.table;
+                    int e = own.region(t.mr.rkey());
                     int qe = (int) (SharedKeyTable.HEADER + (long) SharedKeyTable.REGION_SLOTS
                             * SharedKeyTable.REGION_ENTRY + (long) (p.server.qp.qpNumber()
                             & (SharedKeyTable.QP_SLOTS - 1)) * SharedKeyTable.QP_ENTRY);
                     byte[] saved = new byte[SharedKeyTable.REGION_ENTRY];
                     table.get(e, saved);
-                    long otherNumber = table.getLong(SharedKeyTable.HEADER + (other.mr.rkey()
-                            & (SharedKeyTable.REGION_SLOTS - 1)) * SharedKeyTable.REGION_ENTRY
-                            + SharedKeyTable.FILE_NUMBER);
+                    long otherNumber = table.getLong(own.region(other.mr.rkey()) + SharedKeyTable.FILE_NUMBER);
                     // Lies that do not add up: each is declined, and the owner's engine executes the WRITE.
                     Runnable[] lies = {
                         () -> table.putLong(e + SharedKeyTable.LENGTH, -1),
@@ -297,7 +315,6 @@ class SoftSameHostHostileTest {
                     table.putInt(qe + 4, ((SoftQueuePair) p.server.qp).pd.id);
                     t.assertGuardsIntact();
                     other.assertGuardsIntact();
-                    DirectMemory.free(table);
                 }
             }
         }
@@ -318,12 +335,9 @@ class SoftSameHostHostileTest {
                 write(p, local.buf(), local.mr(), t, 0, 4096, 1, WcStatus.SUCCESS);
                 long oneSided = provider.oneSidedOperations();
                 String prefix = SharedMemoryFiles.filePrefix(ProcessHandle.current().pid());
-                try (FileChannel ch = FileChannel.open(deviceDir.resolve(prefix + "keys"), StandardOpenOption.READ,
-                        StandardOpenOption.WRITE)) {
-                    MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
-                    table.order(ByteOrder.nativeOrder());
-                    int e = SharedKeyTable.HEADER + (t.mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1))
-                            * SharedKeyTable.REGION_ENTRY;
+                try (OwnKeyTable own = new OwnKeyTable()) {
+                    MappedByteBuffer table = own.table;
+                    int e = own.region(t.mr.rkey());
                     long real = table.getLong(e + SharedKeyTable.FILE_NUMBER);
                     int files = SharedPeer.MAX_OPEN_FILES + 64;
                     for (int k = 0; k < files; k++) {
@@ -341,7 +355,6 @@ class SoftSameHostHostileTest {
                     assertEquals(oneSided + files, provider.oneSidedOperations(),
                             "each WRITE ran one-sided, into the file the table named");
                     table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
-                    DirectMemory.free(table);
                 }
                 t.assertGuardsIntact();
             }
@@ -379,12 +392,9 @@ class SoftSameHostHostileTest {
                 read(p, local.mr(), t, 0, 4096, 1, WcStatus.SUCCESS);
                 long oneSided = provider.oneSidedOperations();
                 assertTrue(oneSided > 0, "the first READ ran one-sided: the peer's table is in use");
-                try (FileChannel ch = FileChannel.open(deviceDir.resolve(prefix + "keys"), StandardOpenOption.READ,
-                        StandardOpenOption.WRITE)) {
-                    MappedByteBuffer table = ch.map(FileChannel.MapMode.READ_WRITE, 0, SharedKeyTable.SIZE);
-                    table.order(ByteOrder.nativeOrder());
-                    int e = SharedKeyTable.HEADER + (t.mr.rkey() & (SharedKeyTable.REGION_SLOTS - 1))
-                            * SharedKeyTable.REGION_ENTRY;
+                try (OwnKeyTable own = new OwnKeyTable()) {
+                    MappedByteBuffer table = own.table;
+                    int e = own.region(t.mr.rkey());
                     long real = table.getLong(e + SharedKeyTable.FILE_NUMBER);
                     long realOffset = table.getLong(e + SharedKeyTable.FILE_OFFSET);
                     List<Path> targets = List.of(fifo, ours.file, other);
@@ -423,7 +433,6 @@ class SoftSameHostHostileTest {
                     table.putLong(e + SharedKeyTable.FILE_OFFSET, realOffset);
                     table.putLong(e + SharedKeyTable.FILE_DEVICE, 0);
                     table.putLong(e + SharedKeyTable.FILE_INODE, 0);
-                    DirectMemory.free(table);
                 }
                 t.assertGuardsIntact();
             }
