@@ -29,10 +29,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Runs every benchmark in smoke mode so none rots: the whole JMH suite in this JVM (one size, one short iteration),
- * the cross-process RDMA rows on both soft paths (and the same-host ping-pong busy-polling), and every rdma-perf
- * pattern in loopback with tiny sizes. Asserts that
- * each produced a result, that throughput and its CPU cost are non-zero, and that the registered path copied no
- * byte.
+ * the cross-process RDMA rows on both soft paths (and the same-host ping-pong busy-polling, and file regions beside
+ * epoll's), and every rdma-perf pattern in loopback with tiny sizes. Asserts that each produced a result, that
+ * throughput and its CPU cost are non-zero, and that the registered path copied no byte.
  */
 class BenchmarkSmokeTest {
 
@@ -66,6 +65,11 @@ class BenchmarkSmokeTest {
                     key += "/busy-poll";
                 }
             }
+            // And the cross-process throughput once more writing file regions.
+            if (benchmark.endsWith("CrossProcessChannelBenchmark.throughput")
+                    && "file".equals(r.getParams().getParam("payload"))) {
+                key += "/file";
+            }
             assertNull(byKey.put(key, r), "two results for " + key);
         }
         for (String t : List.of("rdma", "local")) {
@@ -77,6 +81,9 @@ class BenchmarkSmokeTest {
             assertLatency(byKey.get("CrossProcessChannelBenchmark.latency " + t));
         }
         assertLatency(byKey.get("CrossProcessChannelBenchmark.latency rdma/shm/busy-poll"));
+        for (String t : List.of("rdma/shm/file", "epoll/file")) {
+            assertThroughput(byKey.get("CrossProcessChannelBenchmark.throughput " + t));
+        }
         RunResult allocator = byKey.get("CopiedBytesBenchmark.write allocator");
         assertNotNull(allocator, "no result for the allocator payload: " + byKey.keySet());
         assertTrue(secondary(allocator, "payloadBytes") > 0);

@@ -94,11 +94,34 @@ public final class BenchmarkSuite {
         return b;
     }
 
-    /** The whole suite: {@link #options}, {@link #tcpPathOptions} and {@link #busyPollOptions}, in run order. */
+    /**
+     * Options for the cross-process throughput of file regions ({@code payload=file}: a {@code DefaultFileRegion} per
+     * message, as Spark's block server sends shuffle blocks), RDMA on the same-host path, where the peer reads a
+     * rendezvous from the file itself, beside epoll, which sends them with {@code sendfile}; 1 MiB and 4 MiB (the
+     * smoke size in smoke mode).
+     */
+    public static ChainedOptionsBuilder fileRegionOptions(boolean smoke, int forks) {
+        ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
+                .include(regex(CrossProcessChannelBenchmark.class) + "throughput$").param("transport", "rdma", "epoll")
+                .param("sameHost", "shm").param("payload", "file");
+        if (smoke) {
+            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
+                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+        } else {
+            b.param("size", "1048576", "4194304");
+        }
+        return b;
+    }
+
+    /**
+     * The whole suite: {@link #options}, {@link #tcpPathOptions}, {@link #busyPollOptions} and
+     * {@link #fileRegionOptions}, in run order.
+     */
     public static List<RunResult> runAll(boolean smoke, int forks) throws RunnerException {
         List<RunResult> results = run(options(smoke, forks));
         results.addAll(run(tcpPathOptions(smoke, forks)));
         results.addAll(run(busyPollOptions(smoke, forks)));
+        results.addAll(run(fileRegionOptions(smoke, forks)));
         return results;
     }
 

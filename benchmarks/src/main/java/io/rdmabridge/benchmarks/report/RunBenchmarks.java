@@ -159,7 +159,11 @@ public final class RunBenchmarks {
                 + " (`rdmabridge.soft.sameHost=tcp`, the path between hosts) carries every frame over a TCP socket;"
                 + " **rdma (same-host shm, busy-poll 100 us)** is the same-host ping-pong with both event loops"
                 + " busy-polling for 100 us before they sleep (`RdmaChannelOption.BUSY_POLL_BUDGET_NANOS`), for the"
-                + " busy-polling latency target (epoll, which has no such option, is its baseline). Every RDMA row"
+                + " busy-polling latency target (epoll, which has no such option, is its baseline);"
+                + " **rdma (same-host shm), file regions** and **epoll, file regions** write a `DefaultFileRegion`"
+                + " of a temporary file per message, as Spark's block server sends shuffle blocks: epoll sends it"
+                + " with `sendfile`, the same-host peer reads a rendezvous from the file itself (through the"
+                + " sender's link to it, `rdmabridge.soft.fileLinks`). Every RDMA row"
                 + " runs the channel's defaults otherwise, among them"
                 + " `RdmaChannelOption.SEND_COMPLETION_POLL_NANOS` (after a write, its loop polls for up to 50 us"
                 + " while that send awaits its completion, rather than sleep) and, on the same-host path, the"
@@ -541,7 +545,10 @@ public final class RunBenchmarks {
         static final String RDMA_SHM = "rdma (same-host shm)";
         static final String RDMA_TCP = "rdma (TCP path)";
         static final String RDMA_SHM_BUSY_POLL = "rdma (same-host shm, busy-poll 100 us)";
-        private static final List<String> ORDER = List.of("rdma", RDMA_SHM, RDMA_SHM_BUSY_POLL, RDMA_TCP);
+        /** Appended to the row name of a transport writing file regions. */
+        static final String FILE_REGIONS = ", file regions";
+        private static final List<String> ORDER = List.of("rdma", RDMA_SHM, RDMA_SHM_BUSY_POLL,
+                RDMA_SHM + FILE_REGIONS, RDMA_TCP);
 
         private final Map<String, Map<Integer, double[][]>> data = new TreeMap<>();
 
@@ -553,7 +560,7 @@ public final class RunBenchmarks {
                     continue;
                 }
                 String t = label(r.getParams().getParam("transport"), r.getParams().getParam("sameHost"),
-                        r.getParams().getParam("busyPollNanos"));
+                        r.getParams().getParam("busyPollNanos"), r.getParams().getParam("payload"));
                 int size = Integer.parseInt(r.getParams().getParam("size"));
                 if (name.endsWith(".throughput")) {
                     c.put(t, size, MESSAGES, scoreAndError(r.getSecondaryResults().get("messages")));
@@ -574,10 +581,14 @@ public final class RunBenchmarks {
         }
 
         /**
-         * The row name of a transport: RDMA on the soft provider's TCP path apart from its same-host path, and the
-         * same-host path with busy-polling event loops ({@link BenchmarkSuite#busyPollOptions}) apart from both.
+         * The row name of a transport: RDMA on the soft provider's TCP path apart from its same-host path, the
+         * same-host path with busy-polling event loops ({@link BenchmarkSuite#busyPollOptions}) apart from both, and
+         * any transport writing file regions ({@link BenchmarkSuite#fileRegionOptions}) apart from its buffers' row.
          */
-        static String label(String transport, String sameHost, String busyPollNanos) {
+        static String label(String transport, String sameHost, String busyPollNanos, String payload) {
+            if ("file".equals(payload)) {
+                return ("rdma".equals(transport) ? RDMA_SHM : transport) + FILE_REGIONS;
+            }
             if (!"rdma".equals(transport) || sameHost == null) {
                 return transport;
             }

@@ -153,12 +153,14 @@ class ResultsPageTest {
 
     @Test
     void shouldNameRdmaRowsByTheirSoftPath() {
-        assertEquals(Channels.RDMA_SHM, Channels.label("rdma", "shm", "0"));
-        assertEquals(Channels.RDMA_TCP, Channels.label("rdma", "tcp", "0"));
-        assertEquals("epoll", Channels.label("epoll", "shm", null));
-        assertEquals(Channels.RDMA_SHM_BUSY_POLL, Channels.label("rdma", "shm", "100000"));
+        assertEquals(Channels.RDMA_SHM, Channels.label("rdma", "shm", "0", "allocator"));
+        assertEquals(Channels.RDMA_TCP, Channels.label("rdma", "tcp", "0", "allocator"));
+        assertEquals("epoll", Channels.label("epoll", "shm", null, "allocator"));
+        assertEquals(Channels.RDMA_SHM_BUSY_POLL, Channels.label("rdma", "shm", "100000", "allocator"));
         // In one JVM there is no sameHost parameter.
-        assertEquals("rdma", Channels.label("rdma", null, null));
+        assertEquals("rdma", Channels.label("rdma", null, null, "allocator"));
+        assertEquals("rdma (same-host shm), file regions", Channels.label("rdma", "shm", "0", "file"));
+        assertEquals("epoll, file regions", Channels.label("epoll", "shm", "0", "file"));
     }
 
     @Test
