@@ -178,8 +178,12 @@ public final class PerfServer implements AutoCloseable {
 
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-            if (!(cause instanceof ClosedChannelException)) {
-                // A client that closes while acknowledgements are on their way is the normal end of a benchmark.
+            // A client that closes while acknowledgements are on their way is the normal end of a benchmark: over
+            // TCP its kernel answers them with a reset (unread bytes at close).
+            if (cause instanceof ClosedChannelException || cause instanceof IOException && cause.getMessage() != null
+                    && cause.getMessage().contains("Connection reset by peer")) {
+                logger.debug("benchmark connection {} ended by the client", ctx.channel(), cause);
+            } else {
                 logger.warn("benchmark connection {} failed; closing it", ctx.channel(), cause);
             }
             ctx.close();

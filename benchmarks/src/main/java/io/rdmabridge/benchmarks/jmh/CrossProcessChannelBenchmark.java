@@ -5,6 +5,7 @@ import io.rdmabridge.benchmarks.Payload;
 import io.rdmabridge.benchmarks.RdmaTuning;
 import io.rdmabridge.benchmarks.Transport;
 import org.openjdk.jmh.annotations.Param;
+import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * Client here, server in a child JVM on loopback (started in the trial setup from this class path, killed in the
@@ -18,7 +19,13 @@ import org.openjdk.jmh.annotations.Param;
  * {@code busyPollNanos} (0: off) sets {@link io.rdmabridge.netty.RdmaChannelOption#BUSY_POLL_BUDGET_NANOS} at both
  * ends and {@code ringSpinMicros} the soft engine's ring polling ({@code rdmabridge.soft.ringSpinMicros}), for the
  * busy-polling latency target; epoll and NIO ignore both.
+ *
+ * <p>Warm-up is 6 x 2 s, longer than in one JVM: two JVMs compile at once on the cores that also move the bytes, and
+ * the RDMA rows, whose path is Java code where epoll's is the kernel's, kept climbing through 10 s of it (C2 still
+ * compiling in the client at 10 s; 4 MiB batches/s 133, 215, 257, 342, 503, 750 over the first six 2-s iterations)
+ * while epoll's were flat after 4 s. Measured after a short warm-up they showed the ramp, not the path.
  */
+@Warmup(iterations = 6, time = 2)
 public class CrossProcessChannelBenchmark extends ChannelBenchmark {
     @Param({"rdma", "epoll", "nio"})
     public String transport;

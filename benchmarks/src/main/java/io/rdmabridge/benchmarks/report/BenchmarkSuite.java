@@ -75,10 +75,9 @@ public final class BenchmarkSuite {
     /**
      * Options for the cross-process ping-pong with RDMA's event loops busy-polling ({@code busyPollNanos} at both
      * ends, the same-host path), for issue 13's busy-polling latency target; 64 B (the smoke size in smoke mode).
-     * Measured beside the suite's epoll rows, which it is compared with (epoll has no such knob). Warm-up is longer
-     * than the suite's (3 x 2 s, not 2 x 1 s): two spinning event loops on a 2-core host leave the JIT compiler
-     * threads little time, and with the suite's warm-up a run once measured p50 280 us where longer ones measure
-     * 40-70 us.
+     * Measured beside the suite's epoll rows, which it is compared with (epoll has no such knob), with the benchmark's
+     * own warm-up: two spinning event loops on a 2-core host leave the JIT compiler threads little time, and after
+     * 2 x 1 s a run once measured p50 280 us where longer ones measure 40-70 us.
      */
     public static ChainedOptionsBuilder busyPollOptions(boolean smoke, int forks) {
         ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
@@ -88,8 +87,6 @@ public final class BenchmarkSuite {
         if (smoke) {
             b.param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
                     .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
-        } else {
-            b.warmupIterations(3).warmupTime(TimeValue.seconds(2));
         }
         return b;
     }
