@@ -49,8 +49,7 @@ public final class BenchmarkSuite {
             b.include(include);
         }
         if (smoke) {
-            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
-                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+            smokeRun(b.param("size", SMOKE_SIZE));
         }
         return b;
     }
@@ -63,8 +62,7 @@ public final class BenchmarkSuite {
         ChainedOptionsBuilder b = new OptionsBuilder().forks(forks).shouldFailOnError(true)
                 .include(regex(CrossProcessChannelBenchmark.class)).param("transport", "rdma").param("sameHost", "tcp");
         if (smoke) {
-            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
-                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+            smokeRun(b.param("size", SMOKE_SIZE));
         }
         return b;
     }
@@ -85,8 +83,7 @@ public final class BenchmarkSuite {
                 .param("sameHost", "shm").param("busyPollNanos", BUSY_POLL_NANOS)
                 .param("size", smoke ? SMOKE_SIZE : "64");
         if (smoke) {
-            b.param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
-                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+            smokeRun(b);
         }
         return b;
     }
@@ -102,12 +99,17 @@ public final class BenchmarkSuite {
                 .include(regex(CrossProcessChannelBenchmark.class) + "throughput$").param("transport", "rdma", "epoll")
                 .param("sameHost", "shm").param("payload", "file");
         if (smoke) {
-            b.param("size", SMOKE_SIZE).param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
-                    .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
+            smokeRun(b.param("size", SMOKE_SIZE));
         } else {
             b.param("size", "1048576", "4194304");
         }
         return b;
+    }
+
+    /** Smoke mode's small batches and single short iteration, without warm-up; each caller sets the size. */
+    private static void smokeRun(ChainedOptionsBuilder b) {
+        b.param("batchBytes", "65536").warmupIterations(0).measurementIterations(1)
+                .measurementTime(TimeValue.milliseconds(300)).verbosity(VerboseMode.SILENT);
     }
 
     /**
