@@ -344,7 +344,8 @@ final class SharedPeer {
         } catch (IOException e) {
             size = -1;
         }
-        if (size <= 0 || size > Integer.MAX_VALUE) {
+        // Our memory files are at most 2 GiB; a peer's mapped file (a shuffle file, a log segment) may be larger.
+        if (size <= 0 || size > Integer.MAX_VALUE && inode == 0) {
             closeQuietly(ch);
             return -1;
         }

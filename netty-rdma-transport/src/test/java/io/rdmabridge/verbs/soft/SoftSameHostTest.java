@@ -375,6 +375,19 @@ class SoftSameHostTest {
                 assertEquals(oneSided + 3, provider.oneSidedOperations(),
                         "the READ of the first file's second mapping");
 
+                // A file of more than 2 GiB (sparse; Spark's shuffle files can be that large), mapped near its end.
+                Path large = dir.resolve("large.data");
+                long end = 3L << 30;
+                try (FileChannel ch = FileChannel.open(large, StandardOpenOption.CREATE_NEW,
+                        StandardOpenOption.WRITE)) {
+                    ch.write(ByteBuffer.wrap(pattern(size, 9)), end - size);
+                }
+                MappedByteBuffer fifth = map(large, end - size, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(fifth), size, end - size));
+                exposed = expose(p, DirectMemory.address(fifth) + size - 65536, regions);
+                read(p, local, exposed, 5);
+                assertArrayEquals(Arrays.copyOfRange(pattern(size, 9), size - 65536, size), bytes(local.buf(), 65536));
+                assertEquals(oneSided + 4, provider.oneSidedOperations(), "the READ of the file of 3 GiB ran one-sided");
             } finally {
                 for (int i = regions.size() - 1; i >= 0; i--) {
                     regions.get(i).close();
