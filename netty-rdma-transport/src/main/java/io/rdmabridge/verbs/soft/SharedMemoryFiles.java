@@ -81,6 +81,8 @@ final class SharedMemoryFiles {
     /** RDMA WRITEs and READs of same-host links done one-sided, and those that went over TCP instead. */
     final AtomicLong oneSided = new AtomicLong();
     final AtomicLong overTcp = new AtomicLong();
+    /** Peer files a same-host link could not open (each then not tried again for a while: {@link SharedPeer}). */
+    final AtomicLong refusedPeerFiles = new AtomicLong();
     /** Frames received through same-host links' shared-memory rings ({@link ShmRing}). */
     final AtomicLong ringFrames = new AtomicLong();
     /** Same-host wake-ups sent: DOORBELLs to a peer's engine, datagrams to a peer's sleeping event loop. */

@@ -43,9 +43,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   <li>{@link #DONE}: executed.</li>
  *   <li>{@link #DECLINED}: send it over the wire, where the peer decides. Nothing was copied, except after an
  *       interrupt closed the file under a copy; the wire then repeats the same bytes to the same places.</li>
- *   <li>{@link #FAILED}: the peer's file is shorter than its own table says (truncated under us). The request fails
- *       with a remote access error and the link closes, with one WARN naming the file: the peer broke the contract
- *       of its registration, and its engine would fault the same way on the TCP path. As on a NIC, the target range
+ *   <li>{@link #FAILED}: the peer's file is shorter than its own table says (truncated under us; a mapped file, by
+ *       whoever truncated it). The request fails with a remote access error and the link closes, with one WARN
+ *       naming the file: the registration's bytes are gone, and the peer's engine would fault the same way on the TCP
+ *       path. As on a NIC, the target range
  *       of a failed WRITE and the destination of a failed READ are undefined afterwards; nothing behind the failed
  *       request is executed (RC).</li>
  * </ul>
@@ -70,7 +71,14 @@ final class SharedPeer {
      * (its table's file numbers), so without a bound it could make us hold a descriptor for every file it makes.
      */
     static final int MAX_OPEN_FILES = 256;
+    /**
+     * How long a peer file that could not be opened is not tried again; its requests take the TCP path meanwhile. The
+     * peer names the files, so without it a key naming one we cannot open would cost every request on it an open,
+     * a look at each file open already, and the link checks.
+     */
+    static final long REOPEN_DELAY_NANOS = 1_000_000_000L;
 
+    private final SharedMemoryFiles files;
     private final Path directory;
     private final long peerPid;
     private final String filePrefix;
@@ -100,9 +108,14 @@ final class SharedPeer {
     private long[] lastUse = new long[4];
     private long lookups;
     private int count;
+    // Peer files that could not be opened lately, and when each may be tried again; the oldest gives way.
+    private final long[] refused = new long[8];
+    private final long[] refusedUntil = new long[8];
+    private int nextRefused;
 
-    SharedPeer(Path directory, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
-        this.directory = directory;
+    SharedPeer(SharedMemoryFiles files, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
+        this.files = files;
+        this.directory = files.directory;
         this.peerPid = peerPid;
         this.usage = usage;
         this.copyHelper = copyHelper;
@@ -156,7 +169,7 @@ final class SharedPeer {
                     return DECLINED;
                 }
                 long at = offset + (remote - address);
-                if (at < 0 || at > sizes[f] - len) {
+                if (at < 0 || at > sizes[f] - len && !grewTo(f, at, len)) {
                     return DECLINED;
                 }
                 return copy(q, i, read, f, at, len);
@@ -218,13 +231,45 @@ final class SharedPeer {
         }
     }
 
+    /**
+     * Whether the mapped file behind link entry {@code f} now holds {@code [at, at + len)}: such a file may have grown
+     * since it was opened (a log appended to, its new chunks mapped and registered). Our memory files keep their size.
+     */
+    private boolean grewTo(int f, long at, int len) {
+        if (inodes[f] == 0) {
+            return false;
+        }
+        long size;
+        try {
+            size = channels[f].size();
+        } catch (IOException e) {
+            return false;
+        }
+        if (size - len < at) {
+            return false;
+        }
+        usage.peerFiles(0, size - sizes[f]);
+        sizes[f] = size;
+        return true;
+    }
+
     private int truncated(int f, long needed, long size) {
-        failure = "same-host peer " + peerPid + " truncated its memory file " + directory.resolve(filePrefix
-                + numbers[f]) + " to " + size + " bytes while the region it backs (" + needed + " bytes needed) "
-                + "is registered; the peer is broken or hostile: closing the connection (fix the peer: free memory "
-                + "only after deregistering it)";
+        Path path = directory.resolve(filePrefix + numbers[f]);
+        if (inodes[f] == 0) {
+            failure = "same-host peer " + peerPid + " truncated its memory file " + path + " to " + size
+                    + " bytes while the region it backs (" + needed + " bytes needed) is registered; the peer is "
+                    + "broken or hostile: closing the connection (fix the peer: free memory only after deregistering "
+                    + "it)";
+        } else {
+            // A mapped file is anyone's to truncate (a log cut back, say), not necessarily the peer's doing.
+            failure = "the file " + linkedFile(path) + " that same-host peer " + peerPid + " registered a mapping of "
+                    + "(a file region it sends) is now " + size + " bytes, short of the " + needed + " bytes the "
+                    + "registered region needs: it was truncated while registered: closing the connection (fix the "
+                    + "sender: truncate or overwrite a file only after the file regions sent from it are released, "
+                    + "or write a new file and rename it over the old)";
+        }
         SoftEngine.logger.warn("soft0: {}", failure);
-        closed = true; // the peer broke its registration: nothing more one-sided on this link
+        closed = true; // a registration's bytes are gone: nothing more one-sided on this link
         return FAILED;
     }
 
@@ -293,7 +338,19 @@ final class SharedPeer {
         }
     }
 
-    /** The index of peer file {@code number}, opened now if need be, or -1 when it cannot be. */
+    /** Where the link {@code path} leads, for a message; the link itself when that cannot be read. */
+    private static Path linkedFile(Path path) {
+        try {
+            return Files.readSymbolicLink(path);
+        } catch (IOException | RuntimeException e) {
+            return path;
+        }
+    }
+
+    /**
+     * The index of peer file {@code number}, opened now if need be, or -1 when it cannot be (then not tried again for
+     * {@link #REOPEN_DELAY_NANOS}).
+     */
     private int file(long number) {
         lookups++;
         for (int k = 0; k < count; k++) {
@@ -302,6 +359,24 @@ final class SharedPeer {
                 return k;
             }
         }
+        long now = System.nanoTime();
+        for (int k = 0; k < refused.length; k++) {
+            if (refused[k] == number && now - refusedUntil[k] < 0) {
+                return -1;
+            }
+        }
+        int f = openFile(number);
+        if (f < 0) {
+            refused[nextRefused] = number;
+            refusedUntil[nextRefused] = now + REOPEN_DELAY_NANOS;
+            nextRefused = (nextRefused + 1) % refused.length;
+            files.refusedPeerFiles.incrementAndGet();
+        }
+        return f;
+    }
+
+    /** Opens peer file {@code number} into a new entry, or -1 when it cannot be. */
+    private int openFile(long number) {
         // A new file: first let go of those the peer has deleted (their numbers never come back), then, at the
         // bound, of the one unused longest (no copy is under way: the copy helper is done before execute returns).
         for (int k = count - 1; k >= 0; k--) {

@@ -552,8 +552,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
     private void startSharing(SoftQueuePair q) {
         if (sameHost) {
             q.publishShared();
-            sharedPeer = new SharedPeer(engine.sharedMemory.directory, peerPid, engine.usage,
-                    engine.copyHelper);
+            sharedPeer = new SharedPeer(engine.sharedMemory, peerPid, engine.usage, engine.copyHelper);
             engine.usage.sameHostConnected();
         }
     }

@@ -31,6 +31,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -361,6 +362,50 @@ class SoftSameHostHostileTest {
         } finally {
             for (Path decoy : decoys) {
                 Files.deleteIfExists(decoy);
+            }
+        }
+        SoftPair.assertResourcesReleased(provider);
+        awaitPeerMappingsReleased();
+    }
+
+    @Test
+    void shouldTryAPeerFileThatCannotBeOpenedOnlyOnceInAWhile() throws Exception {
+        // The peer's table names the file behind each key. One that names a file we cannot open (none there, a link
+        // we refuse) cost every request on that key an open, a look at each peer file open already and, for a link,
+        // its checks, on the requesting thread; the peer only has to keep using the key.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        AtomicLong refusedFiles = SoftEngine.get().sharedMemory.refusedPeerFiles;
+        try (SoftPair p = SoftPair.tcp()) {
+            SoftPair.Buffer local = p.buffer(p.client, 4096);
+            try (Target t = new Target(p.server)) {
+                for (int i = 0; i < REGION; i++) {
+                    t.memory.put(GUARD + i, (byte) (5 + i * 31)); // as SoftPair.Buffer#fill(5)
+                }
+                read(p, local.mr(), t, 0, 4096, 1, WcStatus.SUCCESS); // opens the peer's table and file
+                long oneSided = provider.oneSidedOperations();
+                try (OwnKeyTable own = new OwnKeyTable()) {
+                    int e = own.region(t.mr.rkey());
+                    long real = own.table.getLong(e + SharedKeyTable.FILE_NUMBER);
+                    own.table.putLong(e + SharedKeyTable.FILE_NUMBER, 3_000_000); // no such file
+                    long refused = refusedFiles.get();
+                    for (int k = 0; k < 20; k++) {
+                        local.fill(0);
+                        read(p, local.mr(), t, 4096, 4096, 10 + k, WcStatus.SUCCESS);
+                        local.assertFilled(0, 4096, 5, 4096);
+                    }
+                    assertEquals(refused + 1, refusedFiles.get(), "opens tried for 20 READs of a key naming a file "
+                            + "that is not there");
+                    assertEquals(oneSided, provider.oneSidedOperations(), "the READs went over the wire");
+
+                    SoftPair.sleepMicros(SharedPeer.REOPEN_DELAY_NANOS / 1000 + 100_000);
+                    read(p, local.mr(), t, 0, 4096, 40, WcStatus.SUCCESS);
+                    assertEquals(refused + 2, refusedFiles.get(), "opens tried after the delay");
+
+                    own.table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
+                    read(p, local.mr(), t, 0, 4096, 41, WcStatus.SUCCESS);
+                    assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ of the real file again");
+                }
+                t.assertGuardsIntact();
             }
         }
         SoftPair.assertResourcesReleased(provider);

@@ -400,6 +400,61 @@ class SoftSameHostTest {
         SoftPair.assertResourcesReleased(provider);
     }
 
+    @Test
+    void shouldReadAMappedFileThatGrewOneSidedAndFailAReadOfOneCutShortNamingTheFile() throws Exception {
+        // A log appended to while regions of it are registered (FileChunkCache maps the chunk past the old end
+        // again): the peer opened the file at its old size, and every READ past that size went over the wire.
+        // Cut short under a registered region, the READ fails and names the file, not the peer, as the one cut.
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        int size = 1 << 20;
+        byte[] bytes = pattern(2 * size, 11);
+        Path file = dir.resolve("segment.log");
+        Files.write(file, Arrays.copyOf(bytes, size));
+        List<Runnable> toFree = new ArrayList<>();
+        List<MemoryRegion> regions = new ArrayList<>();
+        try (LogCapture log = new LogCapture(); SoftPair p = SoftPair.tcp()) {
+            try {
+                SoftPair.Buffer local = shared(p, p.client, 65536, Access.LOCAL_WRITE, toFree);
+                long oneSided = provider.oneSidedOperations();
+                MappedByteBuffer head = map(file, 0, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(head), size, 0));
+                read(p, local, expose(p, DirectMemory.address(head) + size - 65536, regions), 1);
+                assertArrayEquals(Arrays.copyOfRange(bytes, size - 65536, size), bytes(local.buf(), 65536));
+                assertEquals(oneSided + 1, provider.oneSidedOperations(), "the READ before the file grew");
+
+                Files.write(file, Arrays.copyOfRange(bytes, size, 2 * size), StandardOpenOption.APPEND);
+                MappedByteBuffer tail = map(file, size, size, toFree);
+                regions.add(p.server.pd.registerFileMapping(DirectMemory.address(tail), size, size));
+                MemoryRegion exposed = expose(p, DirectMemory.address(tail) + size / 2, regions);
+                assertEquals(List.of(file), links(), "one link to the file, shared by both mappings");
+                read(p, local, exposed, 2);
+                assertArrayEquals(Arrays.copyOfRange(bytes, size + size / 2, size + size / 2 + 65536),
+                        bytes(local.buf(), 65536));
+                assertEquals(oneSided + 2, provider.oneSidedOperations(), "the READ past the size the file had when "
+                        + "the peer opened it ran one-sided");
+
+                try (FileChannel ch = FileChannel.open(file, StandardOpenOption.WRITE)) {
+                    ch.truncate(size + size / 4); // the exposed range is past the end now
+                }
+                p.client.qp.postSend(new SendWorkRequest(1).wrId(3).opcode(WrOpcode.RDMA_READ)
+                        .flags(SendWorkRequest.SIGNALED).remote(exposed.address(), exposed.rkey())
+                        .addSge(local.address(), 65536, local.mr().lkey()));
+                SoftPair.assertCompletion(SoftPair.pollOne(p.client.sendCq, null), 3, WcStatus.REM_ACCESS_ERR, -1);
+                log.assertWarned("the file " + file + " that same-host peer", "truncated while registered",
+                        "closing the connection");
+                assertEquals(oneSided + 2, provider.oneSidedOperations(), "the failed READ");
+            } finally {
+                for (int i = regions.size() - 1; i >= 0; i--) {
+                    regions.get(i).close();
+                }
+            }
+            assertEquals(List.of(), links(), "links left after their mappings were deregistered");
+        } finally {
+            toFree.forEach(Runnable::run);
+        }
+        SoftPair.assertResourcesReleased(provider);
+    }
+
     private static MemoryRegion expose(SoftPair p, long address, List<MemoryRegion> regions) throws Exception {
         MemoryRegion mr = p.server.pd.register(address, 65536, Access.REMOTE_READ);
         regions.add(mr);
