@@ -123,6 +123,12 @@ class SoftSameHostHostileTest {
             return SharedKeyTable.HEADER + (rkey & (SharedKeyTable.REGION_SLOTS - 1)) * SharedKeyTable.REGION_ENTRY;
         }
 
+        /** Where the entry of the queue pair with this number starts, after the region entries. */
+        int queuePair(int qpn) {
+            return SharedKeyTable.HEADER + SharedKeyTable.REGION_SLOTS * SharedKeyTable.REGION_ENTRY
+                    + (qpn & (SharedKeyTable.QP_SLOTS - 1)) * SharedKeyTable.QP_ENTRY;
+        }
+
         @Override
         public void close() throws IOException {
             DirectMemory.free(table);
@@ -230,9 +236,7 @@ class SoftSameHostHostileTest {
                 try (OwnKeyTable own = new OwnKeyTable()) {
                     MappedByteBuffer table = own.table;
                     int e = own.region(t.mr.rkey());
-                    int qe = (int) (SharedKeyTable.HEADER + (long) SharedKeyTable.REGION_SLOTS
-                            * SharedKeyTable.REGION_ENTRY + (long) (p.server.qp.qpNumber()
-                            & (SharedKeyTable.QP_SLOTS - 1)) * SharedKeyTable.QP_ENTRY);
+                    int qe = own.queuePair(p.server.qp.qpNumber());
                     byte[] saved = new byte[SharedKeyTable.REGION_ENTRY];
                     table.get(e, saved);
                     long otherNumber = table.getLong(own.region(other.mr.rkey()) + SharedKeyTable.FILE_NUMBER);
