@@ -145,7 +145,10 @@ public final class ResourceUsage {
         eventChannels.addAndGet(delta);
     }
 
-    /** Provider side; {@code delta} is +1 or -1, {@code bytes} the file's size with the same sign. */
+    /**
+     * Provider side; {@code delta} is +1 or -1, {@code bytes} the file's size with the same sign; or {@code delta} 0
+     * and {@code bytes} what an open file grew by.
+     */
     public void peerFiles(int delta, long bytes) {
         peerFiles.addAndGet(delta);
         peerBytes.addAndGet(bytes);

@@ -73,10 +73,16 @@ final class SharedPeer {
     static final int MAX_OPEN_FILES = 256;
     /**
      * How long a peer file that could not be opened is not tried again; its requests take the TCP path meanwhile. The
-     * peer names the files, so without it a key naming one we cannot open would cost every request on it an open,
-     * a look at each file open already, and the link checks.
+     * peer names the files, so without it a key naming one we cannot open would cost every request on it an open and
+     * the link checks.
      */
     static final long REOPEN_DELAY_NANOS = 1_000_000_000L;
+    /**
+     * Failed opens per {@link #REOPEN_DELAY_NANOS} on one link; beyond them no new file is opened until that time has
+     * passed. A peer can write a new number into its table before each of our requests, which the per-number memory
+     * of failures does not catch.
+     */
+    static final int MAX_FAILED_OPENS = 8;
 
     private final SharedMemoryFiles files;
     private final Path directory;
@@ -108,10 +114,15 @@ final class SharedPeer {
     private long[] lastUse = new long[4];
     private long lookups;
     private int count;
-    // Peer files that could not be opened lately, and when each may be tried again; the oldest gives way.
-    private final long[] refused = new long[8];
-    private final long[] refusedUntil = new long[8];
+    // For a link to a mapped file of the peer, the file it led to when opened, for messages (null otherwise).
+    private Path[] targets = new Path[4];
+    // Peer files that could not be opened lately, and when each may be tried again; the oldest gives way. Also the
+    // failed opens since failuresSince, at most MAX_FAILED_OPENS per REOPEN_DELAY_NANOS.
+    private final long[] refused = new long[MAX_FAILED_OPENS];
+    private final long[] refusedUntil = new long[MAX_FAILED_OPENS];
     private int nextRefused;
+    private long failuresSince;
+    private int failures;
 
     SharedPeer(SharedMemoryFiles files, long peerPid, ResourceUsage usage, CopyHelper copyHelper) {
         this.files = files;
@@ -120,6 +131,7 @@ final class SharedPeer {
         this.usage = usage;
         this.copyHelper = copyHelper;
         filePrefix = SharedMemoryFiles.filePrefix(peerPid);
+        failuresSince = System.nanoTime();
     }
 
     /**
@@ -169,7 +181,7 @@ final class SharedPeer {
                     return DECLINED;
                 }
                 long at = offset + (remote - address);
-                if (at < 0 || at > sizes[f] - len && !grewTo(f, at, len)) {
+                if (at < 0 || (at > sizes[f] - len && !grewTo(f, at, len))) {
                     return DECLINED;
                 }
                 return copy(q, i, read, f, at, len);
@@ -223,8 +235,9 @@ final class SharedPeer {
             forget(f);
             return DECLINED;
         } catch (IOException e) {
-            failure = "cannot " + (read ? "read" : "write") + " same-host peer " + peerPid + "'s memory file "
-                    + directory.resolve(filePrefix + numbers[f]) + " (" + e + "): closing the connection";
+            failure = "cannot " + (read ? "read" : "write") + " same-host peer " + peerPid + "'s "
+                    + (inodes[f] == 0 ? "memory file " + directory.resolve(filePrefix + numbers[f])
+                    : "mapped file " + printable(targets[f])) + " (" + e + "): closing the connection";
             SoftEngine.logger.warn("soft0: {}", failure);
             closed = true;
             return FAILED;
@@ -254,19 +267,18 @@ final class SharedPeer {
     }
 
     private int truncated(int f, long needed, long size) {
-        Path path = directory.resolve(filePrefix + numbers[f]);
         if (inodes[f] == 0) {
-            failure = "same-host peer " + peerPid + " truncated its memory file " + path + " to " + size
-                    + " bytes while the region it backs (" + needed + " bytes needed) is registered; the peer is "
-                    + "broken or hostile: closing the connection (fix the peer: free memory only after deregistering "
-                    + "it)";
+            failure = "same-host peer " + peerPid + " truncated its memory file " + directory.resolve(filePrefix
+                    + numbers[f]) + " to " + size + " bytes while the region it backs (" + needed + " bytes needed) "
+                    + "is registered; the peer is broken or hostile: closing the connection (fix the peer: free memory "
+                    + "only after deregistering it)";
         } else {
             // A mapped file is anyone's to truncate (a log cut back, say), not necessarily the peer's doing.
-            failure = "the file " + linkedFile(path) + " that same-host peer " + peerPid + " registered a mapping of "
-                    + "(a file region it sends) is now " + size + " bytes, short of the " + needed + " bytes the "
-                    + "registered region needs: it was truncated while registered: closing the connection (fix the "
-                    + "sender: truncate or overwrite a file only after the file regions sent from it are released, "
-                    + "or write a new file and rename it over the old)";
+            failure = "the file " + printable(targets[f]) + " that same-host peer " + peerPid + " registered a "
+                    + "mapping of (a file region it sends) is now " + size + " bytes, short of the " + needed
+                    + " bytes the registered region needs: it was truncated while registered: closing the connection "
+                    + "(fix the sender: truncate or overwrite a file only after the file regions sent from it are "
+                    + "released, or write a new file and rename it over the old)";
         }
         SoftEngine.logger.warn("soft0: {}", failure);
         closed = true; // a registration's bytes are gone: nothing more one-sided on this link
@@ -338,13 +350,9 @@ final class SharedPeer {
         }
     }
 
-    /** Where the link {@code path} leads, for a message; the link itself when that cannot be read. */
-    private static Path linkedFile(Path path) {
-        try {
-            return Files.readSymbolicLink(path);
-        } catch (IOException | RuntimeException e) {
-            return path;
-        }
+    /** {@code path} for a message: a control character in a name (a newline, say) would forge log lines. */
+    private static String printable(Path path) {
+        return path.toString().replaceAll("\\p{Cntrl}", "?");
     }
 
     /**
@@ -360,16 +368,24 @@ final class SharedPeer {
             }
         }
         long now = System.nanoTime();
+        if (now - failuresSince >= REOPEN_DELAY_NANOS) {
+            failuresSince = now;
+            failures = 0;
+        } else if (failures >= MAX_FAILED_OPENS) {
+            return -1;
+        }
         for (int k = 0; k < refused.length; k++) {
             if (refused[k] == number && now - refusedUntil[k] < 0) {
                 return -1;
             }
         }
         int f = openFile(number);
-        if (f < 0) {
+        // An interrupt of the posting thread closes the file under us: not the peer's file's fault.
+        if (f < 0 && !Thread.currentThread().isInterrupted()) {
             refused[nextRefused] = number;
             refusedUntil[nextRefused] = now + REOPEN_DELAY_NANOS;
             nextRefused = (nextRefused + 1) % refused.length;
+            failures++;
             files.refusedPeerFiles.incrementAndGet();
         }
         return f;
@@ -377,28 +393,13 @@ final class SharedPeer {
 
     /** Opens peer file {@code number} into a new entry, or -1 when it cannot be. */
     private int openFile(long number) {
-        // A new file: first let go of those the peer has deleted (their numbers never come back), then, at the
-        // bound, of the one unused longest (no copy is under way: the copy helper is done before execute returns).
-        for (int k = count - 1; k >= 0; k--) {
-            if (!Files.exists(directory.resolve(filePrefix + numbers[k]), LinkOption.NOFOLLOW_LINKS)) {
-                forget(k);
-            }
-        }
-        if (count == MAX_OPEN_FILES) {
-            int oldest = 0;
-            for (int k = 1; k < count; k++) {
-                if (lastUse[k] < lastUse[oldest]) {
-                    oldest = k;
-                }
-            }
-            forget(oldest);
-        }
         Path path = directory.resolve(filePrefix + number);
         FileChannel ch = open(path);
         long device = 0;
         long inode = 0;
+        Path target = null;
         if (ch == null) {
-            Path target = linkTarget(path);
+            target = linkTarget(path);
             if (target == null || (ch = open(target)) == null) {
                 return -1;
             }
@@ -424,6 +425,22 @@ final class SharedPeer {
             closeQuietly(ch);
             return -1;
         }
+        // Opened: now let go of the files the peer has deleted (their numbers never come back), then, at the bound,
+        // of the one unused longest (no copy is under way: the copy helper is done before execute returns).
+        for (int k = count - 1; k >= 0; k--) {
+            if (!Files.exists(directory.resolve(filePrefix + numbers[k]), LinkOption.NOFOLLOW_LINKS)) {
+                forget(k);
+            }
+        }
+        if (count == MAX_OPEN_FILES) {
+            int oldest = 0;
+            for (int k = 1; k < count; k++) {
+                if (lastUse[k] < lastUse[oldest]) {
+                    oldest = k;
+                }
+            }
+            forget(oldest);
+        }
         if (count == numbers.length) {
             numbers = Arrays.copyOf(numbers, count * 2);
             channels = Arrays.copyOf(channels, count * 2);
@@ -431,8 +448,10 @@ final class SharedPeer {
             lastUse = Arrays.copyOf(lastUse, count * 2);
             devices = Arrays.copyOf(devices, count * 2);
             inodes = Arrays.copyOf(inodes, count * 2);
+            targets = Arrays.copyOf(targets, count * 2);
         }
         numbers[count] = number;
+        targets[count] = target;
         devices[count] = device;
         inodes[count] = inode;
         channels[count] = ch;
@@ -453,6 +472,8 @@ final class SharedPeer {
         lastUse[k] = lastUse[count];
         devices[k] = devices[count];
         inodes[k] = inodes[count];
+        targets[k] = targets[count];
+        targets[count] = null;
         channels[count] = null;
     }
 

@@ -359,6 +359,11 @@ class SoftSameHostHostileTest {
                     }
                     assertEquals(oneSided + files, provider.oneSidedOperations(),
                             "each WRITE ran one-sided, into the file the table named");
+                    // A file that cannot be opened, named at the bound: no open file makes room for it.
+                    long open = usage.peerFiles();
+                    table.putLong(e + SharedKeyTable.FILE_NUMBER, 5_000_000);
+                    write(p, local.buf(), local.mr(), t, 0, 4096, 5, WcStatus.SUCCESS);
+                    assertEquals(open, usage.peerFiles(), "peer files open after a failed open at the bound");
                     table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
                 }
                 t.assertGuardsIntact();
@@ -392,18 +397,39 @@ class SoftSameHostHostileTest {
                     long real = own.table.getLong(e + SharedKeyTable.FILE_NUMBER);
                     own.table.putLong(e + SharedKeyTable.FILE_NUMBER, 3_000_000); // no such file
                     long refused = refusedFiles.get();
+                    long start = System.nanoTime();
                     for (int k = 0; k < 20; k++) {
                         local.fill(0);
                         read(p, local.mr(), t, 4096, 4096, 10 + k, WcStatus.SUCCESS);
                         local.assertFilled(0, 4096, 5, 4096);
                     }
-                    assertEquals(refused + 1, refusedFiles.get(), "opens tried for 20 READs of a key naming a file "
-                            + "that is not there");
+                    // One try per delay that began since the first (on a slow host the READs may outlast one).
+                    long delays = 1 + (System.nanoTime() - start) / SharedPeer.REOPEN_DELAY_NANOS;
+                    long tried = refusedFiles.get() - refused;
+                    assertTrue(tried >= 1 && tried <= delays, "opens tried for 20 READs of a key naming a file "
+                            + "that is not there: " + tried + " in " + delays + " delays");
                     assertEquals(oneSided, provider.oneSidedOperations(), "the READs went over the wire");
 
-                    SoftPair.sleepMicros(SharedPeer.REOPEN_DELAY_NANOS / 1000 + 100_000);
+                    long deadline = System.nanoTime() + SharedPeer.REOPEN_DELAY_NANOS + 50_000_000L;
+                    while (System.nanoTime() < deadline) {
+                        SoftPair.sleepMicros(50_000);
+                    }
+                    refused = refusedFiles.get();
                     read(p, local.mr(), t, 0, 4096, 40, WcStatus.SUCCESS);
-                    assertEquals(refused + 2, refusedFiles.get(), "opens tried after the delay");
+                    assertEquals(refused + 1, refusedFiles.get(), "opens tried after the delay");
+
+                    // A new number before each request: at most MAX_FAILED_OPENS failed opens per delay.
+                    refused = refusedFiles.get();
+                    start = System.nanoTime();
+                    for (int k = 0; k < 40; k++) {
+                        own.table.putLong(e + SharedKeyTable.FILE_NUMBER, 3_000_100 + k);
+                        read(p, local.mr(), t, 4096, 4096, 50 + k, WcStatus.SUCCESS);
+                        local.assertFilled(0, 4096, 5, 4096);
+                    }
+                    delays = 1 + (System.nanoTime() - start) / SharedPeer.REOPEN_DELAY_NANOS;
+                    tried = refusedFiles.get() - refused;
+                    assertTrue(tried <= delays * SharedPeer.MAX_FAILED_OPENS, "opens tried for 40 READs, each naming "
+                            + "another file that is not there: " + tried + " in " + delays + " delays");
 
                     own.table.putLong(e + SharedKeyTable.FILE_NUMBER, real);
                     read(p, local.mr(), t, 0, 4096, 41, WcStatus.SUCCESS);

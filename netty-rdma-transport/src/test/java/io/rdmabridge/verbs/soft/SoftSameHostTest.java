@@ -403,7 +403,7 @@ class SoftSameHostTest {
     @Test
     void shouldReadAMappedFileThatGrewOneSidedAndFailAReadOfOneCutShortNamingTheFile() throws Exception {
         // A log appended to while regions of it are registered (FileChunkCache maps the chunk past the old end
-        // again): the peer opened the file at its old size, and every READ past that size went over the wire.
+        // again): we opened the file at its old size, and every READ past that size went over the wire.
         // Cut short under a registered region, the READ fails and names the file, not the peer, as the one cut.
         SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
         int size = 1 << 20;
@@ -431,7 +431,7 @@ class SoftSameHostTest {
                 assertArrayEquals(Arrays.copyOfRange(bytes, size + size / 2, size + size / 2 + 65536),
                         bytes(local.buf(), 65536));
                 assertEquals(oneSided + 2, provider.oneSidedOperations(), "the READ past the size the file had when "
-                        + "the peer opened it ran one-sided");
+                        + "we opened it ran one-sided");
 
                 try (FileChannel ch = FileChannel.open(file, StandardOpenOption.WRITE)) {
                     ch.truncate(size + size / 4); // the exposed range is past the end now
