@@ -18,6 +18,7 @@ import org.openjdk.jmh.infra.IterationParams;
 import org.openjdk.jmh.runner.IterationType;
 import org.openjdk.jmh.runner.options.TimeValue;
 
+/** {@link MeasurementRecording} driven as JMH drives it: a warm-up iteration, then two measurement iterations. */
 class MeasurementRecordingTest {
     private static volatile long sink;
 

@@ -46,9 +46,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   <li>{@link #FAILED}: the peer's file is shorter than its own table says (truncated under us; a mapped file, by
  *       whoever truncated it). The request fails with a remote access error and the link closes, with one WARN
  *       naming the file: the registration's bytes are gone, and the peer's engine would fault the same way on the TCP
- *       path. As on a NIC, the target range
- *       of a failed WRITE and the destination of a failed READ are undefined afterwards; nothing behind the failed
- *       request is executed (RC).</li>
+ *       path. As on a NIC, the target range of a failed WRITE and the destination of a failed READ are undefined
+ *       afterwards; nothing behind the failed request is executed (RC).</li>
  * </ul>
  * The key table stays a mapping: its in-use counts need atomic updates in memory both processes see. Its size is
  * checked before each request; a peer that truncates it in the microseconds a request uses it can still make this
@@ -357,7 +356,7 @@ final class SharedPeer {
 
     /**
      * The index of peer file {@code number}, opened now if need be, or -1 when it cannot be (then not tried again for
-     * {@link #REOPEN_DELAY_NANOS}).
+     * {@link #REOPEN_DELAY_NANOS}) or when this link's {@link #MAX_FAILED_OPENS} are used up.
      */
     private int file(long number) {
         lookups++;
