@@ -8,6 +8,7 @@ import io.rdmabridge.verbs.RdmaException;
 import java.io.IOException;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.NotYetConnectedException;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 
@@ -180,7 +181,10 @@ final class RdmaChannelClosing {
         RdmaConnection c = channel.connection;
         int state = channel.state;
         RdmaChannelConfig config = channel.config();
-        if (c != null && state == RdmaSocketChannel.STATE_ACTIVE && !c.isLost() && !channel.handler.isShuttingDown()) {
+        // A deregistered channel is polled by no loop: it would never see its posted work complete, and its linger
+        // timer dies with a loop that shuts down first. Nothing here is worth waiting for then.
+        boolean polled = channel.isRegistered() && !channel.handler.isShuttingDown();
+        if (c != null && state == RdmaSocketChannel.STATE_ACTIVE && !c.isLost() && polled) {
             if (!closeRequested) {
                 closeRequested = true;
                 if (config.getSoLinger() == 0) {
@@ -200,7 +204,7 @@ final class RdmaChannelClosing {
             return;
         }
         if ((c == null || !c.isReady()) && channel.setup.isAcceptIssued() && state == RdmaSocketChannel.STATE_CONNECTING
-                && !closeRequested && config.getSoLinger() != 0 && !channel.handler.isShuttingDown()) {
+                && !closeRequested && config.getSoLinger() != 0 && polled) {
             // The connect request is answered and the peer may already count itself connected: a disconnect
             // now would reach it as a reset. Close gracefully once established (bounded linger), as TCP's FIN
             // after its kernel completed the handshake.
@@ -232,6 +236,16 @@ final class RdmaChannelClosing {
             channel.closeNow(delayed, delayedCloseCause, delayedCloseClosedCause);
         }
         channel.closeNow(promise, cause, closeCause);
+    }
+
+    /**
+     * The channel left its loop: a close that waits for posted work to complete goes on now, as no loop polls for
+     * those completions any more (and the linger timer would die with a loop that shuts down first).
+     */
+    void deregistered() {
+        if (delayedClosePromise != null) {
+            forceClose();
+        }
     }
 
     /** The channel became active: a close that waited for an accepted channel's handshake goes on now. */
@@ -268,10 +282,27 @@ final class RdmaChannelClosing {
                     + "output down first, await the shutdown's future before closing"));
             p.tryFailure(closed);
         }
-        channel.setup.closed();
-        if (previous != RdmaSocketChannel.STATE_CLOSED) {
-            releaseResources();
+        if (previous == RdmaSocketChannel.STATE_CLOSED) {
+            channel.setup.closed();
+            return;
         }
+        RdmaIoHandler owner = channel.handler;
+        if (owner != null && !owner.inLoop()) {
+            // Netty closes a channel whose second registration was refused on the loop it was offered to; its queue
+            // pair, completion queue and id still belong to the first loop, whose thread may be handling their events.
+            try {
+                owner.execute(this::closedOnOwner);
+                return;
+            } catch (RejectedExecutionException e) {
+                // That loop has terminated: no thread owns them any more.
+            }
+        }
+        closedOnOwner();
+    }
+
+    private void closedOnOwner() {
+        channel.setup.closed();
+        releaseResources();
     }
 
     /**

@@ -71,6 +71,8 @@ import java.util.concurrent.RejectedExecutionException;
  * {@link ClosedChannelException}, as NIO's does. A write that fails while earlier writes are still posted on a healthy
  * queue pair closes the channel (the queue pair first), whatever the error and {@code AUTO_CLOSE}: where NIO's channel
  * would shut its output down and free the flushed buffers, the device and the peer's READs may still be using them.
+ * A channel closed while deregistered, which no loop polls, cannot see its writes complete: it closes at once, as with
+ * {@code SO_LINGER=0}. It cannot be registered again: that is refused, and Netty then closes it.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -232,6 +234,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
         throw new UnsupportedOperationException("unsupported message type: " + msg.getClass().getSimpleName()
                 + " (expected: ByteBuf or FileRegion)");
+    }
+
+    @Override
+    protected void doDeregister() {
+        super.doDeregister();
+        closing.deregistered();
     }
 
     @Override

@@ -11,6 +11,7 @@ import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.DefaultFileRegion;
+import io.netty.channel.EventLoop;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.FixedRecvByteBufAllocator;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
@@ -20,6 +21,8 @@ import io.rdmabridge.connection.ConnectionConfig;
 import io.rdmabridge.verbs.RdmaException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.junitpioneer.jupiter.SetSystemProperty;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -122,21 +125,54 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
 
     /**
      * A channel's completion queue signals, and its connection-manager id reports to, the handler of the loop it was
-     * first registered with: registering it again after deregister() is refused by name, and the channel closes and
-     * releases everything (checked after each test). It used to be accepted, and another loop slept through the
-     * channel's completions.
+     * first registered with: registering it again after deregister(), on that loop or another, is refused by name,
+     * and the channel closes and releases everything (checked after each test). It used to be accepted, and another
+     * loop slept through the channel's completions. Then, since no loop polled the closing channel, its graceful close
+     * waited for a linger timer that the group's shutdown cancelled, and everything it held stayed allocated; the
+     * peer keeps its half of the connection open (half closure), so no disconnect from it closes the channel instead.
      */
-    @Test
+    @ParameterizedTest(name = "on the same loop: {0}")
+    @ValueSource(booleans = {true, false})
     @Timeout(60)
-    void shouldRefuseToRegisterAChannelAgainAfterDeregister() throws Exception {
-        java.util.concurrent.CompletableFuture<Void> echoed = new java.util.concurrent.CompletableFuture<>();
-        RdmaSocketChannel client = connectToEcho(echoed);
+    void shouldRefuseToRegisterAChannelAgainAfterDeregisterAndReleaseIt(boolean sameLoop) throws Exception {
+        Channel server = listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .childHandler(new Echo()));
+        RdmaSocketChannel client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        EventLoop first = client.eventLoop();
+        EventLoop next = group.next();
+        while ((next == first) != sameLoop) {
+            next = group.next();
+        }
         client.deregister().sync();
-        ChannelFuture again = group.next().register(client).await();
+        ChannelFuture again = next.register(client).await();
         assertTrue(again.cause() instanceof UnsupportedOperationException, () -> "register again: " + again.cause());
         assertTrue(again.cause().getMessage().contains("cannot be registered again"), again.cause()::getMessage);
         assertTrue(client.closeFuture().await(10, TimeUnit.SECONDS), "the channel closes");
         channels.remove(client);
+    }
+
+    /**
+     * A graceful close waits for the end of stream it posted to complete; deregistering the channel meanwhile leaves
+     * no loop to poll for that completion, so the close goes on at once. It used to wait for its linger timer, which
+     * the group's shutdown cancels, and everything the channel held stayed allocated (checked after each test).
+     */
+    @Test
+    @Timeout(60)
+    void shouldFinishAGracefulCloseWhenTheChannelIsDeregisteredWhileItWaits() throws Exception {
+        Channel server = listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .childHandler(new Echo()));
+        RdmaSocketChannel client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
+        ChannelFuture closed = client.eventLoop().submit(() -> {
+            ChannelFuture close = client.close();
+            assertFalse(close.isDone(), "the close waits for its end of stream to complete");
+            client.deregister();
+            return close;
+        }).get();
+        channels.clear();
+        server.close().sync();
+        // At once, before the linger timer could close it: the shutdown cancels that timer.
+        group.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        assertTrue(closed.isSuccess(), () -> "the close, once the loop is gone: " + closed);
     }
 
     /** Binding a bound listener again fails as a JDK server channel's does; the first listener used to leak. */
