@@ -10,6 +10,8 @@ import io.netty.channel.IoRegistration;
 
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
+import java.nio.channels.ClosedChannelException;
+import java.util.concurrent.RejectedExecutionException;
 
 /**
  * What {@link RdmaSocketChannel} and {@link RdmaServerSocketChannel} share: registration of their unsafe, an
@@ -17,12 +19,16 @@ import java.net.SocketAddress;
  * connection-manager id.
  *
  * <p>Threading: the event-loop thread registers, deregisters and writes every field here; other threads read the
- * volatile local address, and the handler only once registration has published it (the loop's metrics).
+ * volatile local address and first loop, and the handler only once registration has published it (the loop's
+ * metrics). A channel stays with the loop it was first registered with: after {@code deregister()}, its tasks and its
+ * close still run there.
  */
 abstract class AbstractRdmaChannel extends AbstractChannel {
     private static final ChannelMetadata METADATA = new ChannelMetadata(false, 16);
 
     private IoRegistration registration;
+    /** The loop this channel was first registered with; it keeps the channel after deregister(). */
+    private volatile EventLoop firstLoop;
     /** The handler of this channel's loop, once registered. */
     RdmaIoHandler handler;
     /** The address the connection-manager id is bound to or listens on; {@code null} before. */
@@ -47,6 +53,22 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
         return local;
     }
 
+    /**
+     * The loop this channel was first registered with, from then on: its completion queue and connection-manager id
+     * stay bound to that loop's handler, so a refused registration with another loop (Netty has switched to that loop
+     * when it asks {@link #doRegister}) does not move the channel's tasks, nor its close, there.
+     */
+    @Override
+    public EventLoop eventLoop() {
+        EventLoop loop = firstLoop;
+        return loop != null ? loop : super.eventLoop();
+    }
+
+    /** The loop this channel was first registered with; {@code null} before. Any thread. */
+    EventLoop firstLoop() {
+        return firstLoop;
+    }
+
     @Override
     protected boolean isCompatible(EventLoop loop) {
         return loop instanceof IoEventLoop && ((IoEventLoop) loop).isCompatible(RdmaIoHandle.class);
@@ -63,6 +85,7 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
         }
         ((IoEventLoop) eventLoop()).register((RdmaIoHandle) unsafe()).addListener(f -> {
             if (f.isSuccess()) {
+                firstLoop = super.eventLoop();
                 registration = (IoRegistration) f.getNow();
                 handler = registration.attachment();
                 registered(promise);
@@ -113,6 +136,27 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
             failedOnLoop = true;
             pipeline().fireExceptionCaught(cause);
             abort();
+        }
+
+        @Override
+        protected final void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            EventLoop loop = eventLoop();
+            if (!loop.inEventLoop()) {
+                // Netty closes a channel whose second registration was refused on the loop it offered; the first
+                // loop owns the channel's verbs resources, and Netty frees the flushed buffers only once they are gone.
+                try {
+                    loop.execute(() -> closeOnLoop(promise, cause, closeCause));
+                    return;
+                } catch (RejectedExecutionException e) {
+                    // The first loop is shutting down: its own threads touch this channel no more.
+                }
+            }
+            closeOnLoop(promise, cause, closeCause);
+        }
+
+        /** The unsafe's close, on the channel's loop: Netty's. */
+        void closeOnLoop(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+            super.close(promise, cause, closeCause);
         }
 
         /** Closes without waiting for the peer: after {@link #failed}, nothing this channel would still send counts. */

@@ -8,7 +8,6 @@ import io.rdmabridge.verbs.RdmaException;
 import java.io.IOException;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.NotYetConnectedException;
-import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 
@@ -282,27 +281,10 @@ final class RdmaChannelClosing {
                     + "output down first, await the shutdown's future before closing"));
             p.tryFailure(closed);
         }
-        if (previous == RdmaSocketChannel.STATE_CLOSED) {
-            channel.setup.closed();
-            return;
-        }
-        RdmaIoHandler owner = channel.handler;
-        if (owner != null && !owner.inLoop()) {
-            // Netty closes a channel whose second registration was refused on the loop it was offered to; its queue
-            // pair, completion queue and id still belong to the first loop, whose thread may be handling their events.
-            try {
-                owner.execute(this::closedOnOwner);
-                return;
-            } catch (RejectedExecutionException e) {
-                // That loop has terminated: no thread owns them any more.
-            }
-        }
-        closedOnOwner();
-    }
-
-    private void closedOnOwner() {
         channel.setup.closed();
-        releaseResources();
+        if (previous != RdmaSocketChannel.STATE_CLOSED) {
+            releaseResources();
+        }
     }
 
     /**

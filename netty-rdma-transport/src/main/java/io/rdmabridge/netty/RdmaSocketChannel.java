@@ -72,7 +72,8 @@ import java.util.concurrent.RejectedExecutionException;
  * queue pair closes the channel (the queue pair first), whatever the error and {@code AUTO_CLOSE}: where NIO's channel
  * would shut its output down and free the flushed buffers, the device and the peer's READs may still be using them.
  * A channel closed while deregistered, which no loop polls, cannot see its writes complete: it closes at once, as with
- * {@code SO_LINGER=0}. It cannot be registered again: that is refused, and Netty then closes it.
+ * {@code SO_LINGER=0}. It cannot be registered again: that is refused, and Netty then closes it, on the loop it was
+ * first registered with, which {@link #eventLoop()} goes on returning.
  *
  * <h2>Threading</h2>
  * One event-loop thread owns the queue pair, its completion queue and all state here; other threads only read the
@@ -473,12 +474,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
 
         @Override
-        protected void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+        void closeOnLoop(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
             closing.close(promise, cause, closeCause);
         }
 
         void closeNow(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
-            super.close(promise, cause, closeCause);
+            super.closeOnLoop(promise, cause, closeCause);
         }
 
         void flushNow() {
@@ -492,8 +493,9 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         @Override
         public void handle(IoRegistration registration, IoEvent event) {
             RdmaCmIoEvent e = (RdmaCmIoEvent) event;
-            EventLoop loop = eventLoop();
-            if (isRegistered() && !loop.inEventLoop()) {
+            // Registered or not (deregister() leaves the channel with its first loop), that loop owns the channel.
+            EventLoop loop = firstLoop();
+            if (loop != null && !loop.inEventLoop()) {
                 setup.handOver(loop, e);
                 return;
             }

@@ -10,6 +10,8 @@ import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelInitializer;
 import io.netty.channel.ChannelOption;
+import io.netty.channel.DefaultChannelPromise;
+import io.netty.channel.ChannelPromise;
 import io.netty.channel.DefaultFileRegion;
 import io.netty.channel.EventLoop;
 import io.netty.channel.EventLoopGroup;
@@ -17,6 +19,7 @@ import io.netty.channel.FixedRecvByteBufAllocator;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.local.LocalAddress;
+import io.netty.util.concurrent.ImmediateEventExecutor;
 import io.rdmabridge.connection.ConnectionConfig;
 import io.rdmabridge.verbs.RdmaException;
 import org.junit.jupiter.api.Test;
@@ -50,6 +53,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -126,17 +130,20 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     /**
      * A channel's completion queue signals, and its connection-manager id reports to, the handler of the loop it was
      * first registered with: registering it again after deregister(), on that loop or another, is refused by name,
-     * and the channel closes and releases everything (checked after each test). It used to be accepted, and another
-     * loop slept through the channel's completions. Then, since no loop polled the closing channel, its graceful close
-     * waited for a linger timer that the group's shutdown cancelled, and everything it held stayed allocated; the
-     * peer keeps its half of the connection open (half closure), so no disconnect from it closes the channel instead.
+     * the channel stays with its first loop, and Netty's close of it runs there: the queue pair is destroyed before
+     * Netty frees the write that was still posted, and everything is released (checked after each test). It used to
+     * be accepted, and another loop slept through the channel's completions. Then the close ran on the loop offered,
+     * and its graceful close waited, unpolled, for a linger timer that the group's shutdown cancelled, so the channel's
+     * memory stayed allocated. The peer keeps its half of the connection open (half closure), so no disconnect from
+     * it closes the channel instead.
      */
     @ParameterizedTest(name = "on the same loop: {0}")
     @ValueSource(booleans = {true, false})
     @Timeout(60)
-    void shouldRefuseToRegisterAChannelAgainAfterDeregisterAndReleaseIt(boolean sameLoop) throws Exception {
+    void shouldRefuseToRegisterAChannelAgainAfterDeregisterAndCloseItOnItsFirstLoop(boolean sameLoop)
+            throws Exception {
         Channel server = listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
-                .childHandler(new Echo()));
+                .childHandler(new ChannelInboundHandlerAdapter()));
         RdmaSocketChannel client = connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
         EventLoop first = client.eventLoop();
         EventLoop next = group.next();
@@ -144,10 +151,24 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             next = group.next();
         }
         client.deregister().sync();
+        // Posted, but no loop polls its completion now: it stays in the outbound buffer until the close fails it.
+        ChannelPromise write = new DefaultChannelPromise(client, ImmediateEventExecutor.INSTANCE);
+        AtomicLong queuePairsWhenFailed = new AtomicLong(-1);
+        AtomicReference<Thread> failedOn = new AtomicReference<>();
+        write.addListener(f -> {
+            queuePairsWhenFailed.set(provider.resourceUsage().queuePairs());
+            failedOn.set(Thread.currentThread());
+        });
+        client.writeAndFlush(client.alloc().directBuffer(64).writeZero(64), write);
+
         ChannelFuture again = next.register(client).await();
         assertTrue(again.cause() instanceof UnsupportedOperationException, () -> "register again: " + again.cause());
         assertTrue(again.cause().getMessage().contains("cannot be registered again"), again.cause()::getMessage);
-        assertTrue(client.closeFuture().await(10, TimeUnit.SECONDS), "the channel closes");
+        assertSame(first, client.eventLoop(), "the channel's loop after the refused registration");
+        assertTrue(write.await(10, TimeUnit.SECONDS), "the posted write, once the channel closed");
+        assertFalse(write.isSuccess(), "the posted write of a closed channel");
+        assertTrue(first.inEventLoop(failedOn.get()), () -> "failed on " + failedOn.get() + ", not the first loop");
+        assertEquals(1, queuePairsWhenFailed.get(), "queue pairs when the write's buffer was freed (the peer's)");
         channels.remove(client);
     }
 
