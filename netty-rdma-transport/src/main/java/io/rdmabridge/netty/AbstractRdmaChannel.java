@@ -140,8 +140,8 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
 
         @Override
         protected final void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
-            EventLoop loop = eventLoop();
-            if (!loop.inEventLoop()) {
+            EventLoop loop = firstLoop;
+            if (loop != null && !loop.inEventLoop()) {
                 // Netty closes a channel whose second registration was refused on the loop it offered; the first
                 // loop owns the channel's verbs resources, and Netty frees the flushed buffers only once they are gone.
                 try {
