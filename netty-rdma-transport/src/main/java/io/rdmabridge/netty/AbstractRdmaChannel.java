@@ -10,8 +10,6 @@ import io.netty.channel.IoRegistration;
 
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
-import java.nio.channels.ClosedChannelException;
-import java.util.concurrent.RejectedExecutionException;
 
 /**
  * What {@link RdmaSocketChannel} and {@link RdmaServerSocketChannel} share: registration of their unsafe, an
@@ -56,12 +54,13 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
     /**
      * The loop this channel was first registered with, from then on: its completion queue and connection-manager id
      * stay bound to that loop's handler, so a refused registration with another loop (Netty has switched to that loop
-     * when it asks {@link #doRegister}) does not move the channel's tasks, nor its close, there.
+     * when it asks {@link #doRegister}) does not move the channel's tasks, nor the close that follows, there. Once that
+     * loop has shut down, the loop Netty last registered it with: something must still run the close.
      */
     @Override
     public EventLoop eventLoop() {
         EventLoop loop = firstLoop;
-        return loop != null ? loop : super.eventLoop();
+        return loop != null && !loop.isShutdown() ? loop : super.eventLoop();
     }
 
     /** The loop this channel was first registered with; {@code null} before. Any thread. */
@@ -136,27 +135,6 @@ abstract class AbstractRdmaChannel extends AbstractChannel {
             failedOnLoop = true;
             pipeline().fireExceptionCaught(cause);
             abort();
-        }
-
-        @Override
-        protected final void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
-            EventLoop loop = firstLoop;
-            if (loop != null && !loop.inEventLoop()) {
-                // Netty closes a channel whose second registration was refused on the loop it offered; the first
-                // loop owns the channel's verbs resources, and Netty frees the flushed buffers only once they are gone.
-                try {
-                    loop.execute(() -> closeOnLoop(promise, cause, closeCause));
-                    return;
-                } catch (RejectedExecutionException e) {
-                    // The first loop is shutting down: its own threads touch this channel no more.
-                }
-            }
-            closeOnLoop(promise, cause, closeCause);
-        }
-
-        /** The unsafe's close, on the channel's loop: Netty's. */
-        void closeOnLoop(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
-            super.close(promise, cause, closeCause);
         }
 
         /** Closes without waiting for the peer: after {@link #failed}, nothing this channel would still send counts. */

@@ -474,12 +474,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
         }
 
         @Override
-        void closeOnLoop(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
+        protected void close(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
             closing.close(promise, cause, closeCause);
         }
 
         void closeNow(ChannelPromise promise, Throwable cause, ClosedChannelException closeCause) {
-            super.closeOnLoop(promise, cause, closeCause);
+            super.close(promise, cause, closeCause);
         }
 
         void flushNow() {

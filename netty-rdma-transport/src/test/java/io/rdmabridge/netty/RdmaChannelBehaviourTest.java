@@ -173,6 +173,33 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     }
 
     /**
+     * As above, once the loop the channel was first registered with has shut down: the refusal still completes, and
+     * the channel still closes and releases everything, on the loop it was offered, as nothing else is left to run the
+     * close. With the first loop's tasks going nowhere, the registration's future stayed incomplete for ever.
+     */
+    @Test
+    @Timeout(60)
+    void shouldRefuseToRegisterAChannelAgainOnceItsFirstLoopHasShutDown() throws Exception {
+        Channel server = listen(new ServerBootstrap().childOption(ChannelOption.ALLOW_HALF_CLOSURE, true)
+                .childHandler(new ChannelInboundHandlerAdapter()));
+        EventLoopGroup firstGroup = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        try {
+            RdmaSocketChannel client = (RdmaSocketChannel) new Bootstrap().group(firstGroup)
+                    .channel(RdmaSocketChannel.class).handler(new ChannelInboundHandlerAdapter())
+                    .connect(server.localAddress()).sync().channel();
+            client.deregister().sync();
+            firstGroup.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+            ChannelFuture again = group.next().register(client);
+            assertTrue(again.await(10, TimeUnit.SECONDS), "the refused registration completes");
+            assertTrue(again.cause() instanceof UnsupportedOperationException, () -> "register again: "
+                    + again.cause());
+            assertTrue(client.closeFuture().await(10, TimeUnit.SECONDS), "the channel closes");
+        } finally {
+            firstGroup.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
+    }
+
+    /**
      * A graceful close waits for the end of stream it posted to complete; deregistering the channel meanwhile leaves
      * no loop to poll for that completion, so the close goes on at once. It used to wait for its linger timer, which
      * the group's shutdown cancels, and everything the channel held stayed allocated (checked after each test).
