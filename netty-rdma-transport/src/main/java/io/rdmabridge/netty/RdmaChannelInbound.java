@@ -334,6 +334,21 @@ final class RdmaChannelInbound {
     }
 
     /**
+     * Something arrived while no read is pending ({@code autoRead=false}). A rendezvous READ that has landed gives its
+     * share of the loop's budget back: the message waits for the application outside the budget, and the channel
+     * posts no other READ meanwhile, so a channel holds at most one such message, of at most its
+     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. An application that pauses must not stall the rendezvous of the
+     * loop's other channels (a peer can make some pause: Kafka stops reading a connection whose response the peer
+     * does not take). And the peer's end of stream is told at once when it is next ({@link #endOfStreamIfNext}).
+     */
+    void arrivedWithoutRead(RdmaConnection c) {
+        if (budgetHeld != 0 && !c.isRendezvousReadPosted()) {
+            releaseBudget();
+        }
+        endOfStreamIfNext(c);
+    }
+
+    /**
      * Like epoll's RDHUP: the peer's end of stream is told at once when every byte before it has been read, even
      * with no read pending ({@code autoRead=false}).
      */

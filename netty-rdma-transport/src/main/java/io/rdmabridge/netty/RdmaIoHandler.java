@@ -50,8 +50,10 @@ public final class RdmaIoHandler implements IoHandler {
      * (default 64 MiB). Memory is granted, never taken: a peer's advertisement waits, unread, until the budget
      * allows (one message larger than the budget is read alone); its credits are not returned meanwhile, so the
      * peer is slowed, not served faster. Each channel reads one rendezvous at a time, of at most its
-     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. A landed message holds its share until the application reads it,
-     * so a channel with {@code autoRead} off holds at most one message's worth.
+     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. A message that lands while its application does not read
+     * ({@code autoRead} off) gives its share back and waits outside the budget, so that paused channels cannot stall
+     * the others: each holds at most that one message until its application reads, as a socket holds its receive
+     * buffer.
      */
     public static final String RENDEZVOUS_BUDGET_PROPERTY = "rdmabridge.rendezvousBudgetBytes";
     static final long DEFAULT_RENDEZVOUS_BUDGET = 64L * 1024 * 1024;
@@ -310,7 +312,8 @@ public final class RdmaIoHandler implements IoHandler {
 
     /**
      * Fails the channels whose READ has held budget longer than the timeout without completing. One whose READ has
-     * landed only leaves the sweep: its budget stays committed until the application reads the message.
+     * landed only leaves the sweep: the message goes up with the next read, or gives its share back when it landed
+     * with no read pending ({@link RdmaChannelInbound#arrivedWithoutRead}).
      */
     private void sweepStalledReads(long now) {
         lastSweep = now;

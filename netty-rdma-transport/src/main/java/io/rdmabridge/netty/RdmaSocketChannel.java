@@ -414,7 +414,7 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             if (inbound.isReadPending()) {
                 inbound.readNow();
             } else {
-                inbound.endOfStreamIfNext(c);
+                inbound.arrivedWithoutRead(c);
             }
         }
         if ((events & (RdmaConnection.EVENT_SENT | RdmaConnection.EVENT_CREDITS)) != 0) {

@@ -225,9 +225,9 @@ class RdmaRendezvousBudgetTest {
     }
 
     /**
-     * A READ that has landed holds its budget until the application reads the message, which with {@code autoRead}
-     * off is the application's to pace: the channel used to fail once the READ timeout passed, blaming the peer for
-     * a READ it had answered.
+     * A READ that has landed waits for the application to read the message, which with {@code autoRead} off is the
+     * application's to pace: the channel used to fail once the READ timeout passed, blaming the peer for a READ it
+     * had answered. Meanwhile the message holds no share of the budget (see the next test).
      */
     @Test
     void shouldNotFailALandedRendezvousLeftUnreadPastTheReadTimeout() throws Exception {
@@ -265,11 +265,72 @@ class RdmaRendezvousBudgetTest {
             assertNull(failure, () -> "failed: " + failure);
             assertTrue(child.isActive(), "the channel was closed");
             assertTrue(received.isEmpty(), "handed up with autoRead off");
-            assertEquals(MESSAGE, handler.rendezvousCommitted(), "the unread message's share of the budget");
+            assertEquals(0, handler.rendezvousCommitted(), "the unread message kept its share of the budget");
             child.config().setAutoRead(true);
             assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the message once read");
             assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
             assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
+        } finally {
+            provider.faults().reset();
+            server.close().sync();
+        }
+    }
+
+    /**
+     * A message that landed while its application does not read gives its share of the budget back, so that other
+     * connections' rendezvous go on. It used to hold its share until read: with Kafka, which stops reading a
+     * connection whose response the peer does not take, a peer that never authenticated could hold the whole budget
+     * of the loop with one message per connection, and the broker's own replication on that loop waited.
+     */
+    @Test
+    void shouldNotLetAnUnreadLandedMessageStallAnotherConnectionsRendezvous() throws Exception {
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
+        Channel server = bindRecordingServer(recorder, received, null);
+        try (RawVerbsPeer paused = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            assertEquals(WcStatus.SUCCESS, paused.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
+                    .encode()));
+            Channel pausedChild = recorder.children.poll(10, TimeUnit.SECONDS);
+            assertNotNull(pausedChild);
+            byte[] unread = new byte[MESSAGE];
+            Arrays.fill(unread, (byte) 1);
+            MemoryRegion unreadRegion = paused.exposeForRead(unread);
+            // The READ reaches the peer 600 ms late: time to stop reading while it is posted.
+            provider.faults().delaySends(600_000_000L);
+            assertEquals(WcStatus.SUCCESS, paused.sendRendezvous(unreadRegion.address(), MESSAGE,
+                    unreadRegion.rkey()));
+            RdmaIoHandler handler = handlerOf(pausedChild);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (handler.rendezvousCommitted() == 0) {
+                assertTrue(System.nanoTime() < deadline, "the READ was never posted");
+                Thread.sleep(1);
+            }
+            pausedChild.config().setAutoRead(false);
+            provider.faults().reset();
+            RdmaChannelInbound inbound = ((RdmaSocketChannel) pausedChild).inbound;
+            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (pausedChild.eventLoop().submit(inbound::isReadOutstanding).get()) {
+                assertTrue(System.nanoTime() < deadline, "the READ never landed");
+                Thread.sleep(5);
+            }
+            try (RawVerbsPeer other = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+                assertEquals(WcStatus.SUCCESS, other.sendFrame(FrameHeader.HELLO,
+                        new Handshake(4096, 4, 4, MESSAGE).encode()));
+                assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS));
+                byte[] contents = new byte[MESSAGE];
+                new Random(9).nextBytes(contents);
+                MemoryRegion region = other.exposeForRead(contents);
+                // Both messages together exceed the budget of 20 MiB.
+                assertEquals(WcStatus.SUCCESS, other.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+                byte[] first = received.poll(10, TimeUnit.SECONDS);
+                assertNotNull(first, "the other connection's message waited for the unread one");
+                assertArrayEquals(contents, first, "the other connection's message");
+                assertTrue(received.isEmpty(), "handed up with autoRead off");
+                pausedChild.config().setAutoRead(true);
+                assertArrayEquals(unread, received.poll(10, TimeUnit.SECONDS), "the unread message once read");
+                assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+                assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
+            }
         } finally {
             provider.faults().reset();
             server.close().sync();
