@@ -30,6 +30,13 @@ import java.nio.channels.WritableByteChannel;
  * blocks it hands over with an operation.
  */
 final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor, RdmaFileWriter.Sink {
+    /**
+     * Largest rendezvous part copied into a staging block (16 MiB, the default largest message). The block stays
+     * pinned until the peer acknowledges its READ, which a peer may never do: its size is this side's to bound, not
+     * the peer's announcement (a peer announcing 2 GiB with one credit made a 1 GiB heap write pin 1 GiB more).
+     */
+    static final int MAX_STAGED_PART = 16 * 1024 * 1024;
+
     private final RdmaSocketChannel channel;
     private final RdmaChannelOutbound outbound;
     private final RdmaChannelConfig config;
@@ -139,6 +146,7 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 long address = ByteBufAddress.of(buf, index, part);
                 RegisteredMemory.Block staging = null;
                 if (address == 0 || channel.domain.memory.regions().find(address, part) == null) {
+                    part = Math.min(part, MAX_STAGED_PART);
                     staging = channel.domain.memory.allocate(part);
                     copy(buf, index, part, staging.buffer(), 0);
                     address = staging.address();

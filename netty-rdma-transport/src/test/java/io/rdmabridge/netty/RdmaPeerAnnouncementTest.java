@@ -23,7 +23,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * What a peer announces in its handshake never sizes this side's memory: a peer that claims 16 MiB receive buffers
  * and then never returns a credit gets frames no larger than this side's own receive buffers, so the staging copies
  * of small heap writes stay small (they took a 16 MiB registration each: 6 messages of 300 bytes pinned 96 MiB). Nor
- * does it multiply this side's work: a peer's largest message must hold a rendezvous part of a useful size.
+ * does it multiply this side's work: a peer's largest message must hold a rendezvous part of a useful size. Nor does
+ * a huge largest message size this side's staging: a copied rendezvous part is at most 16 MiB.
  */
 class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
@@ -49,6 +50,31 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
             long staged = provider.resourceUsage().registeredBytes() - before;
             // Six copies of 300 bytes: pooled blocks of this side's 16 KiB frames at most, never 6 x 16 MiB.
             assertTrue(staged <= 2L * 1024 * 1024, "registered for staging: " + staged + " bytes");
+            ch.close().await(5, TimeUnit.SECONDS);
+        }
+    }
+
+    @Test
+    void shouldNotStageAHeapWriteInOneBlockForAPeerThatAnnouncesAHugeLargestMessage() throws Exception {
+        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
+            channels.add(0, connecting.channel());
+            raw.acceptOne();
+            // A largest message of 2 GiB and one data credit, which it never returns.
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
+                    new Handshake(4096, 1, 2, Integer.MAX_VALUE).encode()));
+            Channel ch = connecting.sync().channel();
+            assertEquals(FrameHeader.HELLO, raw.receivedFrameType(), "the channel's first frame");
+            long before = provider.resourceUsage().registeredBytes();
+            // A heap write, so the rendezvous is staged in registered memory.
+            ch.writeAndFlush(Unpooled.wrappedBuffer(new byte[4 * RdmaWriteProcessor.MAX_STAGED_PART]));
+            assertEquals(FrameHeader.RENDEZVOUS, raw.receivedFrameType(), "the write's first frame");
+            long staged = provider.resourceUsage().registeredBytes() - before;
+            // One staged part, registered twice (the staging block, and its read-only exposure to the peer); never
+            // the whole write in one block.
+            assertTrue(staged <= 2L * RdmaWriteProcessor.MAX_STAGED_PART + 2L * 1024 * 1024,
+                    "registered for staging: " + staged + " bytes");
             ch.close().await(5, TimeUnit.SECONDS);
         }
     }
