@@ -137,6 +137,8 @@ public final class RdmaConnection {
     private final Handshake local;
     // Null until the peer's HELLO has arrived.
     private Handshake peer;
+    // The peer's HELLO arrived and its header's counters held: the handshake is done.
+    private boolean ready;
     private int maxFramePayload;
     private final Listener listener;
     private final RegisteredMemory memory;
@@ -303,7 +305,7 @@ public final class RdmaConnection {
 
     /** Whether the peer's HELLO has arrived: only then may data be sent. */
     public boolean isReady() {
-        return peer != null;
+        return ready;
     }
 
     /**
@@ -860,7 +862,8 @@ public final class RdmaConnection {
         }
         framesReceived++;
         byte type = h.type();
-        if (peer == null) {
+        boolean hello = peer == null;
+        if (hello) {
             if (type != FrameHeader.HELLO) {
                 protocolError("the first frame from the peer is " + FrameHeader.typeName(type)
                         + " (expected: HELLO; is the peer an rdma-bridge endpoint of the same version?)");
@@ -878,7 +881,6 @@ public final class RdmaConnection {
             dataCredits = peer.dataCredits();
             controlCredits = peer.controlCredits() - 1;
             maxFramePayload = Math.min(peer.maxEagerPayload(), local.maxEagerPayload());
-            events |= EVENT_READY;
         } else if (type == FrameHeader.HELLO) {
             protocolError("a second HELLO frame (expected: one, the first frame)");
             return;
@@ -908,6 +910,11 @@ public final class RdmaConnection {
             return;
         }
         peerFramesReceived += newlyReceived;
+        if (hello) {
+            // Only once the HELLO's header holds too: a bad count fails the handshake, not an active channel.
+            ready = true;
+            events |= EVENT_READY;
+        }
         if (data > 0 || control > 0) {
             events |= EVENT_CREDITS;
         }

@@ -163,6 +163,13 @@ final class RawVerbsPeer implements AutoCloseable {
         return post(body);
     }
 
+    /** Sends one frame whose header returns {@code data} and {@code control} credits and acknowledges {@code acks}. */
+    int sendFrame(byte type, int data, int control, int acks, byte[] body) {
+        memory.clear();
+        new FrameHeader().wrap(memory, 0).set(type, control, data, acks, body.length);
+        return post(body);
+    }
+
     /** Sends a RENDEZVOUS frame advertising {@code length} bytes at {@code address} under {@code rkey}. */
     int sendRendezvous(long address, int length, int rkey) {
         memory.clear();

@@ -32,6 +32,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -165,6 +166,48 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
             raw.sendFrame(FrameHeader.HELLO, hello);
             Throwable cause = awaitChildFailure();
             assertTrue(cause.getMessage().contains("a second HELLO frame"), cause.getMessage());
+        }
+        assertEchoes(server);
+    }
+
+    /**
+     * A HELLO whose header returns credits the peer cannot hold fails the handshake: the connect fails and the
+     * channel never becomes active. It used to succeed, fire channelActive, and only then fail the channel.
+     */
+    @Test
+    void shouldFailTheConnectWhenTheServersHelloReturnsCreditsItDoesNotHold() throws Exception {
+        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+            AtomicBoolean active = new AtomicBoolean();
+            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter() {
+                        @Override
+                        public void channelActive(ChannelHandlerContext ctx) {
+                            active.set(true);
+                        }
+                    }).connect(raw.listenAddress());
+            channels.add(0, connecting.channel());
+            raw.acceptOne();
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, 1, 0, 0,
+                    hello(new Handshake(4096, 4, 4, 1 << 20))));
+            assertTrue(connecting.await(10, TimeUnit.SECONDS));
+            assertInstanceOf(ConnectException.class, connecting.cause());
+            assertTrue(connecting.cause().getMessage().contains("peer returned 1 data credits but holds only 0"),
+                    connecting.cause()::toString);
+            assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");
+            assertFalse(active.get(), "channelActive fired");
+        }
+    }
+
+    @Test
+    void shouldCloseAnAcceptedConnectionWhoseHelloAcknowledgesARendezvousNeverSent() throws Exception {
+        Channel server = echoServer(10_000);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            byte[] hello = hello(new Handshake(4096, 4, 4, 1 << 20));
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, 0, 0, 1, hello));
+            Throwable cause = awaitChildFailure();
+            assertInstanceOf(ConnectException.class, cause);
+            assertTrue(cause.getMessage().contains("peer acknowledged 1 rendezvous but only 0 are outstanding"),
+                    cause.getMessage());
         }
         assertEchoes(server);
     }
