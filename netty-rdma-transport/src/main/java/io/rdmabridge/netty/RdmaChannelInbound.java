@@ -395,7 +395,8 @@ final class RdmaChannelInbound {
      * cannot defer a task, and when the channel is no longer active (its loop may have nothing else to wake it).
      */
     void receiveReleased(int slot) {
-        EventLoop loop = channel.eventLoop();
+        // The loop that owns the queue pair, even once eventLoop() has moved on (AbstractRdmaChannel#eventLoop).
+        EventLoop loop = channel.firstLoop();
         if (loop.inEventLoop()) {
             releaseSlot(slot);
             return;
@@ -419,8 +420,9 @@ final class RdmaChannelInbound {
                 loop.execute(WAKE);
             }
         } catch (RejectedExecutionException e) {
-            // The loop is gone; nothing else touches the connection now.
-            releaseMarkedSlots();
+            // The loop takes no more tasks, but its thread may still be destroying this connection (Netty rejects
+            // tasks before its final cleanup): the slots go back once it has terminated, never beside it.
+            loop.terminationFuture().addListener(f -> releaseMarkedSlots());
         }
     }
 

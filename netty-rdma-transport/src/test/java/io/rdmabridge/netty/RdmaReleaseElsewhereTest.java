@@ -5,6 +5,11 @@ import io.netty.buffer.ByteBuf;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.EventLoopGroup;
+import io.netty.channel.IoHandle;
+import io.netty.channel.IoHandler;
+import io.netty.channel.IoHandlerContext;
+import io.netty.channel.IoHandlerFactory;
+import io.netty.channel.IoRegistration;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.rdmabridge.verbs.EventNotifier;
@@ -14,6 +19,7 @@ import org.junit.jupiter.api.Timeout;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -92,5 +98,95 @@ class RdmaReleaseElsewhereTest extends AbstractSoftChannelTest {
             }
             serverLoop.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
         }
+    }
+
+    /**
+     * A buffer released while its loop shuts down goes back only once the loop has terminated. Netty stops taking
+     * tasks before the loop's final cleanup, which destroys the connection; the release used to run at once on the
+     * releasing thread, beside that cleanup, on the receive buffers' unsynchronized state (a slab freed twice, or
+     * never). The test holds the loop at the start of its cleanup while the buffer is released.
+     */
+    @Test
+    @Timeout(60)
+    void shouldGiveABufferBackOnlyOnceItsLoopHasTerminatedWhenTheLoopTakesNoMoreTasks() throws Exception {
+        CountDownLatch destroying = new CountDownLatch(1);
+        CountDownLatch proceed = new CountDownLatch(1);
+        IoHandlerFactory rdma = RdmaIoHandler.newFactory(provider);
+        IoHandlerFactory heldAtDestroy = executor -> {
+            IoHandler handler = rdma.newHandler(executor);
+            return new IoHandler() {
+                @Override
+                public void initialize() {
+                    handler.initialize();
+                }
+
+                @Override
+                public int run(IoHandlerContext context) {
+                    return handler.run(context);
+                }
+
+                @Override
+                public void prepareToDestroy() {
+                    handler.prepareToDestroy();
+                }
+
+                @Override
+                public void destroy() {
+                    destroying.countDown();
+                    try {
+                        proceed.await(30, TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                    handler.destroy();
+                }
+
+                @Override
+                public IoRegistration register(IoHandle handle) throws Exception {
+                    return handler.register(handle);
+                }
+
+                @Override
+                public void wakeup() {
+                    handler.wakeup();
+                }
+
+                @Override
+                public boolean isCompatible(Class<? extends IoHandle> handleType) {
+                    return handler.isCompatible(handleType);
+                }
+            };
+        };
+        EventLoopGroup serverLoop = new MultiThreadIoEventLoopGroup(1, heldAtDestroy);
+        BlockingQueue<ByteBuf> received = new LinkedBlockingQueue<>();
+        AtomicReference<RdmaSocketChannel> child = new AtomicReference<>();
+        ByteBuf held = null;
+        try {
+            Channel server = listenWithReceiveDepth(serverLoop, 16, (ch, msg) -> {
+                child.set(ch);
+                received.add((ByteBuf) msg);
+            });
+            Channel client = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new ChannelInboundHandlerAdapter())
+                    .connect(server.localAddress()).sync().channel();
+            channels.add(client);
+            client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
+            held = received.poll(10, TimeUnit.SECONDS);
+            assertTrue(held != null, "the message did not arrive");
+            serverLoop.shutdownGracefully(0, 0, TimeUnit.SECONDS);
+            assertTrue(destroying.await(10, TimeUnit.SECONDS), "the loop did not reach its cleanup");
+            assertTrue(serverLoop.next().isShutdown(), "the loop still takes tasks");
+            held.release();
+            held = null;
+            // The loop waits at the start of its cleanup (the latch orders this read after its last write).
+            assertEquals(1, child.get().heldReceiveBuffers(), "the buffer went back beside the loop's cleanup");
+        } finally {
+            proceed.countDown();
+            if (held != null) {
+                held.release();
+            }
+            serverLoop.terminationFuture().await(10, TimeUnit.SECONDS);
+        }
+        // The tear-down finds every registration gone: the buffer went back once the loop had terminated.
     }
 }
