@@ -45,11 +45,14 @@ final class BlockFrame {
     static final int MAC_LENGTH = 32;
     /** Longest block id accepted; Spark's shuffle block ids are a few dozen characters. */
     static final int MAX_BLOCK_ID_LENGTH = 256;
-    /** Largest frame a server accepts: requests are small, a client never sends block bytes. */
+    /** Largest length field a server accepts: requests are small, a client never sends block bytes. */
     static final int MAX_REQUEST_FRAME_LENGTH = TYPE_LENGTH + REQUEST_ID_LENGTH + 2 + MAX_BLOCK_ID_LENGTH;
-    /** Largest block a frame can carry (the frame length is a signed 32-bit field). */
-    static final long MAX_BLOCK_LENGTH = Integer.MAX_VALUE - TYPE_LENGTH - REQUEST_ID_LENGTH;
     static final int BLOCK_HEADER_LENGTH = LENGTH_FIELD_LENGTH + TYPE_LENGTH + REQUEST_ID_LENGTH;
+    /**
+     * Largest block a frame can carry: the receiver's decoder takes frames of at most {@link Integer#MAX_VALUE}
+     * bytes, its length field and header included.
+     */
+    static final long MAX_BLOCK_LENGTH = Integer.MAX_VALUE - BLOCK_HEADER_LENGTH;
     /** The length field of every CHALLENGE frame: flags and nonce. */
     static final int CHALLENGE_FRAME_LENGTH = TYPE_LENGTH + 1 + NONCE_LENGTH;
     /** The length field of every RESPONSE frame: MAC and the client's nonce. */
@@ -73,9 +76,12 @@ final class BlockFrame {
     private BlockFrame() {
     }
 
-    /** Splits the stream into frames (length field stripped); {@code maxFrameLength} bounds what a peer may claim. */
-    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxFrameLength) {
-        return newFrameDecoder(maxFrameLength, () -> false);
+    /**
+     * Splits the stream into frames (length field stripped); {@code maxLength} bounds the length field a peer may
+     * claim, at most {@code Integer.MAX_VALUE - LENGTH_FIELD_LENGTH}.
+     */
+    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxLength) {
+        return newFrameDecoder(maxLength, () -> false);
     }
 
     /**
@@ -83,8 +89,9 @@ final class BlockFrame {
      * the decoder (a reader that pauses also stops reading, so that is at most what one read handed up). An empty
      * buffer sent through the pipeline later decodes what was held back.
      */
-    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxFrameLength, BooleanSupplier holdBack) {
-        LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(maxFrameLength, 0,
+    static LengthFieldBasedFrameDecoder newFrameDecoder(int maxLength, BooleanSupplier holdBack) {
+        // Netty's bound counts the length field too.
+        LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(maxLength + LENGTH_FIELD_LENGTH, 0,
                 LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true) {
             @Override
             protected Object decode(ChannelHandlerContext ctx, ByteBuf in) throws Exception {

@@ -9,6 +9,7 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
 import io.netty.channel.SimpleChannelInboundHandler;
+import io.netty.channel.embedded.EmbeddedChannel;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import java.net.InetSocketAddress;
 import java.util.Arrays;
@@ -87,6 +88,16 @@ class ShuffleBlockClientLimitsTest {
                     .contains("(expected: one of the 1 outstanding fetches)"), cause.getMessage());
             server.awaitClosedByClient();
         }
+    }
+
+    @Test
+    void shouldDecodeTheHeaderOfTheLargestBlockAFrameCarries() {
+        EmbeddedChannel ch = new EmbeddedChannel(BlockFrame.newFrameDecoder((length, type, requestId) -> { }));
+        // Netty's decoder counts the length field in its bound: the whole frame must fit in Integer.MAX_VALUE.
+        ch.writeInbound(BlockFrame.blockHeader(ch.alloc(), 1, BlockFrame.MAX_BLOCK_LENGTH));
+        ch.checkException();
+        assertTrue(ch.isActive());
+        assertFalse(ch.finish(), "nothing decoded before the block's bytes");
     }
 
     @Test

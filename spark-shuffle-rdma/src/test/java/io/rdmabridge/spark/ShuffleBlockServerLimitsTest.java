@@ -292,6 +292,35 @@ class ShuffleBlockServerLimitsTest {
         }
     }
 
+    /** Block ids of the longest length allowed are served, or failed, each on its own, the connection kept. */
+    @Test
+    void shouldAnswerFetchesOfTheLongestBlockIdsOneByOne() throws Exception {
+        try (ShuffleBlockServer server = server(null)) {
+            Baseline baseline = new Baseline();
+            RawPeer peer = authenticatedPeer(server);
+            // Zeros pad the length of the block to 256 bytes; the other id names no block.
+            String served = "b_0_" + "0".repeat(BlockFrame.MAX_BLOCK_ID_LENGTH - 8) + "1000";
+            String missing = "missing_" + "x".repeat(BlockFrame.MAX_BLOCK_ID_LENGTH - 8);
+            assertEquals(BlockFrame.MAX_BLOCK_ID_LENGTH, served.length());
+            peer.fetch(1, served);
+            peer.fetch(2, missing);
+            peer.ch.flush();
+            Map<Long, Frame> responses = new java.util.HashMap<>();
+            for (int i = 0; i < 2; i++) {
+                Frame f = peer.next();
+                assertTrue(f.requestId == 1 || f.requestId == 2, f.toString());
+                responses.put(f.requestId, f);
+            }
+            assertEquals(BlockFrame.BLOCK, responses.get(1L).type, responses.toString());
+            assertArrayEquals(slice(0, 1000), responses.get(1L).body);
+            assertEquals(BlockFrame.FAILURE, responses.get(2L).type, responses.toString());
+            assertTrue(responses.get(2L).text().startsWith("cannot serve " + missing), responses.get(2L).text());
+            assertTrue(peer.ch.isActive(), "the connection stays open");
+            peer.close();
+            baseline.awaitReturn(server);
+        }
+    }
+
     @Test
     void shouldAnswerEachPipelinedRequestOnceThroughPausesAndFailures() throws Exception {
         try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_REQUESTS_PER_CONNECTION, "1")) {
@@ -593,7 +622,7 @@ class ShuffleBlockServerLimitsTest {
             ch = transport.newBootstrap().handler(new ChannelInitializer<>() {
                 @Override
                 protected void initChannel(Channel c) {
-                    c.pipeline().addLast(BlockFrame.newFrameDecoder(Integer.MAX_VALUE),
+                    c.pipeline().addLast(BlockFrame.newFrameDecoder(Integer.MAX_VALUE - BlockFrame.LENGTH_FIELD_LENGTH),
                             new SimpleChannelInboundHandler<ByteBuf>() {
                                 @Override
                                 protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
