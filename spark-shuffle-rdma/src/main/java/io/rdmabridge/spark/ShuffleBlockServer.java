@@ -197,7 +197,7 @@ final class ShuffleBlockServer implements AutoCloseable {
             }
         }
         if (admitted == null) {
-            ReferenceCountUtil.release(response.payload);
+            response.drop();
             return;
         }
         admitted.forEach(this::send);
@@ -256,7 +256,7 @@ final class ShuffleBlockServer implements AutoCloseable {
             c.queue.clear();
             admitted = admit();
         }
-        dropped.forEach(r -> ReferenceCountUtil.release(r.payload));
+        dropped.forEach(Response::drop);
         admitted.forEach(this::send);
     }
 
@@ -275,6 +275,8 @@ final class ShuffleBlockServer implements AutoCloseable {
                     sendFailedWarning.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
                             ch.remoteAddress(), f.cause());
                 }
+                // The write is done with the payload, a view of the block: the block can go too.
+                response.block.release();
                 completed(c, response.length);
                 c.responseCompleted();
             });
@@ -289,7 +291,14 @@ final class ShuffleBlockServer implements AutoCloseable {
         return Unpooled.wrappedBuffer(block.nioByteBuffer());
     }
 
-    private record Response(ConnectionHandler connection, long requestId, long length, Object payload) {
+    /** A block to send: {@code payload}, what the channel writes, is a view of {@code block}, which the server owns. */
+    private record Response(ConnectionHandler connection, long requestId, long length, Object payload,
+                            ManagedBuffer block) {
+        /** Releases a response that will not be written. */
+        void drop() {
+            ReferenceCountUtil.release(payload);
+            block.release();
+        }
     }
 
     /** One peer connection; confined to its event loop, except the fields guarded by the server's lock. */
@@ -413,22 +422,28 @@ final class ShuffleBlockServer implements AutoCloseable {
 
         private void serve(ChannelHandlerContext ctx, long requestId, String blockId) {
             ManagedBuffer block;
-            Object payload;
             try {
                 block = source.open(blockId);
-                payload = payloadOf(block);
             } catch (Exception e) {
                 fail(ctx, requestId, "cannot serve " + blockId + ": " + e);
                 return;
             }
             long length = block.size();
             if (length > BlockFrame.MAX_BLOCK_LENGTH) {
-                ReferenceCountUtil.release(payload);
+                block.release();
                 fail(ctx, requestId, "cannot serve " + blockId + ": " + length + " bytes (expected: at most "
                         + BlockFrame.MAX_BLOCK_LENGTH + " in one block)");
                 return;
             }
-            submit(new Response(this, requestId, length, payload));
+            Object payload;
+            try {
+                payload = payloadOf(block);
+            } catch (Exception e) {
+                block.release();
+                fail(ctx, requestId, "cannot serve " + blockId + ": " + e);
+                return;
+            }
+            submit(new Response(this, requestId, length, payload, block));
         }
 
         /** Answers one request with a failure; it stays outstanding until written, as a block would. */

@@ -24,6 +24,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.network.buffer.FileSegmentManagedBuffer;
 import org.apache.spark.network.buffer.ManagedBuffer;
+import org.apache.spark.network.buffer.NettyManagedBuffer;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.apache.spark.network.util.MapConfigProvider;
 import org.apache.spark.network.util.TransportConf;
@@ -74,6 +75,11 @@ class ShuffleBlockPipelineTest {
     private ShuffleBlockServer server(String secret, long cap) {
         return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0, this::open, new PeerAuthenticator(secret),
                 conf(cap), serverMetrics);
+    }
+
+    private ShuffleBlockServer server(BlockSource source) {
+        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", 0, source, new PeerAuthenticator(null),
+                conf(1 << 20), serverMetrics);
     }
 
     private static RdmaShuffleConf conf(long pinnedMemoryCap) {
@@ -132,6 +138,58 @@ class ShuffleBlockPipelineTest {
             c.buffers.values().forEach(FetchedBlockBuffer::release);
             waitFor(() -> transport.copiedOnSendBytes() == 5000);
             assertTrue(serverMetrics.snapshot().contains("bytesCopiedOnSend=5000"), serverMetrics.snapshot());
+        }
+    }
+
+    /** The server owns each block its source opens, and releases it once the block's bytes are sent. */
+    @Test
+    void shouldReleaseABlockOnceItIsSent() throws Exception {
+        ByteBuf buf = Unpooled.directBuffer(4096).writeBytes(bytes, 0, 4096);
+        try (ShuffleBlockServer server = server(id -> new NettyManagedBuffer(buf));
+             ShuffleBlockClient client = client(null)) {
+            Collector c = new Collector(1);
+            client.fetch(EXECUTOR, address(server), new String[] {"direct"}, c);
+            c.await();
+            assertArrayEquals(slice(0, 4096), c.received.get("direct"));
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+            waitFor(() -> buf.refCnt() == 0, () -> "refCnt of the served block: " + buf.refCnt());
+        }
+    }
+
+    /** A block too large for a frame fails, and is released all the same. */
+    @Test
+    void shouldReleaseABlockTooLargeToSend() throws Exception {
+        ByteBuf buf = Unpooled.directBuffer(16).writeZero(16);
+        try (ShuffleBlockServer server = server(id -> new NettyManagedBuffer(buf) {
+            @Override
+            public long size() {
+                return BlockFrame.MAX_BLOCK_LENGTH + 1;
+            }
+        }); ShuffleBlockClient client = client(null)) {
+            Collector c = new Collector(1);
+            client.fetch(EXECUTOR, address(server), new String[] {"huge"}, c);
+            c.await();
+            String why = c.failures.get("huge").getMessage();
+            assertTrue(why.contains("cannot serve huge: " + (BlockFrame.MAX_BLOCK_LENGTH + 1) + " bytes"), why);
+            waitFor(() -> buf.refCnt() == 0, () -> "refCnt of the refused block: " + buf.refCnt());
+        }
+    }
+
+    @Test
+    void shouldReleaseABlockThatCannotBeRead() throws Exception {
+        ByteBuf buf = Unpooled.directBuffer(16).writeZero(16);
+        try (ShuffleBlockServer server = server(id -> new NettyManagedBuffer(buf) {
+            @Override
+            public java.nio.ByteBuffer nioByteBuffer() throws java.io.IOException {
+                throw new java.io.IOException("unreadable");
+            }
+        }); ShuffleBlockClient client = client(null)) {
+            Collector c = new Collector(1);
+            client.fetch(EXECUTOR, address(server), new String[] {"bad"}, c);
+            c.await();
+            String why = c.failures.get("bad").getMessage();
+            assertTrue(why.contains("cannot serve bad: java.io.IOException: unreadable"), why);
+            waitFor(() -> buf.refCnt() == 0, () -> "refCnt of the unreadable block: " + buf.refCnt());
         }
     }
 
@@ -314,11 +372,16 @@ class ShuffleBlockPipelineTest {
     }
 
     private static void waitFor(java.util.function.BooleanSupplier condition) throws InterruptedException {
+        waitFor(condition, () -> "");
+    }
+
+    private static void waitFor(java.util.function.BooleanSupplier condition,
+                                java.util.function.Supplier<String> message) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (!condition.getAsBoolean() && System.nanoTime() < deadline) {
             Thread.sleep(10);
         }
-        assertTrue(condition.getAsBoolean());
+        assertTrue(condition.getAsBoolean(), message);
     }
 
     /** Keeps what Spark's fetch iterator would: the bytes (read through the stream view) and a retained buffer. */

@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
@@ -47,6 +48,7 @@ import org.apache.logging.log4j.core.config.Property;
 import org.apache.spark.SparkConf;
 import org.apache.spark.network.buffer.FileSegmentManagedBuffer;
 import org.apache.spark.network.buffer.ManagedBuffer;
+import org.apache.spark.network.buffer.NettyManagedBuffer;
 import org.apache.spark.network.util.MapConfigProvider;
 import org.apache.spark.network.util.TransportConf;
 import org.junit.jupiter.api.AfterEach;
@@ -79,6 +81,8 @@ class ShuffleBlockServerLimitsTest {
     private final RdmaShuffleMetrics serverMetrics = new RdmaShuffleMetrics();
     private final RdmaShuffleMetrics clientMetrics = new RdmaShuffleMetrics();
     private final List<RawPeer> peers = new ArrayList<>();
+    /** Where the next server takes its blocks from. */
+    private BlockSource source = this::open;
     private CapturedWarnings warnings;
 
     @BeforeEach
@@ -467,6 +471,36 @@ class ShuffleBlockServerLimitsTest {
     }
 
     @Test
+    void shouldReleaseTheBlocksOfResponsesDroppedWithTheirConnection() throws Exception {
+        int size = 64 * 1024;
+        List<ByteBuf> opened = new CopyOnWriteArrayList<>();
+        source = id -> {
+            ByteBuf buf = Unpooled.directBuffer(size).writeZero(size);
+            opened.add(buf);
+            return new NettyManagedBuffer(buf);
+        };
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.PINNED_MEMORY_PER_CONNECTION, "64k",
+                RdmaShuffleConf.WRITE_TIMEOUT, NO_TIMEOUT)) {
+            Baseline baseline = new Baseline();
+            RawPeer greedy = authenticatedPeer(server);
+            greedy.ch.config().setAutoRead(false);
+            for (int i = 0; i < 100; i++) {
+                greedy.fetch(i, "block_" + i);
+            }
+            greedy.ch.flush();
+            // Its receive credits spent, the peer holds one response in flight; the others wait in the queue.
+            waitFor(() -> opened.size() == 100 && server.inFlightBytes() > 0);
+            greedy.close();
+            waitFor(() -> server.openConnections() == 0);
+            assertTrue(serverMetrics.blocksServed.getCount() < 99, "served: " + serverMetrics.blocksServed.getCount());
+            waitFor(() -> opened.stream().allMatch(b -> b.refCnt() == 0), () -> opened.stream()
+                    .filter(b -> b.refCnt() > 0).count() + " of 100 blocks not released, "
+                    + serverMetrics.blocksServed.getCount() + " served");
+            baseline.awaitReturn(server);
+        }
+    }
+
+    @Test
     void shouldCloseAPeerThatStopsReadingAfterTheWriteTimeoutReleasingTheCap() throws Exception {
         int cap = 1 << 20;
         try (ShuffleBlockServer server = server("right", RdmaShuffleConf.PINNED_MEMORY_CAP, Integer.toString(cap),
@@ -521,7 +555,7 @@ class ShuffleBlockServerLimitsTest {
         for (int i = 0; i < keysAndValues.length; i += 2) {
             conf.set(keysAndValues[i], keysAndValues[i + 1]);
         }
-        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", port, this::open,
+        return new ShuffleBlockServer(transport, EXECUTOR, "127.0.0.1", port, source,
                 new PeerAuthenticator(secret), new RdmaShuffleConf(conf), serverMetrics);
     }
 
