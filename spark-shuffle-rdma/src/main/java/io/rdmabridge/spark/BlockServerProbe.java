@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import org.apache.spark.SparkConf;
 import org.apache.spark.network.buffer.ManagedBuffer;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 
@@ -83,8 +84,10 @@ public final class BlockServerProbe {
         BlockTransport transport = BlockTransport.open(provider, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "rdma-shuffle-probe");
         CompletableFuture<String> outcome = new CompletableFuture<>();
+        // Takes what a reducer with Spark's default settings would.
+        long maxBlockLength = new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength;
         try (ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 10_000,
-                30_000, new RdmaShuffleMetrics())) {
+                30_000, maxBlockLength, new RdmaShuffleMetrics())) {
             BlockFetchingListener listener = new BlockFetchingListener() {
                 @Override
                 public void onBlockFetchSuccess(String id, ManagedBuffer data) {

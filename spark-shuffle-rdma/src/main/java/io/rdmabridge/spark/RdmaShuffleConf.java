@@ -41,6 +41,10 @@ final class RdmaShuffleConf {
     static final String PINNED_MEMORY_PER_CONNECTION = PREFIX + "pinnedMemoryPerConnection";
     /** Shortest interval between two WARN lines of one kind that peers can cause repeatedly. */
     static final String WARN_INTERVAL = PREFIX + "warnInterval";
+    /** Spark's key: requests larger than this Spark streams to disk, and so never over the block transport. */
+    static final String MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM = "spark.network.maxRemoteBlockSizeFetchToMem";
+    /** Spark's key: a map output of many partitions reports the blocks below this size as their average. */
+    static final String ACCURATE_BLOCK_THRESHOLD = "spark.shuffle.accurateBlockThreshold";
     /**
      * Spark's keys that ask for encrypted block transfers (AES-based, SASL's, TLS), which the block transport does not
      * provide: with any of them true, shuffle blocks stay on Spark's own transport.
@@ -67,6 +71,8 @@ final class RdmaShuffleConf {
     final int maxRequestsPerConnection;
     final long pinnedMemoryPerConnection;
     final long warnIntervalMillis;
+    /** The largest block the fetch client takes; a larger BLOCK fails its connection before it is buffered. */
+    final long maxFetchedBlockLength;
 
     /**
      * Why this application's blocks must not take the block transport, which sends them in the clear: a message
@@ -136,6 +142,13 @@ final class RdmaShuffleConf {
             throw new IllegalArgumentException(PINNED_MEMORY_PER_CONNECTION + ": " + pinnedMemoryPerConnection
                     + " (expected: 1-" + pinnedMemoryCap + ", at most " + PINNED_MEMORY_CAP + ")");
         }
+        // Spark fetches a request over the block transport only when its blocks' sizes, as their map outputs report
+        // them, sum to at most fetch-to-mem. A report rounds a block's size up, except that a highly compressed one
+        // (over 2000 partitions) gives blocks below the threshold as their average: such a block can be larger than
+        // reported, up to the threshold. Defaults as Spark's (3.5 to 4.2).
+        maxFetchedBlockLength = Math.min(BlockFrame.MAX_BLOCK_LENGTH,
+                Math.max(conf.getSizeAsBytes(MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM, "200m"),
+                        conf.getSizeAsBytes(ACCURATE_BLOCK_THRESHOLD, "100m")));
     }
 
     private static long positiveTime(SparkConf conf, String key, String defaultValue) {

@@ -233,7 +233,8 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 ShuffleBlockServer server = new ShuffleBlockServer(transport, env.executorId(), host, rdmaConf.port,
                         ExecutorTransport::openShuffleBlock, authenticator, rdmaConf, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
-                        rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, metrics);
+                        rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, rdmaConf.maxFetchedBlockLength,
+                        metrics);
                 metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
                 metrics.watchPath(transport::sameHostConnections);
                 InetSocketAddress address = new InetSocketAddress(host, server.localAddress().getPort());

@@ -33,7 +33,8 @@ import org.slf4j.LoggerFactory;
  * failure; a connection that closes, errs, sends no challenge within the fetch timeout or stays silent past it with
  * fetches outstanding fails them all with an {@link IOException}, which Spark's retries take for transient (see
  * {@link RoutingBlockStoreClient}); a block the server reports it cannot serve fails alone, with a
- * {@link ChunkFetchFailureException}, which they do not. Each frame's header is checked as soon as it arrives, so a peer cannot make this side buffer a frame it would refuse.
+ * {@link ChunkFetchFailureException}, which they do not. Each frame's header is checked as soon as it arrives, so a
+ * peer cannot make this side buffer a frame it would refuse, nor a block larger than Spark would fetch into memory.
  *
  * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop.
  */
@@ -50,16 +51,19 @@ final class ShuffleBlockClient implements AutoCloseable {
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
     private final long fetchTimeoutNanos;
+    private final long maxBlockLength;
     private final Map<Target, Future<Channel>> connections = new ConcurrentHashMap<>();
     /** Servers that refused a connection for their cap, until when ({@link System#nanoTime}) they are not dialled. */
     private final Map<Target, Long> busyUntil = new ConcurrentHashMap<>();
 
+    /** @param maxBlockLength the largest block taken, {@link RdmaShuffleConf#maxFetchedBlockLength} */
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
-                       long fetchTimeoutMillis, RdmaShuffleMetrics metrics) {
+                       long fetchTimeoutMillis, long maxBlockLength, RdmaShuffleMetrics metrics) {
         this.transport = transport;
         this.authenticator = authenticator;
         this.metrics = metrics;
         this.fetchTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(fetchTimeoutMillis);
+        this.maxBlockLength = maxBlockLength;
         bootstrap = transport.newBootstrap()
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
     }
@@ -265,7 +269,8 @@ final class ShuffleBlockClient implements AutoCloseable {
 
         /**
          * Refuses a frame at its header, before its body is buffered: a peer could otherwise make this executor hold up
-         * to 2 GiB before it has even sent its challenge, for a request never made, or as a failure message.
+         * to 2 GiB before it has even sent its challenge, for a request never made, as a failure message, or as a
+         * block larger than any Spark fetches into memory.
          */
         void checkHeader(int length, byte type, long requestId) {
             if (!challenged) {
@@ -297,6 +302,16 @@ final class ShuffleBlockClient implements AutoCloseable {
             if (fetchResponse && !pending.containsKey(requestId)) {
                 throw new CorruptedFrameException("requestId=" + requestId + " from " + server
                         + " (expected: one of the " + pending.size() + " outstanding fetches)");
+            }
+            long blockLength = (long) length - BlockFrame.TYPE_LENGTH - BlockFrame.REQUEST_ID_LENGTH;
+            if (type == BlockFrame.BLOCK && blockLength > maxBlockLength) {
+                throw new CorruptedFrameException("BLOCK length=" + length + " from " + server + ": "
+                        + pending.get(requestId).blockId + " of " + blockLength + " bytes (expected: at most "
+                        + maxBlockLength + ", the largest block Spark fetches into memory: the larger of "
+                        + RdmaShuffleConf.MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM + " and "
+                        + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD + "): the server sends more than the map output "
+                        + "reported; if it is this application's and its blocks are genuine, raise "
+                        + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD);
             }
         }
 

@@ -64,6 +64,21 @@ class RdmaShuffleConfTest {
     }
 
     @Test
+    void shouldTakeTheLargestBlockSparkFetchesIntoMemory() {
+        assertEquals(200L << 20, new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength);
+        assertEquals(300L << 20, new RdmaShuffleConf(new SparkConf(false)
+                .set("spark.shuffle.accurateBlockThreshold", "300m")).maxFetchedBlockLength);
+        assertEquals(10L << 20, new RdmaShuffleConf(new SparkConf(false)
+                .set("spark.shuffle.accurateBlockThreshold", "5m")
+                .set("spark.network.maxRemoteBlockSizeFetchToMem", "10m")).maxFetchedBlockLength);
+        // Spark reads the key's old name too.
+        assertEquals(400L << 20, new RdmaShuffleConf(new SparkConf(false)
+                .set("spark.maxRemoteBlockSizeFetchToMem", "400m")).maxFetchedBlockLength);
+        assertEquals(BlockFrame.MAX_BLOCK_LENGTH, new RdmaShuffleConf(new SparkConf(false)
+                .set("spark.shuffle.accurateBlockThreshold", "8g")).maxFetchedBlockLength);
+    }
+
+    @Test
     void shouldRejectAShareLargerThanTheCapNamingBothKeys() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new RdmaShuffleConf(
                 new SparkConf(false).set("spark.shuffle.rdma.pinnedMemoryCap", "1m")

@@ -46,7 +46,8 @@ class RoutingBlockStoreClientTest {
     void setUp() throws Exception {
         transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-routing");
-        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, 10_000, metrics);
+        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, 10_000,
+                new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength, metrics);
         sparkClient = new BlockStoreClient() {
             @Override
             public void fetchBlocks(String host, int port, String execId, String[] blockIds,
@@ -246,7 +247,8 @@ class RoutingBlockStoreClientTest {
     void shouldFetchFromTheExternalShuffleServiceWhenAnotherExecutorsServerHoldsThePort() throws Exception {
         routing.close();
         blockClient.close();
-        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator("secret"), 5_000, 10_000, metrics);
+        blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator("secret"), 5_000, 10_000,
+                new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength, metrics);
         routing = routing(true, 2);
         RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
         RdmaShuffleMetrics otherMetrics = new RdmaShuffleMetrics();

@@ -19,6 +19,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
+import org.apache.spark.SparkConf;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -31,6 +32,8 @@ import org.junit.jupiter.api.Test;
  */
 class ShuffleBlockClientLimitsTest {
     private static final long LONG_FETCH_TIMEOUT_MILLIS = 60_000;
+    /** The largest block a reducer with Spark's default settings takes. */
+    private static final long MAX_BLOCK_LENGTH = new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength;
 
     private BlockTransport transport;
     private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
@@ -86,6 +89,26 @@ class ShuffleBlockClientLimitsTest {
             Throwable cause = fetchFailure(client, server);
             assertTrue(cause.getMessage().contains("requestId=1000 from") && cause.getMessage()
                     .contains("(expected: one of the 1 outstanding fetches)"), cause.getMessage());
+            server.awaitClosedByClient();
+        }
+    }
+
+    @Test
+    void shouldRefuseABlockLargerThanSparkFetchesIntoMemoryAtItsHeader() throws Exception {
+        // Answers the fetch with the header of a block a few bytes over the cap, and a little of it: the client must
+        // not wait for the rest, which it would hold.
+        long blockLength = MAX_BLOCK_LENGTH + 5;
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, blockLength));
+                ch.writeAndFlush(ch.alloc().buffer().writeZero(100));
+            }
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            assertEquals(200L << 20, MAX_BLOCK_LENGTH, "Spark's spark.network.maxRemoteBlockSizeFetchToMem");
+            Throwable cause = fetchFailure(client, server);
+            assertTrue(cause.getMessage().contains("BLOCK length=" + (blockLength + 9) + " from") && cause.getMessage()
+                    .contains("b_0_10 of " + blockLength + " bytes (expected: at most " + MAX_BLOCK_LENGTH + ", "),
+                    cause.getMessage());
             server.awaitClosedByClient();
         }
     }
@@ -198,7 +221,8 @@ class ShuffleBlockClientLimitsTest {
     }
 
     private ShuffleBlockClient client(String secret, long fetchTimeoutMillis) {
-        return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, fetchTimeoutMillis, metrics);
+        return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, fetchTimeoutMillis,
+                MAX_BLOCK_LENGTH, metrics);
     }
 
     /** Fetches one block, which must fail within a few seconds; returns why. */

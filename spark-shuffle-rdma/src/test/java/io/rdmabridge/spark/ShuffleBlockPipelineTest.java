@@ -89,7 +89,8 @@ class ShuffleBlockPipelineTest {
     }
 
     private ShuffleBlockClient client(String secret) {
-        return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000, clientMetrics);
+        return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000,
+                new RdmaShuffleConf(new org.apache.spark.SparkConf(false)).maxFetchedBlockLength, clientMetrics);
     }
 
     @Test
