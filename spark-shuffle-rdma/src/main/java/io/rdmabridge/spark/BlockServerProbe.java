@@ -85,9 +85,9 @@ public final class BlockServerProbe {
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "rdma-shuffle-probe");
         CompletableFuture<String> outcome = new CompletableFuture<>();
         // Takes what a reducer with Spark's default settings would.
-        long maxBlockLength = new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength;
+        RdmaShuffleConf defaults = new RdmaShuffleConf(new SparkConf(false));
         try (ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 10_000,
-                30_000, maxBlockLength, new RdmaShuffleMetrics())) {
+                30_000, defaults::maxFetchedBlockLength, new RdmaShuffleMetrics())) {
             BlockFetchingListener listener = new BlockFetchingListener() {
                 @Override
                 public void onBlockFetchSuccess(String id, ManagedBuffer data) {

@@ -2,6 +2,8 @@ package io.rdmabridge.spark;
 
 import java.util.List;
 import java.util.Locale;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.spark.SparkConf;
 
 /**
@@ -45,6 +47,8 @@ final class RdmaShuffleConf {
     static final String MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM = "spark.network.maxRemoteBlockSizeFetchToMem";
     /** Spark's key: a map output of many partitions reports the blocks below this size as their average. */
     static final String ACCURATE_BLOCK_THRESHOLD = "spark.shuffle.accurateBlockThreshold";
+    /** Spark's ShuffleBlockBatchId: reduce partitions START to END (exclusive) of one map output, in one block. */
+    private static final Pattern BATCH_BLOCK_ID = Pattern.compile("shuffle_\\d+_\\d+_(\\d{1,10})_(\\d{1,10})");
     /**
      * Spark's keys that ask for encrypted block transfers (AES-based, SASL's, TLS), which the block transport does not
      * provide: with any of them true, shuffle blocks stay on Spark's own transport.
@@ -71,8 +75,8 @@ final class RdmaShuffleConf {
     final int maxRequestsPerConnection;
     final long pinnedMemoryPerConnection;
     final long warnIntervalMillis;
-    /** The largest block the fetch client takes; a larger BLOCK fails its connection before it is buffered. */
-    final long maxFetchedBlockLength;
+    private final long maxRemoteBlockSizeFetchToMem;
+    private final long accurateBlockThreshold;
 
     /**
      * Why this application's blocks must not take the block transport, which sends them in the clear: a message
@@ -142,13 +146,31 @@ final class RdmaShuffleConf {
             throw new IllegalArgumentException(PINNED_MEMORY_PER_CONNECTION + ": " + pinnedMemoryPerConnection
                     + " (expected: 1-" + pinnedMemoryCap + ", at most " + PINNED_MEMORY_CAP + ")");
         }
-        // Spark fetches a request over the block transport only when its blocks' sizes, as their map outputs report
-        // them, sum to at most fetch-to-mem. A report rounds a block's size up, except that a highly compressed one
-        // (over 2000 partitions) gives blocks below the threshold as their average: such a block can be larger than
-        // reported, up to the threshold. Defaults as Spark's (3.5 to 4.2).
-        maxFetchedBlockLength = Math.min(BlockFrame.MAX_BLOCK_LENGTH,
-                Math.max(conf.getSizeAsBytes(MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM, "200m"),
-                        conf.getSizeAsBytes(ACCURATE_BLOCK_THRESHOLD, "100m")));
+        // Defaults as Spark's (3.5 to 4.2).
+        maxRemoteBlockSizeFetchToMem = conf.getSizeAsBytes(MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM, "200m");
+        accurateBlockThreshold = conf.getSizeAsBytes(ACCURATE_BLOCK_THRESHOLD, "100m");
+    }
+
+    /**
+     * The largest block the fetch client takes as {@code blockId}; a larger BLOCK fails its connection before it is
+     * buffered. Spark fetches a request over the block transport only when its blocks' sizes, as their map outputs
+     * report them, sum to at most {@link #MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM}. A report rounds a size up, except that
+     * one of over 2000 partitions gives the blocks below {@link #ACCURATE_BLOCK_THRESHOLD} as their average: such a
+     * block can be larger than reported, up to the threshold. A batch of reduce partitions sums their reports, so each
+     * partition after the first may add a threshold.
+     */
+    long maxFetchedBlockLength(String blockId) {
+        long partitions = 1;
+        Matcher batch = BATCH_BLOCK_ID.matcher(blockId);
+        if (batch.matches()) {
+            partitions = Math.max(1, Long.parseLong(batch.group(2)) - Long.parseLong(batch.group(1)));
+        }
+        long max = BlockFrame.MAX_BLOCK_LENGTH;
+        long one = Math.min(max, Math.max(maxRemoteBlockSizeFetchToMem, accurateBlockThreshold));
+        long threshold = Math.max(0, accurateBlockThreshold);
+        // Both terms at most max: the sum cannot overflow.
+        long more = threshold == 0 || partitions - 1 <= max / threshold ? (partitions - 1) * threshold : max;
+        return Math.min(max, one + more);
     }
 
     private static long positiveTime(SparkConf conf, String key, String defaultValue) {

@@ -233,7 +233,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                 ShuffleBlockServer server = new ShuffleBlockServer(transport, env.executorId(), host, rdmaConf.port,
                         ExecutorTransport::openShuffleBlock, authenticator, rdmaConf, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
-                        rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, rdmaConf.maxFetchedBlockLength,
+                        rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, rdmaConf::maxFetchedBlockLength,
                         metrics);
                 metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
                 metrics.watchPath(transport::sameHostConnections);

@@ -22,6 +22,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
+import java.util.function.ToLongFunction;
 import org.apache.spark.network.client.ChunkFetchFailureException;
 import org.apache.spark.network.shuffle.BlockFetchingListener;
 import org.slf4j.Logger;
@@ -51,14 +52,14 @@ final class ShuffleBlockClient implements AutoCloseable {
     private final PeerAuthenticator authenticator;
     private final RdmaShuffleMetrics metrics;
     private final long fetchTimeoutNanos;
-    private final long maxBlockLength;
+    private final ToLongFunction<String> maxBlockLength;
     private final Map<Target, Future<Channel>> connections = new ConcurrentHashMap<>();
     /** Servers that refused a connection for their cap, until when ({@link System#nanoTime}) they are not dialled. */
     private final Map<Target, Long> busyUntil = new ConcurrentHashMap<>();
 
-    /** @param maxBlockLength the largest block taken, {@link RdmaShuffleConf#maxFetchedBlockLength} */
+    /** @param maxBlockLength the largest block taken for a block id, {@link RdmaShuffleConf#maxFetchedBlockLength} */
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
-                       long fetchTimeoutMillis, long maxBlockLength, RdmaShuffleMetrics metrics) {
+                       long fetchTimeoutMillis, ToLongFunction<String> maxBlockLength, RdmaShuffleMetrics metrics) {
         this.transport = transport;
         this.authenticator = authenticator;
         this.metrics = metrics;
@@ -192,7 +193,7 @@ final class ShuffleBlockClient implements AutoCloseable {
         connections.clear();
     }
 
-    private record Pending(String blockId, BlockFetchingListener listener, long sentNanos) {
+    private record Pending(String blockId, long maxLength, BlockFetchingListener listener, long sentNanos) {
     }
 
     /** A block server as a reducer dials it: the executor it must prove to be, and its address. */
@@ -238,7 +239,7 @@ final class ShuffleBlockClient implements AutoCloseable {
             }
             for (String blockId : blockIds) {
                 long requestId = nextRequestId++;
-                pending.put(requestId, new Pending(blockId, listener, now));
+                pending.put(requestId, new Pending(blockId, maxBlockLength.applyAsLong(blockId), listener, now));
                 ch.write(BlockFrame.fetch(ch.alloc(), requestId, blockId), ch.voidPromise());
             }
             ch.flush();
@@ -303,15 +304,18 @@ final class ShuffleBlockClient implements AutoCloseable {
                 throw new CorruptedFrameException("requestId=" + requestId + " from " + server
                         + " (expected: one of the " + pending.size() + " outstanding fetches)");
             }
-            long blockLength = (long) length - BlockFrame.TYPE_LENGTH - BlockFrame.REQUEST_ID_LENGTH;
-            if (type == BlockFrame.BLOCK && blockLength > maxBlockLength) {
-                throw new CorruptedFrameException("BLOCK length=" + length + " from " + server + ": "
-                        + pending.get(requestId).blockId + " of " + blockLength + " bytes (expected: at most "
-                        + maxBlockLength + ", the largest block Spark fetches into memory: the larger of "
-                        + RdmaShuffleConf.MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM + " and "
-                        + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD + "): the server sends more than the map output "
-                        + "reported; if it is this application's and its blocks are genuine, raise "
-                        + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD);
+            if (type == BlockFrame.BLOCK) {
+                Pending p = pending.get(requestId);
+                long blockLength = (long) length - BlockFrame.TYPE_LENGTH - BlockFrame.REQUEST_ID_LENGTH;
+                if (blockLength > p.maxLength) {
+                    throw new CorruptedFrameException("BLOCK length=" + length + " from shuffle block server " + server
+                            + ": " + p.blockId + " of " + blockLength + " bytes (expected: at most " + p.maxLength
+                            + ", the most Spark fetches into memory as this block, by "
+                            + RdmaShuffleConf.MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM + " and "
+                            + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD + "): the server sends more than the "
+                            + "map output reported; if it is this application's and its blocks are genuine, raise "
+                            + RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD);
+                }
             }
         }
 

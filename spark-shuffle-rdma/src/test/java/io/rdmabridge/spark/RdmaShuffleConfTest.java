@@ -65,17 +65,28 @@ class RdmaShuffleConfTest {
 
     @Test
     void shouldTakeTheLargestBlockSparkFetchesIntoMemory() {
-        assertEquals(200L << 20, new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength);
-        assertEquals(300L << 20, new RdmaShuffleConf(new SparkConf(false)
-                .set("spark.shuffle.accurateBlockThreshold", "300m")).maxFetchedBlockLength);
-        assertEquals(10L << 20, new RdmaShuffleConf(new SparkConf(false)
-                .set("spark.shuffle.accurateBlockThreshold", "5m")
-                .set("spark.network.maxRemoteBlockSizeFetchToMem", "10m")).maxFetchedBlockLength);
+        assertEquals(200L << 20, maxLength(new SparkConf(false), "shuffle_0_1_2"));
+        assertEquals(300L << 20, maxLength(new SparkConf(false).set("spark.shuffle.accurateBlockThreshold", "300m"),
+                "shuffle_0_1_2"));
+        assertEquals(10L << 20, maxLength(new SparkConf(false).set("spark.shuffle.accurateBlockThreshold", "5m")
+                .set("spark.network.maxRemoteBlockSizeFetchToMem", "10m"), "shuffle_0_1_2"));
         // Spark reads the key's old name too.
-        assertEquals(400L << 20, new RdmaShuffleConf(new SparkConf(false)
-                .set("spark.maxRemoteBlockSizeFetchToMem", "400m")).maxFetchedBlockLength);
-        assertEquals(BlockFrame.MAX_BLOCK_LENGTH, new RdmaShuffleConf(new SparkConf(false)
-                .set("spark.shuffle.accurateBlockThreshold", "8g")).maxFetchedBlockLength);
+        assertEquals(400L << 20, maxLength(new SparkConf(false).set("spark.maxRemoteBlockSizeFetchToMem", "400m"),
+                "shuffle_0_1_2"));
+        assertEquals(BlockFrame.MAX_BLOCK_LENGTH, maxLength(new SparkConf(false)
+                .set("spark.shuffle.accurateBlockThreshold", "8g"), "shuffle_0_1_2"));
+        // A batch of partitions 2, 3 and 4 of map output 1: a threshold more for each partition after the first.
+        assertEquals(400L << 20, maxLength(new SparkConf(false), "shuffle_0_1_2_5"));
+        assertEquals(BlockFrame.MAX_BLOCK_LENGTH, maxLength(new SparkConf(false), "shuffle_0_1_0_2000000000"));
+        assertEquals(BlockFrame.MAX_BLOCK_LENGTH, maxLength(new SparkConf(false)
+                .set("spark.shuffle.accurateBlockThreshold", "8g"), "shuffle_0_1_0_2000000000"));
+        // Without the threshold, every report is accurate: a batch is at most what fetch-to-mem lets through.
+        assertEquals(10L << 20, maxLength(new SparkConf(false).set("spark.shuffle.accurateBlockThreshold", "0")
+                .set("spark.network.maxRemoteBlockSizeFetchToMem", "10m"), "shuffle_0_1_2_5"));
+    }
+
+    private static long maxLength(SparkConf conf, String blockId) {
+        return new RdmaShuffleConf(conf).maxFetchedBlockLength(blockId);
     }
 
     @Test

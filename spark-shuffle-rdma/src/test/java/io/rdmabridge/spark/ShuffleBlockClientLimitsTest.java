@@ -32,8 +32,8 @@ import org.junit.jupiter.api.Test;
  */
 class ShuffleBlockClientLimitsTest {
     private static final long LONG_FETCH_TIMEOUT_MILLIS = 60_000;
-    /** The largest block a reducer with Spark's default settings takes. */
-    private static final long MAX_BLOCK_LENGTH = new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength;
+    /** A reducer's limits with Spark's default settings. */
+    private static final RdmaShuffleConf DEFAULTS = new RdmaShuffleConf(new SparkConf(false));
 
     private BlockTransport transport;
     private final RdmaShuffleMetrics metrics = new RdmaShuffleMetrics();
@@ -97,19 +97,49 @@ class ShuffleBlockClientLimitsTest {
     void shouldRefuseABlockLargerThanSparkFetchesIntoMemoryAtItsHeader() throws Exception {
         // Answers the fetch with the header of a block a few bytes over the cap, and a little of it: the client must
         // not wait for the rest, which it would hold.
-        long blockLength = MAX_BLOCK_LENGTH + 5;
+        long maxLength = DEFAULTS.maxFetchedBlockLength("b_0_10");
+        long blockLength = maxLength + 5;
         try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
             if (frame.type == BlockFrame.FETCH) {
                 ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, blockLength));
                 ch.writeAndFlush(ch.alloc().buffer().writeZero(100));
             }
         })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
-            assertEquals(200L << 20, MAX_BLOCK_LENGTH, "Spark's spark.network.maxRemoteBlockSizeFetchToMem");
+            assertEquals(200L << 20, maxLength, "Spark's spark.network.maxRemoteBlockSizeFetchToMem");
             Throwable cause = fetchFailure(client, server);
             assertTrue(cause.getMessage().contains("BLOCK length=" + (blockLength + 9) + " from") && cause.getMessage()
-                    .contains("b_0_10 of " + blockLength + " bytes (expected: at most " + MAX_BLOCK_LENGTH + ", "),
+                    .contains("b_0_10 of " + blockLength + " bytes (expected: at most " + maxLength + ", "),
                     cause.getMessage());
             server.awaitClosedByClient();
+        }
+    }
+
+    /**
+     * A batch of reduce partitions sums their map outputs' reports, each of which may understate its block by up to
+     * spark.shuffle.accurateBlockThreshold: each partition after the first may add that much.
+     */
+    @Test
+    void shouldTakeABatchOfPartitionsUpToAThresholdMoreForEachPartitionAfterTheFirst() throws Exception {
+        // Spark's keys lowered: one block takes at most 64 KiB, a batch of three 64 + 2 x 16 KiB.
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false)
+                .set(RdmaShuffleConf.MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM, "64k")
+                .set(RdmaShuffleConf.ACCURATE_BLOCK_THRESHOLD, "16k"));
+        int size = 80 * 1024;
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, size));
+                ch.writeAndFlush(ch.alloc().buffer().writeZero(size));
+            }
+        })); ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000,
+                LONG_FETCH_TIMEOUT_MILLIS, conf::maxFetchedBlockLength, metrics)) {
+            Collector c = new Collector(2);
+            client.fetch("1", server.address(), new String[] {"shuffle_0_1_0_3", "shuffle_0_2_0"}, c);
+            assertTrue(c.done.await(5, TimeUnit.SECONDS), "both fetches got their callbacks within 5 s");
+            byte[] batch = c.received.get("shuffle_0_1_0_3");
+            assertEquals(size, batch == null ? -1 : batch.length, () -> "failures: " + c.failures);
+            String why = c.failures.get("shuffle_0_2_0").getMessage();
+            assertTrue(why.contains("shuffle_0_2_0 of " + size + " bytes (expected: at most 65536, "), why);
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
         }
     }
 
@@ -222,7 +252,7 @@ class ShuffleBlockClientLimitsTest {
 
     private ShuffleBlockClient client(String secret, long fetchTimeoutMillis) {
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, fetchTimeoutMillis,
-                MAX_BLOCK_LENGTH, metrics);
+                DEFAULTS::maxFetchedBlockLength, metrics);
     }
 
     /** Fetches one block, which must fail within a few seconds; returns why. */

@@ -90,7 +90,7 @@ class ShuffleBlockPipelineTest {
 
     private ShuffleBlockClient client(String secret) {
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000,
-                new RdmaShuffleConf(new org.apache.spark.SparkConf(false)).maxFetchedBlockLength, clientMetrics);
+                new RdmaShuffleConf(new org.apache.spark.SparkConf(false))::maxFetchedBlockLength, clientMetrics);
     }
 
     @Test

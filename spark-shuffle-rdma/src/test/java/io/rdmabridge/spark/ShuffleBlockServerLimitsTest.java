@@ -561,7 +561,7 @@ class ShuffleBlockServerLimitsTest {
 
     private ShuffleBlockClient client(String secret) {
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000,
-                new RdmaShuffleConf(new SparkConf(false)).maxFetchedBlockLength, clientMetrics);
+                new RdmaShuffleConf(new SparkConf(false))::maxFetchedBlockLength, clientMetrics);
     }
 
     /** Block "b_OFFSET_LENGTH" is that segment of the data file. */
