@@ -45,9 +45,9 @@ public final class RdmaAgent {
                 fail(log, PROVIDER_PROPERTY + " is already set to " + existing + "; remove it, the agent sets it");
                 return;
             }
-            Throwable epoll = PollSet.unavailabilityCause();
-            if (epoll != null) {
-                fail(log, epoll.getMessage());
+            Throwable selector = SelectorWakeups.unavailabilityCause();
+            if (selector != null) {
+                fail(log, selector.getMessage());
                 return;
             }
             System.setProperty(PROVIDER_PROPERTY, RdmaSelectorProvider.class.getName());

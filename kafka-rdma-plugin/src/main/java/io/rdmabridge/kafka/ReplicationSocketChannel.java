@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketAddress;
+import java.net.SocketException;
 import java.net.SocketOption;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
@@ -22,6 +23,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import sun.nio.ch.Net;
 import sun.nio.ch.SelChImpl;
 import sun.nio.ch.SelectionKeyImpl;
 
@@ -29,31 +31,50 @@ import sun.nio.ch.SelectionKeyImpl;
  * A replication connection as Kafka sees it: a {@link SocketChannel} that starts on the JDK's own TCP channel and,
  * when both brokers agree, carries Kafka's bytes over an {@link RdmaStream} instead. Everything Kafka does with a
  * socket channel keeps working: non-blocking reads and writes, registration with the JDK's
- * {@link java.nio.channels.Selector} (this class implements the JDK's internal {@code SelChImpl} and shows the
- * selector a {@link PollSet}), socket options through {@link #socket()}, and {@code FileChannel.transferTo}, which
- * stays {@code sendfile} on TCP and maps the file for one copy into registered memory on RDMA.
+ * {@link java.nio.channels.Selector} (this class implements the JDK's internal {@code SelChImpl}), socket options
+ * through {@link #socket()}, and {@code FileChannel.transferTo}, which stays {@code sendfile} on TCP and maps the file
+ * for one copy into registered memory on RDMA.
+ *
+ * <p>The selector polls the TCP socket itself, so a connection costs one descriptor however it ends up. Readiness the
+ * socket does not show (the RDMA stream's, the handshake's timer, bytes the handshake read for Kafka) is reported by
+ * asking the selector to watch the socket for writability ({@link SelectorWakeups}): nothing is written to it then, so
+ * it is writable, and the selector reports the channel, whose ready set then comes from the stream. Kafka registers
+ * each channel with one selector; the channel wakes the one that last reported it.
  *
  * <p>Follower connections ({@link #forFollower}) negotiate in {@link #connect}, blocking the replica fetcher thread
  * for at most the handshake timeout. Leader connections ({@link #forLeader}) negotiate without blocking, driven by
  * Kafka's reads ({@link LeaderHandshake}).
  *
  * <p>Threading: as for the JDK's channels, one thread at a time reads and one writes (Kafka's network thread does
- * both); {@link PollSet#signal()} is the only entry from other threads (RDMA stream events, handshake timer).
+ * both); {@link #signal()} is the only entry from other threads (RDMA stream events, handshake timer).
  */
 final class ReplicationSocketChannel extends SocketChannel implements SelChImpl {
     private static final Logger LOG = LoggerFactory.getLogger(ReplicationSocketChannel.class);
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
     private static final int RESPONSE_SIZE_LENGTH = 4;
+    private static final int POLLIN = Net.POLLIN;
+    private static final int POLLOUT = Net.POLLOUT;
+    private static final int POLLERR = Net.POLLERR;
+    private static final int POLLHUP = Net.POLLHUP;
 
     private enum Mode { UNCONNECTED, HANDSHAKE, TCP, RDMA, FAILED }
 
     private final RdmaSelectorProvider provider;
     private final RdmaReplication replication;
-    private final PollSet pollSet;
+    private final ReplicationSocket socket;
     private final LeaderHandshake handshake;
     private volatile SocketChannel tcp;
     private volatile Mode mode;
     private volatile int interest;
+    /**
+     * The key of the selector that last reported this channel, or {@code null} before: the JDK passes a channel its key
+     * only then. Without it a wake-up cannot reach the selector, so the channel asks for one at once.
+     */
+    private volatile SelectionKeyImpl key;
+    /** Set by {@link #signal()}: the selector is to report this channel once more; cleared by that report. */
+    private volatile boolean signalled;
+    /** The socket events the selector last took from {@link #translateInterestOps}; its thread only. */
+    private int requested;
     private volatile String failure;
     private RdmaStream stream;
     private ByteBuffer replay = EMPTY;
@@ -71,16 +92,16 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     private int responseSize;
 
     private ReplicationSocketChannel(RdmaSelectorProvider provider, RdmaReplication replication, SocketChannel tcp,
-                                     boolean leader) throws IOException {
+                                     boolean leader) throws SocketException {
         super(provider);
         this.provider = provider;
         this.replication = replication;
         this.tcp = tcp;
-        this.pollSet = new PollSet();
+        this.socket = new ReplicationSocket(this);
         if (leader) {
             mode = Mode.HANDSHAKE;
             handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
-                    replication.handshakeAdmission(), replication.connectionAdmission(), pollSet::signal);
+                    replication.handshakeAdmission(), replication.connectionAdmission(), this::signal);
             // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
             countResponses = !replication.config().interBrokerTls();
             responsePrefixLeft = RESPONSE_SIZE_LENGTH;
@@ -92,7 +113,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     /** A connection the replica fetcher thread of {@code leaderId} is about to open. */
     static ReplicationSocketChannel forFollower(RdmaSelectorProvider provider, RdmaReplication replication,
-                                                SocketChannel tcp, String leaderId) throws IOException {
+                                                SocketChannel tcp, String leaderId) throws SocketException {
         ReplicationSocketChannel ch = new ReplicationSocketChannel(provider, replication, tcp, false);
         ch.peer = replication.metrics().peer(leaderId);
         return ch;
@@ -100,7 +121,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     /** A connection just accepted on the inter-broker listener. */
     static ReplicationSocketChannel forLeader(RdmaSelectorProvider provider, RdmaReplication replication,
-                                              SocketChannel accepted) throws IOException {
+                                              SocketChannel accepted) throws SocketException {
         return new ReplicationSocketChannel(provider, replication, accepted, true);
     }
 
@@ -122,7 +143,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             return tcp.connect(remote);
         }
         InetSocketAddress leader = (InetSocketAddress) remote;
-        String skip = replication.followerSkipReason(leader);
+        // The selector polls the socket's descriptor, which a redial after a broken preamble replaces: Kafka
+        // registers after connecting, so only another caller meets this.
+        String skip = isRegistered() ? "the channel was registered with a selector before connecting"
+                : replication.followerSkipReason(leader);
         if (skip != null) {
             LOG.debug("Replication connection to {} stays on TCP: {}", leader, skip);
             mode = Mode.TCP;
@@ -144,7 +168,6 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 }
                 mode = Mode.TCP;
                 tcp.configureBlocking(isBlocking());
-                updateWatch();
                 return true;
             }
             replication.metrics().upgradeAttempted();
@@ -153,8 +176,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             switch (o.kind()) {
                 case RDMA:
                     stream = o.stream();
-                    stream.readinessListener(pollSet::signal);
                     mode = Mode.RDMA;
+                    stream.readinessListener(this::signal);
                     replication.metrics().upgradeSucceeded();
                     LOG.info("Replication connection to leader {} at {} upgraded to RDMA ({})", peer.id(), leader,
                             stream.describe());
@@ -175,7 +198,6 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             }
             tcp.configureBlocking(isBlocking());
         }
-        updateWatch();
         return true;
     }
 
@@ -452,18 +474,18 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                             + handshake.peerBrokerId() + " at " + remote() + ": " + handshake.fallbackReason());
                 }
                 mode = Mode.TCP;
-                updateWatch();
+                refresh();
                 break;
             case RDMA:
                 cancelDeadline();
                 stream = handshake.stream();
-                stream.readinessListener(pollSet::signal);
+                stream.readinessListener(this::signal);
                 peer = replication.metrics().peer(Integer.toString(handshake.peerBrokerId()));
                 replication.metrics().upgradeSucceeded();
                 LOG.info("Replication connection from broker {} at {} upgraded to RDMA ({})",
                         handshake.peerBrokerId(), remote(), stream.describe());
                 mode = Mode.RDMA;
-                updateWatch();
+                refresh();
                 break;
             case FAILED:
                 cancelDeadline();
@@ -471,10 +493,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 replication.metrics().handshakeRejected();
                 replication.warnRateLimited(LOG, "Closing connection: {}", failure);
                 mode = Mode.FAILED;
-                pollSet.signal();
+                refresh();
                 break;
             default:
-                updateWatch();
+                refresh();
                 break;
         }
     }
@@ -526,94 +548,121 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     @Override
     public int getFDVal() {
-        return pollSet.fd();
+        return ((SelChImpl) tcp).getFDVal();
     }
 
     @Override
     public int translateInterestOps(int ops) {
         interest = ops;
-        try {
-            updateWatch();
-        } catch (IOException e) {
-            failure = "cannot watch the socket: " + e;
-            mode = Mode.FAILED;
-            pollSet.signal();
-        }
-        return ops == 0 ? 0 : PollSet.POLLIN;
+        requested = socketEvents(ops);
+        return requested;
     }
 
-    private void updateWatch() throws IOException {
-        int ops = interest;
-        int fd = ((SelChImpl) tcp).getFDVal();
+    /**
+     * The events of the TCP socket the selector is to watch for the interest set {@code ops}. POLLOUT beyond what
+     * the socket's own state asks for is a wake-up (see the class comment): nothing waits to be written then.
+     */
+    private int socketEvents(int ops) {
+        if (ops == 0) {
+            return 0;
+        }
         switch (mode) {
             case UNCONNECTED:
             case TCP: {
                 int events = 0;
                 if ((ops & SelectionKey.OP_READ) != 0) {
-                    events |= PollSet.POLLIN;
+                    events |= POLLIN;
+                    if (replay.hasRemaining()) {
+                        events |= POLLOUT;
+                    }
                 }
                 if ((ops & (SelectionKey.OP_WRITE | SelectionKey.OP_CONNECT)) != 0) {
-                    events |= PollSet.POLLOUT;
+                    events |= POLLOUT;
                 }
-                pollSet.watchSocket(fd, events);
-                if ((ops & SelectionKey.OP_READ) != 0 && replay.hasRemaining()) {
-                    pollSet.signal();
-                }
-                break;
+                return events;
             }
-            case HANDSHAKE:
-                pollSet.watchSocket(fd, handshake.state() == LeaderHandshake.State.REPLY ? PollSet.POLLOUT
-                        : handshake.state() == LeaderHandshake.State.AWAIT_STREAM ? 0 : PollSet.POLLIN);
-                break;
+            case HANDSHAKE: {
+                LeaderHandshake.State s = handshake.state();
+                int events = s == LeaderHandshake.State.REPLY ? POLLOUT
+                        : s == LeaderHandshake.State.AWAIT_STREAM ? 0 : POLLIN;
+                // Once the exchange has started, the stream's arrival and the timer wake the selector.
+                return signalled || (liveKey() == null && handshake.attempted()) ? events | POLLOUT : events;
+            }
             case RDMA:
-                pollSet.watchSocket(fd, 0);
-                rearm();
-                break;
+                return signalled || liveKey() == null || streamReady(ops) ? POLLOUT : 0;
             default:
-                pollSet.signal();
-                break;
+                return POLLOUT;
+        }
+    }
+
+    private boolean streamReady(int ops) {
+        RdmaStream s = stream;
+        return ((ops & SelectionKey.OP_READ) != 0 && s.isReadable())
+                || ((ops & SelectionKey.OP_WRITE) != 0 && s.isWritable());
+    }
+
+    /** The key learned from the selector's last report, unless cancelled since (a channel may register again). */
+    private SelectionKeyImpl liveKey() {
+        SelectionKeyImpl k = key;
+        return k != null && k.isValid() ? k : null;
+    }
+
+    /** Has the selector report this channel once more. Any thread; after the close it does nothing that matters. */
+    private void signal() {
+        if (signalled) {
+            // The report still to come reads the stream's state after this change.
+            return;
+        }
+        signalled = true;
+        SelectionKeyImpl k = liveKey();
+        if (k != null) {
+            SelectorWakeups.wake(k);
+        }
+    }
+
+    /** Has the selector ask for this channel's events again, which a change of mode or handshake state changed. */
+    private void refresh() {
+        SelectionKeyImpl k = liveKey();
+        if (k != null) {
+            SelectorWakeups.requestUpdate(k);
         }
     }
 
     /** Keeps the selector waking while the stream has something the key is interested in (level-triggered). */
     private void rearm() {
-        int ops = interest;
-        RdmaStream s = stream;
-        if (s != null && (((ops & SelectionKey.OP_READ) != 0 && s.isReadable())
-                || ((ops & SelectionKey.OP_WRITE) != 0 && s.isWritable()))) {
-            pollSet.signal();
+        if (streamReady(interest)) {
+            signal();
         }
     }
 
     @Override
     public boolean translateAndUpdateReadyOps(int ops, SelectionKeyImpl ski) {
-        return translateReadyOps(ski.nioReadyOps(), ski);
+        return translateReadyOps(ops, ski.nioReadyOps(), ski);
     }
 
     @Override
     public boolean translateAndSetReadyOps(int ops, SelectionKeyImpl ski) {
-        return translateReadyOps(0, ski);
+        return translateReadyOps(ops, 0, ski);
     }
 
-    private boolean translateReadyOps(int initialOps, SelectionKeyImpl ski) {
-        int ops = ski.nioInterestOps();
-        int polled;
-        try {
-            polled = pollSet.poll();
-        } catch (IOException e) {
-            failure = "cannot poll the socket: " + e;
-            mode = Mode.FAILED;
-            polled = 0;
+    /** @param polled the TCP socket's events, as the selector's epoll reported them */
+    private boolean translateReadyOps(int polled, int initialOps, SelectionKeyImpl ski) {
+        if (key != ski) {
+            // A signal that found no key set its flag first, so the events asked for below include its wake-up.
+            key = ski;
         }
+        // This report is the wake-up asked for: what the stream has is read below, after a signal can set it again.
+        signalled = false;
+        int ops = ski.nioInterestOps();
         int ready = 0;
         switch (mode) {
             case UNCONNECTED:
             case TCP: {
-                boolean error = (polled & (PollSet.POLLERR | PollSet.POLLHUP)) != 0;
-                if ((polled & PollSet.POLLIN) != 0 || error || replay.hasRemaining()) {
+                boolean error = (polled & (POLLERR | POLLHUP)) != 0;
+                if ((polled & POLLIN) != 0 || error || replay.hasRemaining()) {
                     ready |= SelectionKey.OP_READ;
                 }
-                if ((polled & PollSet.POLLOUT) != 0 || error) {
+                if ((polled & POLLOUT) != 0 || error) {
                     ready |= tcp.isConnectionPending() ? SelectionKey.OP_CONNECT : SelectionKey.OP_WRITE;
                 }
                 break;
@@ -636,15 +685,20 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 ready = SelectionKey.OP_READ | SelectionKey.OP_WRITE | SelectionKey.OP_CONNECT;
                 break;
         }
+        if (socketEvents(ops) != requested) {
+            // A wake-up delivered, or the replay read: the socket's writability stops standing for one.
+            SelectorWakeups.requestUpdate(ski);
+        }
         ready &= ops;
         int newOps = initialOps | ready;
         ski.nioReadyOps(newOps);
         return (newOps & ~initialOps) != 0;
     }
 
+    /** Called by the selector once it no longer polls the closed channel's socket: its number may be reused now. */
     @Override
-    public void kill() {
-        pollSet.close();
+    public void kill() throws IOException {
+        tcp.close();
     }
 
     // ---- the rest of SocketChannel: delegated to the TCP socket -------------------------------------------------
@@ -689,6 +743,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     @Override
     public Socket socket() {
+        return socket;
+    }
+
+    /** The TCP channel's own socket, for {@link ReplicationSocket}'s addresses and options. */
+    Socket tcpSocket() {
         return tcp.socket();
     }
 
@@ -727,10 +786,29 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 handshake.connectionClosed();
             }
         } finally {
-            tcp.close();
-            if (!isRegistered()) {
-                pollSet.close();
+            if (isRegistered()) {
+                endTcpOutput();
+            } else {
+                tcp.close();
             }
+        }
+    }
+
+    /**
+     * What the JDK's own channel does when closed while registered: the peer reads the end of the stream now, the
+     * socket keeps its number until {@link #kill()}, and the close there does not wait for a linger.
+     */
+    private void endTcpOutput() {
+        try {
+            int linger = tcp.getOption(StandardSocketOptions.SO_LINGER);
+            if (linger != 0 && tcp.isConnected()) {
+                if (linger > 0) {
+                    tcp.setOption(StandardSocketOptions.SO_LINGER, -1);
+                }
+                tcp.shutdownOutput();
+            }
+        } catch (IOException e) {
+            // Reset by the peer, or closed by a deregistration meanwhile: nothing is left to end.
         }
     }
 

@@ -406,6 +406,179 @@ class ReplicationSocketChannelTest {
         }
     }
 
+    /**
+     * A connection on the inter-broker port that never upgrades (a client, a stock follower) costs its socket and no
+     * more: Kafka's selector polls the socket itself. Each used to add an epoll set and an eventfd from the accept on,
+     * so a max.connections sized against the descriptor limit ran out of descriptors at a third of it.
+     */
+    @Test
+    void shouldCostAPlainConnectionNoDescriptorBeyondItsSocket() throws Exception {
+        int connections = 50;
+        int port = freePort();
+        RdmaSelectorProvider provider = configure(port, new InMemoryStreamTransport());
+        List<SocketChannel> clients = new ArrayList<>();
+        List<SocketChannel> leaders = new ArrayList<>();
+        try (ServerSocketChannel server = provider.openServerSocketChannel();
+             Selector sel = provider.openSelector()) {
+            server.bind(new InetSocketAddress("127.0.0.1", port), connections + 1);
+            // One connection through every step first: what loads classes (and opens jars) does so before counting.
+            SocketChannel warmUp = SocketChannel.open(new InetSocketAddress("127.0.0.1", port));
+            clients.add(warmUp);
+            closeAsKafkaDoes(acceptAndRegister(server, sel), sel);
+            for (int i = 0; i < connections; i++) {
+                clients.add(SocketChannel.open(new InetSocketAddress("127.0.0.1", port)));
+            }
+            long before = openDescriptors();
+            for (int i = 0; i < connections; i++) {
+                leaders.add(acceptAndRegister(server, sel));
+            }
+            sel.selectNow();
+            long accepted = openDescriptors() - before;
+            // Slack for a file another thread of the test JVM may open meanwhile.
+            assertTrue(accepted <= connections + 3, accepted + " descriptors for " + connections
+                    + " plain connections, registered with Kafka's selector (expected: one each)");
+            for (SocketChannel leader : leaders) {
+                closeAsKafkaDoes(leader, sel);
+            }
+            long left = openDescriptors() - before;
+            assertTrue(left <= 3, left + " descriptors left open after " + connections + " connections closed");
+        } finally {
+            for (SocketChannel c : clients) {
+                c.close();
+            }
+        }
+    }
+
+    /**
+     * Kafka closes a connection through its socket first ({@code socket().close()}, then the channel), and the
+     * selector drops the key at its next select. The socket's number stays taken until then, as the JDK's own channel
+     * keeps it: the next connection accepted, which takes the lowest free number, used to take it, and the
+     * selector's clean-up of the old key then stopped watching the new connection.
+     */
+    @Test
+    void shouldKeepAClosedConnectionsDescriptorUntilTheSelectorDropsIt() throws Exception {
+        int port = freePort();
+        RdmaSelectorProvider provider = configure(port, new InMemoryStreamTransport());
+        InetSocketAddress address = new InetSocketAddress("127.0.0.1", port);
+        try (ServerSocketChannel server = provider.openServerSocketChannel();
+             Selector sel = provider.openSelector();
+             SocketChannel first = SocketChannel.open()) {
+            server.bind(address);
+            first.connect(address);
+            SocketChannel old = acceptAndRegister(server, sel);
+            sel.selectNow();
+            // Connected before the close, so that the accepted end is the next descriptor made.
+            try (SocketChannel next = SocketChannel.open(address)) {
+                old.socket().close();
+                old.close();
+                SocketChannel leader = acceptAndRegister(server, sel);
+                try {
+                    next.write(fetchRequest(3));
+                    boolean readable = false;
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                    while (!readable && System.nanoTime() < deadline) {
+                        sel.select(100);
+                        readable = leader.keyFor(sel).isReadable();
+                        sel.selectedKeys().clear();
+                    }
+                    assertTrue(readable, "the selector never reported the next connection's request");
+                } finally {
+                    closeAsKafkaDoes(leader, sel);
+                }
+            }
+        }
+    }
+
+    /** The handshake's timer, on a thread of its own, wakes Kafka's selector, which waits on the socket. */
+    @Test
+    void shouldWakeASelectorWaitingOnAHandshakeAtItsDeadline() throws Exception {
+        try (Accepted a = accept(new InMemoryStreamTransport(), Preamble.hello(3));
+             Selector sel = Selector.open()) {
+            SelectionKey key = a.leader.register(sel, SelectionKey.OP_READ);
+            // The HELLO is read and the REPLY sent; then nothing comes from the follower, whose decision is awaited.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+            while (System.nanoTime() < deadline) {
+                sel.select(100);
+                sel.selectedKeys().clear();
+                assertEquals(0, a.leader.read(ByteBuffer.allocate(1)));
+            }
+            // A wake-up ends the select under way; the select after it reports the key, as Kafka's next poll does.
+            long start = System.nanoTime();
+            int selects = 0;
+            while (!sel.selectedKeys().contains(key) && selects++ < 3) {
+                sel.select(10_000);
+            }
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(sel.selectedKeys().contains(key) && key.isReadable(), "no report in " + ms + " ms");
+            assertTrue(ms < 2_000, "the selector reported it " + ms + " ms later, after the 2000 ms deadline");
+            IOException e = assertThrows(IOException.class, () -> a.leader.read(ByteBuffer.allocate(1)));
+            assertTrue(e.getMessage().endsWith("did not complete within 2000 ms (rdma.handshake.timeout.ms)"),
+                    e.getMessage());
+        }
+    }
+
+    /**
+     * A follower registered with a selector before it connects stays on TCP: the selector polls its socket, which the
+     * upgrade may replace. Kafka registers after connecting.
+     */
+    @Test
+    void shouldKeepAFollowerRegisteredBeforeItConnectsOnTcp() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        try (ServerSocketChannel leader = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0));
+             Selector sel = Selector.open()) {
+            int port = ((InetSocketAddress) leader.getLocalAddress()).getPort();
+            RdmaSelectorProvider provider = configure(port, transport);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            follower.configureBlocking(false);
+            SelectionKey key = follower.register(sel, SelectionKey.OP_CONNECT);
+            boolean connected = onFetcherThread(() -> follower.connect(new InetSocketAddress("127.0.0.1", port)));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (!connected) {
+                assertTrue(System.nanoTime() < deadline, "the selector never reported the connect");
+                sel.select(100);
+                connected = key.isConnectable() && follower.finishConnect();
+            }
+            assertEquals(0, transport.probes, "an upgrade was tried");
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            try (SocketChannel stock = leader.accept()) {
+                follower.write(fetchRequest(3));
+                ByteBuffer in = ByteBuffer.allocate(fetchRequest(3).remaining());
+                readFully(stock, in);
+                assertArrayEquals(fetchRequest(3).array(), in.array());
+            } finally {
+                follower.close();
+            }
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocketChannel probe = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            return ((InetSocketAddress) probe.getLocalAddress()).getPort();
+        }
+    }
+
+    private static long openDescriptors() throws IOException {
+        try (var fds = Files.list(Path.of("/proc/self/fd"))) {
+            return fds.count();
+        }
+    }
+
+    /** Accepts one connection on the plugin's listener and registers it for reading, as Kafka's processor does. */
+    private static SocketChannel acceptAndRegister(ServerSocketChannel server, Selector sel) throws IOException {
+        SocketChannel ch = server.accept();
+        assertInstanceOf(ReplicationSocketChannel.class, ch);
+        ch.configureBlocking(false);
+        ch.register(sel, SelectionKey.OP_READ);
+        return ch;
+    }
+
+    /** Closes as Kafka's PlaintextTransportLayer and Selector do; the selector's next select drops the key. */
+    private static void closeAsKafkaDoes(SocketChannel ch, Selector sel) throws IOException {
+        ch.socket().close();
+        ch.close();
+        sel.selectNow();
+    }
+
     private static SocketChannel connectAndAccept(SocketChannel follower, ServerSocketChannel leader, int port)
             throws Exception {
         assertTrue(onFetcherThread(() -> follower.connect(new InetSocketAddress("127.0.0.1", port))));
