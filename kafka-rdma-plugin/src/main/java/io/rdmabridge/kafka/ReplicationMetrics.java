@@ -1,9 +1,11 @@
 package io.rdmabridge.kafka;
 
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.LongAdder;
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.metrics.JmxReporter;
@@ -21,19 +23,29 @@ import org.apache.kafka.common.utils.Time;
  * <p>Counting is lock-free ({@link LongAdder}); Kafka reads the adders when JMX asks. Once {@link #close() closed}
  * (the plugin closed, as when its reporter is removed from {@code metric.reporters} at runtime), the counters still
  * count, for connections that outlive the plugin, but publish nothing: no bean is registered again. Thread-safe.
+ *
+ * <p>A leader learns its peers' ids from their bytes (preamble, request header), so anyone reaching the inter-broker
+ * port can make ids up. The peer table holds at most {@link #MAX_PEERS} named peers, plus {@link #UNKNOWN_PEER}: each
+ * connection holds its peer's entry ({@link #peer}) until it closes ({@link Peer#release()}), and when a new id finds
+ * the table full, the entry that has had no connection for longest gives it its place, its beans unregistered (should
+ * that peer come back, its counters start again from 0). Only while every entry has a connection open is a new id
+ * counted as unknown.
  */
 final class ReplicationMetrics implements AutoCloseable {
     static final String GROUP = "rdma-replication";
     /** The peer of inter-broker connections whose broker id is not known (see {@link #peer}). */
     static final String UNKNOWN_PEER = "unknown";
-    /** Peer ids come from the network: beyond this many, new ones are counted as {@link #UNKNOWN_PEER}. */
+    /** Peer ids come from the network: at most this many named peers are kept (see the class comment). */
     static final int MAX_PEERS = 1024;
 
     /** {@code null} when {@link #detached()}. */
     private final Metrics metrics;
     /** Guarded by {@code this}: once set, no metric is added, which would register its bean again. */
     private boolean closed;
-    private final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
+    /** Guarded by {@code this}: the named peers and {@link #UNKNOWN_PEER}. */
+    private final Map<String, Peer> peers = new HashMap<>();
+    /** Guarded by {@code this}: the named peers without an open connection, the longest without one first. */
+    private final LinkedHashMap<String, Peer> idle = new LinkedHashMap<>();
     private final LongAdder attempted = new LongAdder();
     private final LongAdder succeeded = new LongAdder();
     private final LongAdder fellBack = new LongAdder();
@@ -71,25 +83,54 @@ final class ReplicationMetrics implements AutoCloseable {
         return new ReplicationMetrics(false);
     }
 
-    private synchronized void gauge(String name, String doc, Map<String, String> tags, LongAdder adder) {
+    /** The metric's name, or {@code null} when closed (then nothing is published). */
+    private synchronized MetricName gauge(String name, String doc, Map<String, String> tags, LongAdder adder) {
         if (closed) {
             // A JmxReporter closed with its Metrics still registers the bean of a metric added afterwards.
-            return;
+            return null;
         }
         MetricName mn = metrics.metricName(name, GROUP, doc, new LinkedHashMap<>(tags));
         metrics.addMetric(mn, (Measurable) (config, now) -> adder.sum());
+        return mn;
     }
 
     /**
-     * The counters of one peer broker, created on first use. The ids a leader learns come from its followers' bytes
-     * (preamble, request header), so their number is capped at {@link #MAX_PEERS}.
+     * The counters of one peer broker, created on first use, for one connection, which gives them back with
+     * {@link Peer#release()} when it closes; those of {@link #UNKNOWN_PEER} while the table is full of peers with a
+     * connection open.
      */
-    Peer peer(String id) {
+    synchronized Peer peer(String id) {
         Peer p = peers.get(id);
-        if (p != null) {
-            return p;
+        if (p == null) {
+            if (!id.equals(UNKNOWN_PEER) && peers.size() - (peers.containsKey(UNKNOWN_PEER) ? 1 : 0) >= MAX_PEERS) {
+                Iterator<Peer> oldest = idle.values().iterator();
+                if (!oldest.hasNext()) {
+                    return peer(UNKNOWN_PEER);
+                }
+                evict(oldest.next());
+            }
+            p = new Peer(id);
+            peers.put(id, p);
         }
-        return peers.computeIfAbsent(peers.size() < MAX_PEERS ? id : UNKNOWN_PEER, Peer::new);
+        p.connections++;
+        idle.remove(id);
+        return p;
+    }
+
+    private synchronized void release(Peer p) {
+        if (--p.connections == 0 && !p.id.equals(UNKNOWN_PEER)) {
+            idle.put(p.id, p);
+        }
+    }
+
+    private synchronized void evict(Peer p) {
+        peers.remove(p.id);
+        idle.remove(p.id);
+        if (!closed) {
+            for (MetricName mn : p.metricNames) {
+                metrics.removeMetric(mn);
+            }
+        }
     }
 
     void upgradeAttempted() {
@@ -136,6 +177,10 @@ final class ReplicationMetrics implements AutoCloseable {
     /** Byte counters of the replication connections with one peer broker, or with unidentified ones. */
     final class Peer {
         private final String id;
+        /** Guarded by the metrics' monitor: connections holding these counters. */
+        private int connections;
+        /** Empty when the metrics were closed before this peer was seen. */
+        private final List<MetricName> metricNames = new ArrayList<>();
         final LongAdder rdmaSent = new LongAdder();
         final LongAdder rdmaReceived = new LongAdder();
         final LongAdder tcpSent = new LongAdder();
@@ -146,19 +191,31 @@ final class ReplicationMetrics implements AutoCloseable {
         Peer(String id) {
             this.id = id;
             Map<String, String> tags = Map.of("peer", id);
-            gauge("rdma-bytes-sent-total", "Bytes sent to this peer over RDMA", tags, rdmaSent);
-            gauge("rdma-bytes-received-total", "Bytes received from this peer over RDMA", tags, rdmaReceived);
-            gauge("tcp-bytes-sent-total", "Bytes sent to this peer over TCP (as a leader on a plain listener: whole "
+            publish("rdma-bytes-sent-total", "Bytes sent to this peer over RDMA", tags, rdmaSent);
+            publish("rdma-bytes-received-total", "Bytes received from this peer over RDMA", tags, rdmaReceived);
+            publish("tcp-bytes-sent-total", "Bytes sent to this peer over TCP (as a leader on a plain listener: whole "
                     + "responses, sendfile included, counted as they start)", tags, tcpSent);
-            gauge("tcp-bytes-received-total", "Bytes received from this peer over TCP", tags, tcpReceived);
-            gauge("rdma-copied-bytes-sent-total", "Bytes the CPU copied into registered memory to send over RDMA",
+            publish("tcp-bytes-received-total", "Bytes received from this peer over TCP", tags, tcpReceived);
+            publish("rdma-copied-bytes-sent-total", "Bytes the CPU copied into registered memory to send over RDMA",
                     tags, copiedSent);
-            gauge("rdma-copied-bytes-received-total", "Bytes the CPU copied out of registered memory on receipt",
+            publish("rdma-copied-bytes-received-total", "Bytes the CPU copied out of registered memory on receipt",
                     tags, copiedReceived);
+        }
+
+        private void publish(String name, String doc, Map<String, String> tags, LongAdder adder) {
+            MetricName mn = gauge(name, doc, tags, adder);
+            if (mn != null) {
+                metricNames.add(mn);
+            }
         }
 
         String id() {
             return id;
+        }
+
+        /** Called once by the connection that took these counters, when it closes. */
+        void release() {
+            ReplicationMetrics.this.release(this);
         }
 
         void rdmaSent(long n, long copied) {

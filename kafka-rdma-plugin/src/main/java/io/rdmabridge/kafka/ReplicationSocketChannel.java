@@ -786,6 +786,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 handshake.connectionClosed();
             }
         } finally {
+            if (peer != null) {
+                // Its counters may give their place in the peer table to another peer's now.
+                peer.release();
+            }
             if (isRegistered()) {
                 endTcpOutput();
             } else {

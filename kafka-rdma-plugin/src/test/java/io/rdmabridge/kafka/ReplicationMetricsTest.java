@@ -1,9 +1,11 @@
 package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.management.ManagementFactory;
+import java.util.ArrayList;
 import java.util.List;
 import javax.management.MBeanServer;
 import javax.management.ObjectName;
@@ -15,7 +17,10 @@ import org.apache.kafka.common.metrics.Metrics;
 import org.apache.kafka.common.utils.Time;
 import org.junit.jupiter.api.Test;
 
-/** The plugin's metrics live beside the broker's in JMX, in its domain, and never take over a bean of the broker's. */
+/**
+ * The plugin's metrics live beside the broker's in JMX, in its domain, and never take over a bean of the broker's; the
+ * peers a leader names from its followers' bytes take bounded room.
+ */
 class ReplicationMetricsTest {
 
     @Test
@@ -44,5 +49,55 @@ class ReplicationMetricsTest {
             assertTrue(server.isRegistered(count), "the broker's bean was unregistered with the plugin's metrics");
             assertEquals(brokers, ((Number) server.getAttribute(count, "count")).doubleValue());
         }
+    }
+
+    /**
+     * Peer ids come from the network (a HELLO, a client id): 1,024 made-up ids, each from a connection closed since,
+     * used to fill the table for good, six beans each, and every broker seen after them was counted as unknown.
+     */
+    @Test
+    void shouldGiveThePlaceOfAPeerWithoutAConnectionToABrokerSeenLater() throws Exception {
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        ReplicationMetrics metrics = new ReplicationMetrics();
+        try {
+            for (int i = 0; i < ReplicationMetrics.MAX_PEERS; i++) {
+                metrics.peer("made-up-" + i).release();
+            }
+            ReplicationMetrics.Peer seven = metrics.peer("7");
+            assertEquals("7", seven.id(), "a broker seen after 1,024 made-up ids has counters of its own");
+            seven.tcpReceived(5);
+            assertEquals(5.0, ((Number) server.getAttribute(new ObjectName("kafka.server:type=rdma-replication,peer=7"),
+                    "tcp-bytes-received-total")).doubleValue());
+            assertFalse(server.isRegistered(new ObjectName("kafka.server:type=rdma-replication,peer=made-up-0")),
+                    "the beans of the peer that gave its place");
+            assertEquals(ReplicationMetrics.MAX_PEERS, peerBeans(server));
+        } finally {
+            metrics.close();
+        }
+    }
+
+    /** While every place has a connection open, a new id is counted as unknown; a connection's close frees one. */
+    @Test
+    void shouldCountANewIdAsUnknownOnlyWhileEveryPeerHasAConnectionOpen() throws Exception {
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        ReplicationMetrics metrics = new ReplicationMetrics();
+        try {
+            List<ReplicationMetrics.Peer> held = new ArrayList<>();
+            for (int i = 0; i < ReplicationMetrics.MAX_PEERS; i++) {
+                held.add(metrics.peer("held-" + i));
+            }
+            assertEquals(ReplicationMetrics.UNKNOWN_PEER, metrics.peer("7").id());
+            assertEquals(ReplicationMetrics.MAX_PEERS + 1, peerBeans(server), "named peers and unknown");
+            held.get(0).release();
+            assertEquals("8", metrics.peer("8").id(), "the place of the connection just closed");
+            assertEquals("held-1", metrics.peer("held-1").id(), "a peer with a connection open keeps its place");
+            assertEquals(ReplicationMetrics.MAX_PEERS + 1, peerBeans(server));
+        } finally {
+            metrics.close();
+        }
+    }
+
+    private static int peerBeans(MBeanServer server) throws Exception {
+        return server.queryNames(new ObjectName("kafka.server:type=rdma-replication,peer=*"), null).size();
     }
 }

@@ -551,6 +551,25 @@ class ReplicationSocketChannelTest {
         }
     }
 
+    /** A connection's close gives back its peer's place in the peer table, which a broker seen later may take. */
+    @Test
+    void shouldGiveBackThePeersPlaceInThePeerTableWhenAConnectionCloses() throws Exception {
+        ByteBuffer request = fetchRequest(3);
+        Accepted a = accept(new InMemoryStreamTransport(), request.duplicate());
+        ReplicationMetrics metrics = RdmaReplication.get().metrics();
+        try {
+            readFully(a.leader, ByteBuffer.allocate(request.remaining()));
+            assertTrue(ManagementFactory.getPlatformMBeanServer().isRegistered(
+                    new ObjectName("kafka.server:type=rdma-replication,peer=3")), "the stock follower is named");
+            for (int i = 1; i < ReplicationMetrics.MAX_PEERS; i++) {
+                metrics.peer("held-" + i);
+            }
+        } finally {
+            a.close();
+        }
+        assertEquals("7", metrics.peer("7").id(), "the place broker 3's connection held");
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocketChannel probe = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
             return ((InetSocketAddress) probe.getLocalAddress()).getPort();
