@@ -51,6 +51,8 @@ final class RdmaChannelInbound {
     private ByteBuf rendezvousTarget;
     // Bytes of the loop's rendezvous budget held for rendezvousTarget; whether this channel waits for budget.
     private int budgetHeld;
+    // Bytes of the loop's parked allowance held for rendezvousTarget instead (landed while no read was pending).
+    private int parkedHeld;
     private long budgetSince;
     private boolean awaitingBudget;
     // A rendezvous waits for room in the send queue for its READ (nothing is reserved for it meanwhile).
@@ -334,16 +336,17 @@ final class RdmaChannelInbound {
     }
 
     /**
-     * Something arrived while no read is pending ({@code autoRead=false}). A rendezvous READ that has landed gives its
-     * share of the loop's budget back: the message waits for the application outside the budget, and the channel
-     * posts no other READ meanwhile, so a channel holds at most one such message, of at most its
-     * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. An application that pauses must not stall the rendezvous of the
-     * loop's other channels (a peer can make some pause: Kafka stops reading a connection whose response the peer
-     * does not take). And the peer's end of stream is told at once when it is next ({@link #endOfStreamIfNext}).
+     * Something arrived while no read is pending ({@code autoRead=false}). A rendezvous READ that has landed moves its
+     * share of the loop's budget to the loop's parked allowance ({@link RdmaIoHandler#RENDEZVOUS_PARKED_PROPERTY}),
+     * while that has room: the channel posts no other READ until the application reads, so it holds one such message,
+     * and an application that pauses does not stall the rendezvous of the loop's other channels (a peer can make some
+     * pause: Kafka stops reading a connection whose response the peer does not take). And the peer's end of stream is
+     * told at once when it is next ({@link #endOfStreamIfNext}).
      */
     void arrivedWithoutRead(RdmaConnection c) {
-        if (budgetHeld != 0 && !c.isRendezvousReadPosted()) {
-            releaseBudget();
+        if (budgetHeld != 0 && !c.isRendezvousReadPosted() && channel.handler.parkRendezvous(this, budgetHeld)) {
+            parkedHeld = budgetHeld;
+            budgetHeld = 0;
         }
         endOfStreamIfNext(c);
     }
@@ -419,11 +422,22 @@ final class RdmaChannelInbound {
             } else if (waiting == eagerReleases) {
                 loop.execute(WAKE);
             }
+            if (loop.isShutdown()) {
+                // A task queued just after the loop's last pass is dropped unrun without a rejection.
+                releaseOnceTerminated(loop);
+            }
         } catch (RejectedExecutionException e) {
-            // The loop takes no more tasks, but its thread may still be destroying this connection (Netty rejects
-            // tasks before its final cleanup): the slots go back once it has terminated, never beside it.
-            loop.terminationFuture().addListener(f -> releaseMarkedSlots());
+            releaseOnceTerminated(loop);
         }
+    }
+
+    /**
+     * The loop takes no more tasks, but its thread may still be destroying this connection (Netty rejects tasks before
+     * its final cleanup): the marked slots go back once it has terminated, never beside it. Listeners of the
+     * termination run one at a time, on one thread, and each takes only the marks still set.
+     */
+    private void releaseOnceTerminated(EventLoop loop) {
+        loop.terminationFuture().addListener(f -> releaseMarkedSlots());
     }
 
     private void releaseMarkedSlots() {
@@ -441,6 +455,10 @@ final class RdmaChannelInbound {
         if (budgetHeld != 0) {
             channel.handler.releaseRendezvous(this, budgetHeld);
             budgetHeld = 0;
+        }
+        if (parkedHeld != 0) {
+            channel.handler.unparkRendezvous(parkedHeld);
+            parkedHeld = 0;
         }
     }
 

@@ -51,12 +51,20 @@ public final class RdmaIoHandler implements IoHandler {
      * allows (one message larger than the budget is read alone); its credits are not returned meanwhile, so the
      * peer is slowed, not served faster. Each channel reads one rendezvous at a time, of at most its
      * {@link RdmaChannelOption#MAX_MESSAGE_SIZE}. A message that lands while its application does not read
-     * ({@code autoRead} off) gives its share back and waits outside the budget, so that paused channels cannot stall
-     * the others: each holds at most that one message until its application reads, as a socket holds its receive
-     * buffer.
+     * ({@code autoRead} off) moves to the loop's {@linkplain #RENDEZVOUS_PARKED_PROPERTY parked} allowance while that
+     * has room, so that paused channels do not stall the others; past it, it keeps its share until read.
      */
     public static final String RENDEZVOUS_BUDGET_PROPERTY = "rdmabridge.rendezvousBudgetBytes";
     static final long DEFAULT_RENDEZVOUS_BUDGET = 64L * 1024 * 1024;
+    /**
+     * System property: bytes of landed rendezvous messages one event loop keeps for applications that do not read
+     * ({@code autoRead} off), outside {@link #RENDEZVOUS_BUDGET_PROPERTY} (default 128 MiB). Each such channel holds
+     * one message and reads no other meanwhile. A peer can make some applications pause (Kafka stops reading a
+     * connection whose response the peer does not take): without the allowance, paused channels could hold the whole
+     * budget and stall every other rendezvous of the loop; with it, a loop commits at most budget plus allowance.
+     */
+    public static final String RENDEZVOUS_PARKED_PROPERTY = "rdmabridge.rendezvousParkedBytes";
+    static final long DEFAULT_RENDEZVOUS_PARKED = 128L * 1024 * 1024;
     /**
      * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
      * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport
@@ -94,8 +102,10 @@ public final class RdmaIoHandler implements IoHandler {
     // Times the loop waited on its notifier: tests compare them with the exchanges served.
     private long sleeps;
     private boolean shuttingDown;
-    private final long rendezvousBudget = rendezvousBudgetProperty();
+    private final long rendezvousBudget = positiveProperty(RENDEZVOUS_BUDGET_PROPERTY, DEFAULT_RENDEZVOUS_BUDGET);
     private volatile long rendezvousCommitted;
+    private final long parkedAllowance = positiveProperty(RENDEZVOUS_PARKED_PROPERTY, DEFAULT_RENDEZVOUS_PARKED);
+    private volatile long rendezvousParked;
     private final ArrayDeque<RdmaChannelInbound> budgetWaiters = new ArrayDeque<>();
     // The waiter being retried: the only reservation that may go ahead of the queue.
     private RdmaChannelInbound retrying;
@@ -242,12 +252,12 @@ public final class RdmaIoHandler implements IoHandler {
         return sleeps;
     }
 
-    private static long rendezvousBudgetProperty() {
-        long budget = Long.getLong(RENDEZVOUS_BUDGET_PROPERTY, DEFAULT_RENDEZVOUS_BUDGET);
-        if (budget <= 0) {
-            throw new IllegalArgumentException(RENDEZVOUS_BUDGET_PROPERTY + ": " + budget + " (expected: > 0)");
+    private static long positiveProperty(String name, long defaultValue) {
+        long value = Long.getLong(name, defaultValue);
+        if (value <= 0) {
+            throw new IllegalArgumentException(name + ": " + value + " (expected: > 0)");
         }
-        return budget;
+        return value;
     }
 
     /**
@@ -273,6 +283,30 @@ public final class RdmaIoHandler implements IoHandler {
         if (!budgetWaiters.isEmpty()) {
             budgetReleased = true;
         }
+    }
+
+    /**
+     * Moves {@code length} bytes that {@code holder}'s landed, unread message holds from the budget to the parked
+     * allowance, if that has room. Loop thread.
+     */
+    boolean parkRendezvous(RdmaChannelInbound holder, int length) {
+        long parked = rendezvousParked;
+        if (parked + length > parkedAllowance) {
+            return false;
+        }
+        rendezvousParked = parked + length;
+        releaseRendezvous(holder, length);
+        return true;
+    }
+
+    /** Gives back what {@link #parkRendezvous} moved. Loop thread. */
+    void unparkRendezvous(int length) {
+        rendezvousParked -= length;
+    }
+
+    /** Bytes of landed, unread messages parked now (tests; any thread, a snapshot). */
+    long rendezvousParked() {
+        return rendezvousParked;
     }
 
     /** {@code inbound} could not reserve budget: it is asked to retry when some comes back. */

@@ -241,34 +241,19 @@ class RdmaRendezvousBudgetTest {
             assertNotNull(child);
             byte[] contents = new byte[MESSAGE];
             new Random(7).nextBytes(contents);
-            MemoryRegion region = raw.exposeForRead(contents);
-            // The server's READ reaches the peer 600 ms late: time to turn autoRead off while it is posted.
-            provider.faults().delaySends(600_000_000L);
-            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            landUnread(raw, child, contents);
             RdmaIoHandler handler = handlerOf(child);
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (handler.rendezvousCommitted() == 0) {
-                assertTrue(System.nanoTime() < deadline, "the READ was never posted");
-                Thread.sleep(1);
-            }
-            child.config().setAutoRead(false);
-            provider.faults().reset();
-            RdmaChannelInbound inbound = ((RdmaSocketChannel) child).inbound;
-            assertTrue(child.eventLoop().submit(inbound::isReadOutstanding).get(), "the READ landed too early");
-            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (child.eventLoop().submit(inbound::isReadOutstanding).get()) {
-                assertTrue(System.nanoTime() < deadline, "the READ never landed");
-                Thread.sleep(5);
-            }
             // Two and a half READ timeouts with the landed message unread.
             Throwable failure = recorder.failures.poll(2500, TimeUnit.MILLISECONDS);
             assertNull(failure, () -> "failed: " + failure);
             assertTrue(child.isActive(), "the channel was closed");
             assertTrue(received.isEmpty(), "handed up with autoRead off");
             assertEquals(0, handler.rendezvousCommitted(), "the unread message kept its share of the budget");
+            assertEquals(MESSAGE, handler.rendezvousParked(), "the unread message, parked");
             child.config().setAutoRead(true);
             assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the message once read");
             assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+            assertEquals(0, handler.rendezvousParked(), "parked allowance not returned");
             assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
         } finally {
             provider.faults().reset();
@@ -294,25 +279,8 @@ class RdmaRendezvousBudgetTest {
             assertNotNull(pausedChild);
             byte[] unread = new byte[MESSAGE];
             Arrays.fill(unread, (byte) 1);
-            MemoryRegion unreadRegion = paused.exposeForRead(unread);
-            // The READ reaches the peer 600 ms late: time to stop reading while it is posted.
-            provider.faults().delaySends(600_000_000L);
-            assertEquals(WcStatus.SUCCESS, paused.sendRendezvous(unreadRegion.address(), MESSAGE,
-                    unreadRegion.rkey()));
+            landUnread(paused, pausedChild, unread);
             RdmaIoHandler handler = handlerOf(pausedChild);
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (handler.rendezvousCommitted() == 0) {
-                assertTrue(System.nanoTime() < deadline, "the READ was never posted");
-                Thread.sleep(1);
-            }
-            pausedChild.config().setAutoRead(false);
-            provider.faults().reset();
-            RdmaChannelInbound inbound = ((RdmaSocketChannel) pausedChild).inbound;
-            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (pausedChild.eventLoop().submit(inbound::isReadOutstanding).get()) {
-                assertTrue(System.nanoTime() < deadline, "the READ never landed");
-                Thread.sleep(5);
-            }
             try (RawVerbsPeer other = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
                 assertEquals(WcStatus.SUCCESS, other.sendFrame(FrameHeader.HELLO,
                         new Handshake(4096, 4, 4, MESSAGE).encode()));
@@ -334,6 +302,64 @@ class RdmaRendezvousBudgetTest {
         } finally {
             provider.faults().reset();
             server.close().sync();
+        }
+    }
+
+    /**
+     * Messages parked for applications that do not read are bounded too: past the loop's parked allowance, an unread
+     * message keeps its share of the budget, as before there was an allowance, so that a loop commits at most budget
+     * plus allowance whatever its applications do.
+     */
+    @Test
+    @SetSystemProperty(key = RdmaIoHandler.RENDEZVOUS_PARKED_PROPERTY, value = "" + (MESSAGE - 1))
+    void shouldKeepTheBudgetOfAnUnreadMessageThatTheParkedAllowanceCannotHold() throws Exception {
+        ChildRecorder recorder = new ChildRecorder();
+        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
+        Channel server = bindRecordingServer(recorder, received, null);
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
+                    .encode()));
+            Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
+            assertNotNull(child);
+            byte[] contents = new byte[MESSAGE];
+            new Random(10).nextBytes(contents);
+            landUnread(raw, child, contents);
+            RdmaIoHandler handler = handlerOf(child);
+            assertEquals(MESSAGE, handler.rendezvousCommitted(), "the unread message's share of the budget");
+            assertEquals(0, handler.rendezvousParked(), "parked beyond the allowance");
+            child.config().setAutoRead(true);
+            assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the message once read");
+            assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+            assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
+        } finally {
+            provider.faults().reset();
+            server.close().sync();
+        }
+    }
+
+    /**
+     * Has {@code raw} advertise {@code contents} to {@code child} and lets the child's READ land after its
+     * application stopped reading: the READ reaches the peer 600 ms late, time to turn {@code autoRead} off while it
+     * is posted.
+     */
+    private void landUnread(RawVerbsPeer raw, Channel child, byte[] contents) throws Exception {
+        MemoryRegion region = raw.exposeForRead(contents);
+        provider.faults().delaySends(600_000_000L);
+        assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), contents.length, region.rkey()));
+        RdmaIoHandler handler = handlerOf(child);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (handler.rendezvousCommitted() == 0) {
+            assertTrue(System.nanoTime() < deadline, "the READ was never posted");
+            Thread.sleep(1);
+        }
+        child.config().setAutoRead(false);
+        provider.faults().reset();
+        RdmaChannelInbound inbound = ((RdmaSocketChannel) child).inbound;
+        assertTrue(child.eventLoop().submit(inbound::isReadOutstanding).get(), "the READ landed too early");
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (child.eventLoop().submit(inbound::isReadOutstanding).get()) {
+            assertTrue(System.nanoTime() < deadline, "the READ never landed");
+            Thread.sleep(5);
         }
     }
 
