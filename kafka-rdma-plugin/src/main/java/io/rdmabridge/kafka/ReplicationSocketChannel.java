@@ -628,10 +628,13 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
     }
 
-    /** Keeps the selector waking while the stream has something the key is interested in (level-triggered). */
+    /**
+     * Keeps the selector reporting while the stream has something the key is interested in (level-triggered). Kafka
+     * reads and writes on the selector's own thread, whose next select asks for the events again: no wake-up.
+     */
     private void rearm() {
         if (streamReady(interest)) {
-            signal();
+            refresh();
         }
     }
 
@@ -697,8 +700,13 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     /** Called by the selector once it no longer polls the closed channel's socket: its number may be reused now. */
     @Override
-    public void kill() throws IOException {
-        tcp.close();
+    public void kill() {
+        try {
+            tcp.close();
+        } catch (IOException e) {
+            // As the JDK's own channels: the selector's clean-up goes on, and the socket is gone either way.
+            LOG.debug("Closing the socket of {} failed", this, e);
+        }
     }
 
     // ---- the rest of SocketChannel: delegated to the TCP socket -------------------------------------------------

@@ -298,12 +298,12 @@ public final class RdmaConnection {
         return qp;
     }
 
-    /** What the peer announced in its HELLO; {@code null} until {@link #isReady()}. */
+    /** What the peer announced in its HELLO; {@code null} until the HELLO has arrived. */
     public Handshake peerHandshake() {
         return peer;
     }
 
-    /** Whether the peer's HELLO has arrived: only then may data be sent. */
+    /** Whether the peer's HELLO has arrived and its header's counters held: only then may data be sent. */
     public boolean isReady() {
         return ready;
     }

@@ -346,8 +346,8 @@ public final class RdmaIoHandler implements IoHandler {
 
     /**
      * Fails the channels whose READ has held budget longer than the timeout without completing. One whose READ has
-     * landed only leaves the sweep: the message goes up with the next read, or gives its share back when it landed
-     * with no read pending ({@link RdmaChannelInbound#arrivedWithoutRead}).
+     * landed only leaves the sweep: the message goes up with the next read, or moves to the parked allowance when it
+     * landed with no read pending ({@link RdmaChannelInbound#arrivedWithoutRead}).
      */
     private void sweepStalledReads(long now) {
         lastSweep = now;
