@@ -33,7 +33,8 @@ public final class RdmaAgent {
     private static void install(Instrumentation inst) {
         Logger log = LoggerFactory.getLogger(RdmaAgent.class);
         try {
-            // LinuxEpoll (the transport's) shares the agent's module where both are on the class path, as in the
+            // The plugin's selector channels use sun.nio.ch, and so does LinuxEpoll, the transport's, for DiSNI's
+            // completion channels. LinuxEpoll shares the agent's module where both are on the class path, as in the
             // plugin's jar; it may not where a class loader of its own loads the transport.
             Module self = RdmaAgent.class.getModule();
             Module epollModule = LinuxEpoll.class.getModule();

@@ -27,8 +27,8 @@ final class SelectorWakeups {
                     SelectorImpl.class, "setEventOps", MethodType.methodType(void.class, SelectionKeyImpl.class));
         } catch (Throwable t) {
             cause = new IllegalStateException("the JDK's selector (sun.nio.ch.SelectorImpl.setEventOps) is not usable ("
-                    + t + "): it needs a JDK 17+ with java.base/sun.nio.ch opened to the plugin. The RDMA replication "
-                    + "agent opens it itself: start the broker with -javaagent", t);
+                    + t + "): the plugin needs an OpenJDK-based JDK 17 or later, whose selector has it, with "
+                    + "java.base/sun.nio.ch opened to the plugin, which the plugin's -javaagent does", t);
         }
         SET_EVENT_OPS = h;
         UNAVAILABILITY_CAUSE = cause;

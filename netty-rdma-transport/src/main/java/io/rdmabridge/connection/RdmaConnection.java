@@ -19,8 +19,8 @@ import java.nio.ByteOrder;
  *
  * <h2>Handshake</h2>
  * Each side's first frame is a HELLO carrying its {@link Handshake}, posted by {@link #start()} once the connection
- * manager reports the connection established. Until the peer's HELLO has arrived the connection is not
- * {@link #isReady() ready}: nothing else may be sent, because the peer's buffer size, credits and message limit are
+ * manager reports the connection established. Until the peer's HELLO has arrived, its header's counters checked, the
+ * connection is not {@link #isReady() ready}: nothing else may be sent, because the peer's buffer size, credits and message limit are
  * unknown. A HELLO spends one control credit that exists before any handshake (both sides post at least
  * {@link Handshake#MIN_CONTROL_CREDITS} receives of {@link Handshake#MIN_RECEIVE_BUFFER_SIZE} bytes before connecting or
  * accepting) and is returned like any control credit. Any other first frame, a second HELLO or a bad handshake fails
@@ -94,7 +94,7 @@ public final class RdmaConnection {
     public static final int EVENT_SENT = 2;
     public static final int EVENT_CREDITS = 4;
     public static final int EVENT_FAILED = 8;
-    /** The peer's HELLO arrived: the connection is {@link #isReady() ready}. */
+    /** The peer's HELLO arrived and its header's counters held: the connection is {@link #isReady() ready}. */
     public static final int EVENT_READY = 16;
 
     /** Receives the progress of operations in posting order. */
@@ -296,11 +296,6 @@ public final class RdmaConnection {
 
     public QueuePair queuePair() {
         return qp;
-    }
-
-    /** What the peer announced in its HELLO; {@code null} until the HELLO has arrived. */
-    public Handshake peerHandshake() {
-        return peer;
     }
 
     /** Whether the peer's HELLO has arrived and its header's counters held: only then may data be sent. */

@@ -6,9 +6,9 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
 
 /**
- * Linux epoll and eventfd for descriptors that are not Java channels (a completion channel of the verbs, an epoll set
- * handed to a {@link java.nio.channels.Selector}), through the JDK's own classes {@code sun.nio.ch.EPoll} and
- * {@code sun.nio.ch.EventFD}: no native library of this project's own.
+ * Linux epoll and eventfd for descriptors that are not Java channels (the completion channels of the verbs), through
+ * the JDK's own classes {@code sun.nio.ch.EPoll} and {@code sun.nio.ch.EventFD}: no native library of this project's
+ * own.
  *
  * <p>Usable where {@code sun.nio.ch} is open to this class's module ({@code --add-opens
  * java.base/sun.nio.ch=ALL-UNNAMED}, or an agent that opens it); elsewhere {@link #unavailabilityCause()} says why and
@@ -17,13 +17,9 @@ import java.lang.invoke.MethodType;
  */
 public final class LinuxEpoll {
     public static final int EPOLLIN = 0x001;
-    public static final int EPOLLOUT = 0x004;
-    public static final int EPOLLERR = 0x008;
-    public static final int EPOLLHUP = 0x010;
 
     public static final int CTL_ADD = 1;
     public static final int CTL_DEL = 2;
-    public static final int CTL_MOD = 3;
 
     private static final MethodHandle EPOLL_CREATE;
     private static final MethodHandle EPOLL_CTL;
@@ -32,7 +28,6 @@ public final class LinuxEpoll {
     private static final MethodHandle EPOLL_FREE;
     private static final MethodHandle EPOLL_GET_EVENT;
     private static final MethodHandle EPOLL_GET_DESCRIPTOR;
-    private static final MethodHandle EPOLL_GET_EVENTS;
     private static final MethodHandle EVENTFD_NEW;
     private static final MethodHandle EVENTFD_FD;
     private static final MethodHandle EVENTFD_SET;
@@ -42,7 +37,7 @@ public final class LinuxEpoll {
     private static final Throwable UNAVAILABILITY_CAUSE;
 
     static {
-        MethodHandle[] h = new MethodHandle[14];
+        MethodHandle[] h = new MethodHandle[13];
         Throwable cause = null;
         try {
             // EPoll's initializer calls a native method before it loads libnio itself; IOUtil's loads it. Needed
@@ -63,18 +58,17 @@ public final class LinuxEpoll {
             h[4] = e.findStatic(epoll, "freePollArray", MethodType.methodType(void.class, long.class));
             h[5] = e.findStatic(epoll, "getEvent", MethodType.methodType(long.class, long.class, int.class));
             h[6] = e.findStatic(epoll, "getDescriptor", MethodType.methodType(int.class, long.class));
-            h[7] = e.findStatic(epoll, "getEvents", MethodType.methodType(int.class, long.class));
-            h[8] = f.findConstructor(eventFd, MethodType.methodType(void.class)).asType(
+            h[7] = f.findConstructor(eventFd, MethodType.methodType(void.class)).asType(
                     MethodType.methodType(Object.class));
-            h[9] = f.findVirtual(eventFd, "efd", MethodType.methodType(int.class)).asType(
+            h[8] = f.findVirtual(eventFd, "efd", MethodType.methodType(int.class)).asType(
                     MethodType.methodType(int.class, Object.class));
-            h[10] = f.findVirtual(eventFd, "set", MethodType.methodType(void.class)).asType(
+            h[9] = f.findVirtual(eventFd, "set", MethodType.methodType(void.class)).asType(
                     MethodType.methodType(void.class, Object.class));
-            h[11] = f.findVirtual(eventFd, "reset", MethodType.methodType(void.class)).asType(
+            h[10] = f.findVirtual(eventFd, "reset", MethodType.methodType(void.class)).asType(
                     MethodType.methodType(void.class, Object.class));
-            h[12] = f.findVirtual(eventFd, "close", MethodType.methodType(void.class)).asType(
+            h[11] = f.findVirtual(eventFd, "close", MethodType.methodType(void.class)).asType(
                     MethodType.methodType(void.class, Object.class));
-            h[13] = d.findStatic(dispatcher, "closeIntFD", MethodType.methodType(void.class, int.class));
+            h[12] = d.findStatic(dispatcher, "closeIntFD", MethodType.methodType(void.class, int.class));
         } catch (Throwable t) {
             cause = new IllegalStateException("the JDK's epoll classes (sun.nio.ch.EPoll, EventFD) are not usable ("
                     + t + "): they need a Linux JDK 17+ with java.base/sun.nio.ch opened to this class path, which the"
@@ -87,13 +81,12 @@ public final class LinuxEpoll {
         EPOLL_FREE = h[4];
         EPOLL_GET_EVENT = h[5];
         EPOLL_GET_DESCRIPTOR = h[6];
-        EPOLL_GET_EVENTS = h[7];
-        EVENTFD_NEW = h[8];
-        EVENTFD_FD = h[9];
-        EVENTFD_SET = h[10];
-        EVENTFD_RESET = h[11];
-        EVENTFD_CLOSE = h[12];
-        CLOSE_INT_FD = h[13];
+        EVENTFD_NEW = h[7];
+        EVENTFD_FD = h[8];
+        EVENTFD_SET = h[9];
+        EVENTFD_RESET = h[10];
+        EVENTFD_CLOSE = h[11];
+        CLOSE_INT_FD = h[12];
         UNAVAILABILITY_CAUSE = cause;
     }
 
@@ -154,11 +147,6 @@ public final class LinuxEpoll {
             }
         }
 
-        /** The epoll set's descriptor (pollable itself: readable while a member is ready). */
-        public int fd() {
-            return epfd;
-        }
-
         /** {@code epoll_ctl} on this set: 0, or the errno it failed with. */
         public int ctl(int op, int fd, int events) throws IOException {
             try {
@@ -178,8 +166,8 @@ public final class LinuxEpoll {
         }
 
         /**
-         * {@code epoll_wait}: how many descriptors are ready (read them with {@link #readyDescriptor} and {@link
-         * #readyEvents}), or a negative value when a signal interrupted the wait.
+         * {@code epoll_wait}: how many descriptors are ready (read them with {@link #readyDescriptor}), or a negative
+         * value when a signal interrupted the wait.
          *
          * @param timeoutMillis {@code -1} waits without limit, 0 not at all
          */
@@ -195,15 +183,6 @@ public final class LinuxEpoll {
         public int readyDescriptor(int i) throws IOException {
             try {
                 return (int) EPOLL_GET_DESCRIPTOR.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
-            } catch (Throwable t) {
-                throw asIoException(t);
-            }
-        }
-
-        /** The events ({@link #EPOLLIN} and so on) of the {@code i}-th ready entry of the last {@link #wait}. */
-        public int readyEvents(int i) throws IOException {
-            try {
-                return (int) EPOLL_GET_EVENTS.invokeExact((long) EPOLL_GET_EVENT.invokeExact(pollArray, i));
             } catch (Throwable t) {
                 throw asIoException(t);
             }

@@ -25,6 +25,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -172,7 +173,7 @@ class RdmaReleaseElsewhereTest extends AbstractSoftChannelTest {
             channels.add(client);
             client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
             held = received.poll(10, TimeUnit.SECONDS);
-            assertTrue(held != null, "the message did not arrive");
+            assertNotNull(held, "the message did not arrive");
             serverLoop.shutdownGracefully(0, 0, TimeUnit.SECONDS);
             assertTrue(destroying.await(10, TimeUnit.SECONDS), "the loop did not reach its cleanup");
             assertTrue(serverLoop.next().isShutdown(), "the loop still takes tasks");
@@ -185,7 +186,7 @@ class RdmaReleaseElsewhereTest extends AbstractSoftChannelTest {
             if (held != null) {
                 held.release();
             }
-            serverLoop.terminationFuture().await(10, TimeUnit.SECONDS);
+            assertTrue(serverLoop.terminationFuture().await(10, TimeUnit.SECONDS), "the loop did not terminate");
         }
         // The tear-down finds every registration gone: the buffer went back once the loop had terminated.
     }

@@ -288,7 +288,7 @@ class RdmaRendezvousBudgetTest {
                 byte[] contents = new byte[MESSAGE];
                 new Random(9).nextBytes(contents);
                 MemoryRegion region = other.exposeForRead(contents);
-                // Both messages together exceed the budget of 20 MiB.
+                // Both messages together exceed the budget (BUDGET).
                 assertEquals(WcStatus.SUCCESS, other.sendRendezvous(region.address(), MESSAGE, region.rkey()));
                 byte[] first = received.poll(10, TimeUnit.SECONDS);
                 assertNotNull(first, "the other connection's message waited for the unread one");
@@ -297,6 +297,7 @@ class RdmaRendezvousBudgetTest {
                 pausedChild.config().setAutoRead(true);
                 assertArrayEquals(unread, received.poll(10, TimeUnit.SECONDS), "the unread message once read");
                 assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+                assertEquals(0, handler.rendezvousParked(), "parked allowance not returned");
                 assertTrue(recorder.failures.isEmpty(), () -> "failed: " + recorder.failures);
             }
         } finally {

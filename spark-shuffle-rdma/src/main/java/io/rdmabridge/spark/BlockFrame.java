@@ -90,6 +90,10 @@ final class BlockFrame {
      * buffer sent through the pipeline later decodes what was held back.
      */
     static LengthFieldBasedFrameDecoder newFrameDecoder(int maxLength, BooleanSupplier holdBack) {
+        if (maxLength > Integer.MAX_VALUE - LENGTH_FIELD_LENGTH) {
+            throw new IllegalArgumentException("maxLength: " + maxLength + " (expected: at most "
+                    + (Integer.MAX_VALUE - LENGTH_FIELD_LENGTH) + ", the length field included)");
+        }
         // Netty's bound counts the length field too.
         LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(maxLength + LENGTH_FIELD_LENGTH, 0,
                 LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true) {

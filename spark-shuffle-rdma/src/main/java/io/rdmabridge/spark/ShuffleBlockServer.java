@@ -19,6 +19,7 @@ import java.net.InetSocketAddress;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.spark.network.buffer.FileSegmentManagedBuffer;
@@ -264,23 +265,29 @@ final class ShuffleBlockServer implements AutoCloseable {
         ConnectionHandler c = response.connection;
         Channel ch = c.channel;
         // Header and payload must be adjacent on the wire: write both from one task on the channel's event loop.
-        ch.eventLoop().execute(() -> {
-            c.writeStarted();
-            ch.write(BlockFrame.blockHeader(ch.alloc(), response.requestId, response.length));
-            ch.writeAndFlush(response.payload).addListener(f -> {
-                if (f.isSuccess()) {
-                    metrics.blocksServed.inc();
-                    metrics.bytesServed.inc(response.length);
-                } else if (!c.refused) {
-                    sendFailedWarning.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
-                            ch.remoteAddress(), f.cause());
-                }
-                // The write is done with the payload, a view of the block: the block can go too.
-                response.block.release();
-                completed(c, response.length);
-                c.responseCompleted();
+        try {
+            ch.eventLoop().execute(() -> {
+                c.writeStarted();
+                ch.write(BlockFrame.blockHeader(ch.alloc(), response.requestId, response.length));
+                ch.writeAndFlush(response.payload).addListener(f -> {
+                    if (f.isSuccess()) {
+                        metrics.blocksServed.inc();
+                        metrics.bytesServed.inc(response.length);
+                    } else if (!c.refused) {
+                        sendFailedWarning.warn("Shuffle block server: sending {} bytes to {} failed", response.length,
+                                ch.remoteAddress(), f.cause());
+                    }
+                    // The write is done with the payload, a view of the block: the block can go too.
+                    response.block.release();
+                    completed(c, response.length);
+                    c.responseCompleted();
+                });
             });
-        });
+        } catch (RejectedExecutionException e) {
+            // The transport is shutting down: the connection goes with it, and the block is released here.
+            response.drop();
+            completed(c, response.length);
+        }
     }
 
     private static Object payloadOf(ManagedBuffer block) throws IOException {

@@ -302,7 +302,7 @@ class ShuffleBlockServerLimitsTest {
         try (ShuffleBlockServer server = server(null)) {
             Baseline baseline = new Baseline();
             RawPeer peer = authenticatedPeer(server);
-            // Zeros pad the length of the block to 256 bytes; the other id names no block.
+            // Zeros pad the block id to 256 characters; the other id names no block.
             String served = "b_0_" + "0".repeat(BlockFrame.MAX_BLOCK_ID_LENGTH - 8) + "1000";
             String missing = "missing_" + "x".repeat(BlockFrame.MAX_BLOCK_ID_LENGTH - 8);
             assertEquals(BlockFrame.MAX_BLOCK_ID_LENGTH, served.length());
