@@ -22,6 +22,7 @@ import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.RdmaProvider;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -42,8 +43,9 @@ import org.slf4j.LoggerFactory;
  * (it crosses the network in clear) leaves the follower's connect failing, not succeeding on a stream the leader then
  * refuses. Until a connection has presented a token the leader expects, it carries no Kafka byte:
  * an unknown token closes it at once, a missing one after the handshake timeout, and at most
- * {@code maxUnidentified} such connections exist at a time (more are closed on arrival). A probe's connection counts
- * as one until it is closed: once its answer is delivered, or at the handshake timeout.
+ * {@code maxUnidentified} such connections exist at a time, at most half of them from one source address (more are
+ * closed on arrival, which a follower's probe tells from a listener that is not there, and tries again). A probe's
+ * connection counts as one until it is closed: once its answer is delivered, or at the handshake timeout.
  *
  * <p>Thread-safe.
  */
@@ -62,6 +64,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int maxUnidentified;
     private final int brokerId;
     private final AtomicInteger unidentified = new AtomicInteger();
+    /** Connections without a token by source address; an address leaves the map with its last one. */
+    private final Map<InetAddress, Integer> unidentifiedBySource = new ConcurrentHashMap<>();
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
@@ -74,6 +78,14 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         this.sendQueueDepth = sendQueueDepth;
         this.receiveQueueDepth = receiveQueueDepth;
         this.maxUnidentified = maxUnidentified;
+    }
+
+    /**
+     * How many connections without a token one source address may hold: half of {@code maxUnidentified}, so that one
+     * host flooding the RDMA port cannot keep every other broker's handshakes out.
+     */
+    static int maxUnidentifiedPerSource(int maxUnidentified) {
+        return Math.max(1, maxUnidentified / 2);
     }
 
     /**
@@ -271,6 +283,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         private final CompletableFuture<Integer> result;
         private long answer;
         private int answerBytes;
+        private boolean connected;
 
         ProbeAnswerReader(InetSocketAddress leaderRdma, CompletableFuture<Integer> result) {
             this.leaderRdma = leaderRdma;
@@ -300,16 +313,29 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         }
 
         @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            connected = true;
+            ctx.fireChannelActive();
+        }
+
+        @Override
         public void channelInactive(ChannelHandlerContext ctx) {
-            result.completeExceptionally(new IOException(leaderRdma + " closed the RDMA probe after " + answerBytes
-                    + " of " + Preamble.PROBE_ANSWER_LENGTH + " answer bytes"));
+            result.completeExceptionally(refused("closed the RDMA probe"));
             ctx.fireChannelInactive();
         }
 
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-            result.completeExceptionally(cause);
+            // Past the transport's own handshake a listener of this transport took the connection: a failure now says
+            // it did not answer, not that nothing listens.
+            result.completeExceptionally(connected ? refused("failed the RDMA probe (" + cause + ")") : cause);
             ctx.close();
+        }
+
+        private ProbeRefusedException refused(String how) {
+            return new ProbeRefusedException(leaderRdma + " " + how + " after " + answerBytes + " of "
+                    + Preamble.PROBE_ANSWER_LENGTH + " answer bytes: its plugin holds as many connections without a "
+                    + "token as rdma.handshake.max.in.progress allows, or is closing (the leader's log names which)");
         }
     }
 
@@ -408,6 +434,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         private long token;
         private int tokenBytes;
         private boolean counted;
+        private InetAddress source;
         private ScheduledFuture<?> deadline;
 
         TokenReader(RdmaSocketChannel channel) {
@@ -423,9 +450,23 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             if (unidentified.incrementAndGet() > maxUnidentified) {
                 unidentified.decrementAndGet();
                 reject(ctx, "more than " + maxUnidentified + " RDMA connections have not presented a token yet "
-                        + "(rdma.handshake.max.in.progress)");
+                        + "(rdma.handshake.max.in.progress; raise it if this many brokers reconnect at once, or allow "
+                        + "only the brokers' hosts to reach the RDMA port)");
                 return;
             }
+            InetSocketAddress remote = (InetSocketAddress) ctx.channel().remoteAddress();
+            InetAddress from = remote == null ? new InetSocketAddress(0).getAddress() : remote.getAddress();
+            int perSource = maxUnidentifiedPerSource(maxUnidentified);
+            if (unidentifiedBySource.merge(from, 1, Integer::sum) > perSource) {
+                unidentifiedBySource.computeIfPresent(from, (a, n) -> n == 1 ? null : n - 1);
+                unidentified.decrementAndGet();
+                reject(ctx, "more than " + perSource + " RDMA connections from " + from.getHostAddress() + " have not "
+                        + "presented a token yet (one address may hold half of rdma.handshake.max.in.progress="
+                        + maxUnidentified + "; raise it if that host runs many brokers, or allow only the brokers' "
+                        + "hosts to reach the RDMA port)");
+                return;
+            }
+            source = from;
             counted = true;
             deadline = ctx.executor().schedule(() -> reject(ctx, (tokenBytes < TOKEN_LENGTH ? "no token"
                     : "its probe answer was not delivered") + " within " + handshakeTimeoutMs + " ms "
@@ -513,6 +554,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             if (counted) {
                 counted = false;
                 unidentified.decrementAndGet();
+                unidentifiedBySource.computeIfPresent(source, (a, n) -> n == 1 ? null : n - 1);
             }
         }
 

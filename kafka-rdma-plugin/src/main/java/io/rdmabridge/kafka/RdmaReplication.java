@@ -7,6 +7,7 @@ import java.net.InetSocketAddress;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -31,6 +32,11 @@ final class RdmaReplication {
     private static final RdmaReplication INSTANCE = new RdmaReplication();
     /** How long a leader that answered without RDMA is left alone before the next attempt. */
     static final long PLAIN_PEER_RETRY_MS = TimeUnit.MINUTES.toMillis(5);
+    /**
+     * How long a leader whose plugin refused every probe until the upgrade's deadline is left on TCP: it has the
+     * plugin, and is busy with handshakes (perhaps a flood of them) or closing, so it is asked again much sooner.
+     */
+    static final long REFUSED_PEER_RETRY_MS = TimeUnit.SECONDS.toMillis(30);
 
     private volatile boolean agentInstalled;
     private volatile String agentProblem;
@@ -51,6 +57,8 @@ final class RdmaReplication {
     private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
     private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
+    /** Leaders whose plugin answered a probe; as many as the brokers this one follows, by address. */
+    private final Set<InetSocketAddress> answeredLeaders = ConcurrentHashMap.newKeySet();
     private final AtomicLong lastRateLimitedWarn = new AtomicLong();
     private final AtomicLong suppressedWarns = new AtomicLong();
     private int plugins;
@@ -278,20 +286,39 @@ final class RdmaReplication {
     }
 
     /**
-     * Leaves {@code leader} on TCP for {@link #PLAIN_PEER_RETRY_MS}, saying why once: at INFO when it is a broker
-     * without the plugin (expected in a mixed cluster), at WARN when {@code unexpected} (its plugin answered, then
-     * the upgrade broke).
+     * Leaves {@code leader} on TCP for {@code retryMs}, saying why once: at INFO when it is a broker without the
+     * plugin (expected in a mixed cluster), at WARN when {@code unexpected} (its plugin answered, then the upgrade
+     * broke, or it refused the probes).
      */
-    void rememberPlainPeer(InetSocketAddress leader, String reason, boolean unexpected) {
-        Long previous = plainPeers.put(leader, System.currentTimeMillis() + PLAIN_PEER_RETRY_MS);
+    void rememberPlainPeer(InetSocketAddress leader, String reason, boolean unexpected, long retryMs) {
+        Long previous = plainPeers.put(leader, System.currentTimeMillis() + retryMs);
         if (previous == null) {
             String format = "Replication connections to {} stay on TCP (next RDMA attempt in {} s): {}";
             if (unexpected) {
-                LOG.warn(format, leader, PLAIN_PEER_RETRY_MS / 1000, reason);
+                LOG.warn(format, leader, retryMs / 1000, reason);
             } else {
-                LOG.info(format, leader, PLAIN_PEER_RETRY_MS / 1000, reason);
+                LOG.info(format, leader, retryMs / 1000, reason);
             }
         }
+    }
+
+    /** Notes that {@code leader}'s plugin answered a probe: a probe it fails later is taken for a busy plugin. */
+    void answered(InetSocketAddress leader) {
+        answeredLeaders.add(leader);
+    }
+
+    /** Whether {@code leader}'s plugin answered a probe, since it last failed every probe until a deadline. */
+    boolean answeredBefore(InetSocketAddress leader) {
+        return answeredLeaders.contains(leader);
+    }
+
+    void forgetAnswer(InetSocketAddress leader) {
+        answeredLeaders.remove(leader);
+    }
+
+    /** When {@code leader} is tried over RDMA again ({@link System#currentTimeMillis()}), or {@code null}. */
+    Long plainPeerRetryAt(InetSocketAddress leader) {
+        return plainPeers.get(leader);
     }
 
     /** At most one such line per second, so that a peer flooding bad handshakes cannot flood the log. */

@@ -1,6 +1,7 @@
 package io.rdmabridge.kafka;
 
 import java.io.Closeable;
+import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.concurrent.CompletableFuture;
 
@@ -30,7 +31,8 @@ interface RdmaStreamTransport extends Closeable {
      * {@code leaderRdma} (the leader's RDMA port) which broker's plugin it is. Completes with that broker id, or
      * exceptionally when nothing listens there (a stock broker, or one whose plugin is off or has no RDMA) or what
      * answers is not this plugin. Either way the probe's connection is closed once it completes; cancelling it closes
-     * it too.
+     * it too. A listener that accepted the probe's connection and closed it before a whole answer fails it with
+     * {@link ProbeRefusedException}: something of this transport listens there, but it did not answer this time.
      */
     CompletableFuture<Integer> probe(InetSocketAddress leaderRdma);
 
@@ -46,6 +48,20 @@ interface RdmaStreamTransport extends Closeable {
 
     @Override
     void close();
+
+    /**
+     * The leader's RDMA listener accepted a probe's connection and closed it before answering: it holds as many
+     * connections without a token as {@code rdma.handshake.max.in.progress} allows (or its host's share of them), or
+     * its plugin is closing. Unlike a probe that reaches no listener, this does not mean the leader lacks the plugin,
+     * so a follower tries again rather than leaving the leader on TCP for minutes.
+     */
+    final class ProbeRefusedException extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        ProbeRefusedException(String message) {
+            super(message);
+        }
+    }
 
     /** A transport that opens nothing and names its cause. */
     static RdmaStreamTransport unavailable(String cause) {

@@ -50,6 +50,11 @@ import sun.nio.ch.SelectionKeyImpl;
  */
 final class ReplicationSocketChannel extends SocketChannel implements SelChImpl {
     private static final Logger LOG = LoggerFactory.getLogger(ReplicationSocketChannel.class);
+    /** The pause before asking again a leader whose plugin refused a probe; it doubles up to the next. */
+    static final long FIRST_PROBE_PAUSE_MS = 20;
+    static final long MAX_PROBE_PAUSE_MS = 320;
+    /** How many more times a failed probe of a leader never heard from is asked (after 20, 40 and 80 ms). */
+    static final int UNKNOWN_LEADER_PROBE_RETRIES = 3;
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
     private static final int RESPONSE_SIZE_LENGTH = 4;
     private static final int POLLIN = Net.POLLIN;
@@ -160,11 +165,13 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             // thread at most the handshake timeout beyond Kafka's own connect.
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
             // Connected first, so that a leader that is down is not taken for one without the plugin.
-            String noPlugin = probeLeader(leader, deadline, timeoutMs);
+            NoUpgrade noPlugin = probeLeader(leader, deadline, timeoutMs);
             if (noPlugin != null) {
                 // A probe that failed because this broker's own plugin closed meanwhile says nothing of the leader.
                 if (replication.isActive()) {
-                    replication.rememberPlainPeer(leader, noPlugin, false);
+                    replication.rememberPlainPeer(leader, noPlugin.reason(), noPlugin.refused(),
+                            noPlugin.refused() ? RdmaReplication.REFUSED_PEER_RETRY_MS
+                                    : RdmaReplication.PLAIN_PEER_RETRY_MS);
                 }
                 mode = Mode.TCP;
                 tcp.configureBlocking(isBlocking());
@@ -190,7 +197,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                     break;
                 default:
                     replication.metrics().upgradeFellBack();
-                    replication.rememberPlainPeer(leader, o.reason(), true);
+                    replication.rememberPlainPeer(leader, o.reason(), true, RdmaReplication.PLAIN_PEER_RETRY_MS);
                     // Kafka's own plain connect, which the upgrade's deadline must not cut short.
                     redial(leader, timeoutMs);
                     mode = Mode.TCP;
@@ -202,42 +209,84 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     }
 
     /**
+     * Why a connection stays on TCP without a preamble; {@code refused} when the leader's plugin is there but did not
+     * answer (it is busy with handshakes, or closing), which is not the same as a leader without the plugin.
+     */
+    private record NoUpgrade(String reason, boolean refused) {
+    }
+
+    /**
      * Asks the leader's RDMA port whether the leader's plugin listens there, before a byte goes to the leader's
      * Kafka listener: a stock broker would take the preamble for a broken request and log it.
+     *
+     * <p>A leader's plugin that holds as many handshakes as it allows refuses a probe, and brokers that reconnect
+     * together must not push each other onto TCP for minutes, so a failed probe is asked again after a pause that
+     * doubles each time. How long depends on what is known of the leader. A probe the plugin accepted and closed
+     * before answering, or any failure of a leader that has answered before, is asked again until the upgrade's
+     * deadline. A leader never heard from is asked {@value #UNKNOWN_LEADER_PROBE_RETRIES} more times: on a NIC a
+     * refused request and a port where nothing listens both read {@code REJECTED} (DiSNI passes no reason), and a
+     * stock leader must not cost each connection the whole deadline.
      *
      * @return {@code null} when the plugin of the broker this fetcher follows answered; otherwise why the connection
      *         stays on TCP without a preamble
      */
-    private String probeLeader(InetSocketAddress leader, long deadline, int timeoutMs) {
+    private NoUpgrade probeLeader(InetSocketAddress leader, long deadline, int timeoutMs) {
         int port = replication.config().rdmaPortOf(leader);
         if (port < 0) {
-            return "leader " + peer.id() + "'s inter-broker port " + leader.getPort() + " + "
+            return new NoUpgrade("leader " + peer.id() + "'s inter-broker port " + leader.getPort() + " + "
                     + RdmaReplicationConfig.RDMA_PORT_OFFSET + " " + replication.config().rdmaPortOffset()
-                    + " is no port (expected: 1..65535)";
+                    + " is no port (expected: 1..65535)", false);
         }
         InetSocketAddress rdma = new InetSocketAddress(leader.getAddress(), port);
-        var answer = replication.transport().probe(rdma);
-        try {
-            int id = answer.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            if (!Integer.toString(id).equals(peer.id())) {
-                return "the RDMA port " + rdma + " answers for broker " + id + ", not for leader " + peer.id()
-                        + " (expected: " + RdmaReplicationConfig.RDMA_PORT_OFFSET + " the same on every broker)";
+        long pauseMs = FIRST_PROBE_PAUSE_MS;
+        for (int failures = 0; ; failures++) {
+            var answer = replication.transport().probe(rdma);
+            try {
+                int id = answer.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+                if (!Integer.toString(id).equals(peer.id())) {
+                    replication.forgetAnswer(leader);
+                    return new NoUpgrade("the RDMA port " + rdma + " answers for broker " + id + ", not for leader "
+                            + peer.id() + " (expected: " + RdmaReplicationConfig.RDMA_PORT_OFFSET
+                            + " the same on every broker)", false);
+                }
+                replication.answered(leader);
+                return null;
+            } catch (TimeoutException e) {
+                answer.cancel(false);
+                return new NoUpgrade("no RDMA probe answer from " + rdma + " within the upgrade's " + timeoutMs
+                        + " ms (rdma.handshake.timeout.ms)", false);
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                boolean refused = cause instanceof RdmaStreamTransport.ProbeRefusedException
+                        || replication.answeredBefore(leader);
+                long leftMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+                if (leftMs <= pauseMs || !refused && failures >= UNKNOWN_LEADER_PROBE_RETRIES) {
+                    if (refused) {
+                        // Asked again later, as one never heard from: a leader whose plugin was turned off costs one
+                        // connection the deadline, not every one.
+                        replication.forgetAnswer(leader);
+                        return new NoUpgrade("leader " + peer.id() + "'s plugin did not answer " + (failures + 1)
+                                + " RDMA probes at " + rdma + " within the upgrade's " + timeoutMs
+                                + " ms (rdma.handshake.timeout.ms), the last: " + cause, true);
+                    }
+                    return new NoUpgrade("no RDMA replication plugin answers at " + rdma + " (" + cause + "): leader "
+                            + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE
+                            + "=false, or without a usable RDMA provider, or the port " + leader.getPort()
+                            + " it advertises is not the one it listens on (port mapping): its plugin listens at "
+                            + "that listener's port + " + RdmaReplicationConfig.RDMA_PORT_OFFSET, false);
+                }
+                try {
+                    Thread.sleep(pauseMs);
+                } catch (InterruptedException ie) {
+                    Thread.currentThread().interrupt();
+                    return new NoUpgrade("interrupted while probing " + rdma, false);
+                }
+                pauseMs = Math.min(2 * pauseMs, MAX_PROBE_PAUSE_MS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                answer.cancel(false);
+                return new NoUpgrade("interrupted while probing " + rdma, false);
             }
-            return null;
-        } catch (TimeoutException e) {
-            answer.cancel(false);
-            return "no RDMA probe answer from " + rdma + " within the upgrade's " + timeoutMs
-                    + " ms (rdma.handshake.timeout.ms)";
-        } catch (ExecutionException e) {
-            return "no RDMA replication plugin answers at " + rdma + " (" + e.getCause() + "): leader "
-                    + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE + "=false, or "
-                    + "without a usable RDMA provider, or the port " + leader.getPort() + " it advertises is not the"
-                    + " one it listens on (port mapping): its plugin listens at that listener's port + "
-                    + RdmaReplicationConfig.RDMA_PORT_OFFSET;
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            answer.cancel(false);
-            return "interrupted while probing " + rdma;
         }
     }
 

@@ -23,6 +23,10 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
     volatile int probeAnswer = 2;
     /** When set, probes fail with it, as against a leader without the plugin. */
     volatile IOException probeFailure;
+    /** How many probes, from the next on, the leader's plugin refuses (it holds as many handshakes as it allows). */
+    volatile int probeRefusals;
+    /** How a refused probe fails when set; else as one the leader's plugin accepted and closed before answering. */
+    volatile IOException probeRefusal;
     /**
      * When set, a leader-side stream's close does not release it: {@link Stream#release()} does, as a queue pair
      * outlives its channel's close while the close delivers what was written.
@@ -68,6 +72,12 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         }
         if (probeFailure != null) {
             return CompletableFuture.failedFuture(probeFailure);
+        }
+        if (probeRefusals > 0) {
+            probeRefusals--;
+            IOException refusal = probeRefusal;
+            return CompletableFuture.failedFuture(refusal != null ? refusal : new ProbeRefusedException("test: "
+                    + leaderRdma + " closed the RDMA probe after 0 of 8 answer bytes"));
         }
         return probeDelayMillis <= 0 ? CompletableFuture.completedFuture(probeAnswer)
                 : CompletableFuture.supplyAsync(() -> probeAnswer,

@@ -12,7 +12,9 @@ import io.netty.buffer.AbstractByteBufAllocator;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.buffer.UnpooledDirectByteBuf;
+import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
+import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelOption;
 import io.netty.channel.EventLoopGroup;
@@ -32,6 +34,8 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -70,6 +74,11 @@ class RdmaChannelTransportTest {
     private void reopen(int handshakeTimeoutMs, int maxUnidentified) throws IOException {
         transport.close();
         transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, handshakeTimeoutMs, 64, 64, maxUnidentified);
+    }
+
+    /** A connection's only handler: it sends nothing, so it never presents a token. One serves every connection. */
+    @ChannelHandler.Sharable
+    private static final class Silent extends ChannelInboundHandlerAdapter {
     }
 
     private InetSocketAddress listener() {
@@ -449,7 +458,7 @@ class RdmaChannelTransportTest {
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
         try {
             Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 50_000).handler(new ChannelInboundHandlerAdapter());
+                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 50_000).handler(new Silent());
             ChannelFuture first = b.connect(listener());
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
             while (transport.unidentifiedConnections() == 0 && System.nanoTime() < deadline) {
@@ -469,6 +478,46 @@ class RdmaChannelTransportTest {
             soft.faults().reset();
             group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
         }
+    }
+
+    /**
+     * Anyone who reaches the RDMA port can hold a handshake slot until the handshake timeout. One host used to be
+     * able to hold them all, and every follower's probe was refused meanwhile, which left it on TCP for minutes.
+     */
+    @Test
+    @Timeout(60)
+    void shouldKeepHalfTheHandshakeSlotsForAddressesOtherThanOneHoldingItsShare() throws Exception {
+        reopen(30_000, 4);
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
+        List<Channel> flood = new ArrayList<>();
+        try {
+            Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .handler(new Silent());
+            for (int i = 0; i < 4; i++) {
+                ChannelFuture f = b.connect(listener(), new InetSocketAddress("127.0.0.2", 0));
+                assertTrue(f.await(10, TimeUnit.SECONDS), "connect " + i + " did not end");
+                flood.add(f.channel());
+            }
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (flood.stream().filter(Channel::isActive).count() > 2 && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+            assertEquals(2, transport.unidentifiedConnections(), "slots held by 127.0.0.2, which presented no token");
+            assertEquals(2, flood.stream().filter(Channel::isActive).count(),
+                    "connections from 127.0.0.2 kept without a token, of 4 (rdma.handshake.max.in.progress=4)");
+            assertEquals(1, transport.probe(listener()).get(10, TimeUnit.SECONDS),
+                    "a probe from 127.0.0.1 is answered while 127.0.0.2 holds its share");
+        } finally {
+            for (Channel c : flood) {
+                c.close().syncUninterruptibly();
+            }
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (transport.unidentifiedConnections() > 0 && System.nanoTime() < deadline) {
+            Thread.sleep(5);
+        }
+        assertEquals(0, transport.unidentifiedConnections(), "slots given back once the connections closed");
     }
 
     @Test

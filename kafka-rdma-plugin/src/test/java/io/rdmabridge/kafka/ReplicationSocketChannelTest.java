@@ -230,6 +230,89 @@ class ReplicationSocketChannelTest {
         }
     }
 
+    /**
+     * A leader's plugin that holds as many handshakes as it allows closes a probe before answering. That used to
+     * count as a leader without the plugin, so brokers reconnecting together (or anyone holding the leader's
+     * handshake slots) left followers on TCP for five minutes.
+     */
+    @Test
+    void shouldAskAgainALeaderWhosePluginRefusedAProbeAndUpgrade() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeRefusals = 3;
+        ReplicationMetrics.Peer peer = exchange(transport, true);
+        assertEquals(4, transport.probes, "three refused probes, then the one answered");
+        assertEquals(PAYLOAD + fileBytes().length, peer.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
+        assertEquals(0, peer.tcpReceived.sum());
+    }
+
+    /**
+     * On a NIC a leader's plugin that refuses a connection and a port where nothing listens look the same (REJECTED),
+     * so brokers starting together ask a leader never heard from a few times before taking it for a stock broker.
+     */
+    @Test
+    void shouldAskALeaderNeverHeardFromAgainAfterARejectedProbe() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeRefusals = ReplicationSocketChannel.UNKNOWN_LEADER_PROBE_RETRIES;
+        transport.probeRefusal = new IOException("test: connection refused");
+        ReplicationMetrics.Peer peer = exchange(transport, true);
+        assertEquals(1 + ReplicationSocketChannel.UNKNOWN_LEADER_PROBE_RETRIES, transport.probes);
+        assertEquals(0, peer.tcpReceived.sum());
+    }
+
+    @Test
+    void shouldLeaveALeaderThatRefusedEveryProbeOnTcpForLessThanOneWithoutThePlugin() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeRefusals = Integer.MAX_VALUE;
+        try (ServerSocketChannel leader = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) leader.getLocalAddress()).getPort();
+            InetSocketAddress address = new InetSocketAddress("127.0.0.1", port);
+            RdmaSelectorProvider provider = configure(port, transport);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            long start = System.nanoTime();
+            assertTrue(onFetcherThread(() -> follower.connect(address)));
+            long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            long now = System.currentTimeMillis();
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            assertTrue(tookMs < 2000 + 500, "the probes went on past rdma.handshake.timeout.ms=2000: " + tookMs + " ms");
+            assertTrue(transport.probes >= 5, "asked again until the deadline: " + transport.probes + " probes");
+            assertEquals(0, RdmaReplication.get().metrics().attempted(), "no preamble without an answered probe");
+            Long retryAt = RdmaReplication.get().plainPeerRetryAt(address);
+            assertTrue(retryAt != null && retryAt <= now + RdmaReplication.REFUSED_PEER_RETRY_MS,
+                    "tried again over RDMA at " + retryAt + ", " + (retryAt == null ? "never" : retryAt - now
+                    + " ms from now") + " (a leader without the plugin waits "
+                    + RdmaReplication.PLAIN_PEER_RETRY_MS + " ms)");
+            follower.close();
+        }
+    }
+
+    /**
+     * A leader whose plugin has answered before is taken for a busy one when its port rejects the probe, and is
+     * asked until the deadline; once that fails it counts as never heard from, so that a plugin turned off costs
+     * one connection the deadline and not every one.
+     */
+    @Test
+    void shouldAskALeaderThatAnsweredBeforeUntilTheDeadlineThenForgetItsAnswer() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.probeRefusals = Integer.MAX_VALUE;
+        transport.probeRefusal = new IOException("test: connection refused");
+        try (ServerSocketChannel leader = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) leader.getLocalAddress()).getPort();
+            InetSocketAddress address = new InetSocketAddress("127.0.0.1", port);
+            RdmaSelectorProvider provider = configure(port, transport);
+            RdmaReplication.get().answered(address);
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            assertTrue(onFetcherThread(() -> follower.connect(address)));
+            long now = System.currentTimeMillis();
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            assertTrue(transport.probes > 1 + ReplicationSocketChannel.UNKNOWN_LEADER_PROBE_RETRIES,
+                    "asked until the deadline: " + transport.probes + " probes");
+            assertTrue(RdmaReplication.get().plainPeerRetryAt(address) <= now + RdmaReplication.REFUSED_PEER_RETRY_MS,
+                    "left on TCP as a busy leader, not as one without the plugin");
+            assertFalse(RdmaReplication.get().answeredBefore(address), "its earlier answer still counts");
+            follower.close();
+        }
+    }
+
     @Test
     void shouldSendALeaderWithoutThePluginNothingButKafkasBytes() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
@@ -248,7 +331,10 @@ class ReplicationSocketChannelTest {
                 }
                 assertArrayEquals(kafka, got.array(), "the stock leader's first bytes are Kafka's own");
             }
-            assertEquals(1, transport.probes, "the leader's RDMA port was asked first");
+            assertEquals(1 + ReplicationSocketChannel.UNKNOWN_LEADER_PROBE_RETRIES, transport.probes,
+                    "the leader's RDMA port was asked first, and a few times more");
+            assertTrue(RdmaReplication.get().plainPeerRetryAt(new InetSocketAddress("127.0.0.1", port))
+                    > System.currentTimeMillis() + RdmaReplication.REFUSED_PEER_RETRY_MS, "left on TCP for minutes");
             assertFalse(((ReplicationSocketChannel) follower).isRdma());
             assertEquals(0, RdmaReplication.get().metrics().attempted(), "no upgrade attempted with a stock leader");
             follower.close();
