@@ -139,6 +139,12 @@ final class Preamble {
         if (status < STATUS_ACCEPT || status > STATUS_DECLINE_BUSY) {
             return "status=" + status + " (expected: 0..3)";
         }
+        byte version = b.get(REPLY_VERSION_OFFSET);
+        if (status == STATUS_ACCEPT && version != VERSION) {
+            // A leader accepts only the version it was asked for; another one's reply may lay out port and token
+            // elsewhere. A decline of any version is read: its status sits where every version puts it.
+            return "an acceptance in version " + version + " (expected: " + VERSION + ", the one this broker asked)";
+        }
         int port = b.getInt(REPLY_PORT_OFFSET);
         if (status == STATUS_ACCEPT && (port <= 0 || port > 65535)) {
             return "port=" + port + " (expected: 1..65535)";

@@ -20,6 +20,7 @@ import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaProvider;
 import java.io.IOException;
 import java.net.InetAddress;
@@ -53,6 +54,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** Largest message either side of a replication connection accepts from the other. */
     static final int MAX_MESSAGE_SIZE = 1024 * 1024;
     private static final Logger LOG = LoggerFactory.getLogger(RdmaChannelTransport.class);
+    /** Anyone who reaches the RDMA port can make these lines: at most one a second. */
+    private static final RateLimitedWarning CLOSED_BEFORE_TOKEN = new RateLimitedWarning(LOG, 1000);
     static final int TOKEN_LENGTH = 8;
 
     private final RdmaProvider provider;
@@ -560,8 +563,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
         private void reject(ChannelHandlerContext ctx, String why) {
             uncount();
-            RdmaReplication.get().warnRateLimited(LOG, "Closing RDMA replication connection: {}",
-                    ctx.channel().remoteAddress() + ": " + why);
+            CLOSED_BEFORE_TOKEN.warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
             ctx.close();
         }
     }

@@ -14,7 +14,6 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicLong;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -59,8 +58,6 @@ final class RdmaReplication {
     private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
     /** Leaders whose plugin answered a probe; as many as the brokers this one follows, by address. */
     private final Set<InetSocketAddress> answeredLeaders = ConcurrentHashMap.newKeySet();
-    private final AtomicLong lastRateLimitedWarn = new AtomicLong();
-    private final AtomicLong suppressedWarns = new AtomicLong();
     private int plugins;
 
     static RdmaReplication get() {
@@ -319,17 +316,5 @@ final class RdmaReplication {
     /** When {@code leader} is tried over RDMA again ({@link System#currentTimeMillis()}), or {@code null}. */
     Long plainPeerRetryAt(InetSocketAddress leader) {
         return plainPeers.get(leader);
-    }
-
-    /** At most one such line per second, so that a peer flooding bad handshakes cannot flood the log. */
-    void warnRateLimited(Logger log, String format, String arg) {
-        long now = System.nanoTime();
-        long last = lastRateLimitedWarn.get();
-        if (now - last >= TimeUnit.SECONDS.toNanos(1) && lastRateLimitedWarn.compareAndSet(last, now)) {
-            long suppressed = suppressedWarns.getAndSet(0);
-            log.warn(format + (suppressed > 0 ? " (" + suppressed + " similar lines suppressed)" : ""), arg);
-        } else {
-            suppressedWarns.incrementAndGet();
-        }
     }
 }

@@ -1,5 +1,6 @@
 package io.rdmabridge.kafka;
 
+import io.rdmabridge.verbs.RateLimitedWarning;
 import java.io.FileDescriptor;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -50,6 +51,12 @@ import sun.nio.ch.SelectionKeyImpl;
  */
 final class ReplicationSocketChannel extends SocketChannel implements SelChImpl {
     private static final Logger LOG = LoggerFactory.getLogger(ReplicationSocketChannel.class);
+    /**
+     * Any host that reaches the inter-broker port can make these lines, so each kind is limited to one a second on its
+     * own: a flood of one cannot hide the other.
+     */
+    private static final RateLimitedWarning DECLINED = new RateLimitedWarning(LOG, 1000);
+    private static final RateLimitedWarning REJECTED = new RateLimitedWarning(LOG, 1000);
     /** The pause before asking again a leader whose plugin refused a probe; it doubles up to the next. */
     static final long FIRST_PROBE_PAUSE_MS = 20;
     static final long MAX_PROBE_PAUSE_MS = 320;
@@ -519,8 +526,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 if (handshake.fallbackReason() != null) {
                     replication.metrics().upgradeFellBack();
                     // Rate-limited: any host that reaches the inter-broker port can send a HELLO that is declined.
-                    replication.warnRateLimited(LOG, "Replication connection stays on TCP: {}", "from broker "
-                            + handshake.peerBrokerId() + " at " + remote() + ": " + handshake.fallbackReason());
+                    DECLINED.warn("Replication connection stays on TCP: from broker {} at {}: {}",
+                            handshake.peerBrokerId(), remote(), handshake.fallbackReason());
                 }
                 mode = Mode.TCP;
                 refresh();
@@ -540,7 +547,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 cancelDeadline();
                 failure = "RDMA handshake from " + remote() + " rejected: " + handshake.failure();
                 replication.metrics().handshakeRejected();
-                replication.warnRateLimited(LOG, "Closing connection: {}", failure);
+                REJECTED.warn("Closing connection: {}", failure);
                 mode = Mode.FAILED;
                 refresh();
                 break;

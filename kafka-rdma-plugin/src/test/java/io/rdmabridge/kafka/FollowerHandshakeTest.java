@@ -116,6 +116,21 @@ class FollowerHandshakeTest {
     }
 
     @Test
+    void shouldRedialOnAnAcceptanceInAnotherVersion() throws Exception {
+        leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ByteBuffer reply = Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 1, 5);
+            reply.put(Preamble.REPLY_VERSION_OFFSET, (byte) (Preamble.VERSION + 1));
+            ch.write(reply);
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, in(5000), 5000);
+        assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
+        assertTrue(o.reason().endsWith("sent an invalid RDMA reply: an acceptance in version 3 (expected: 2, the one "
+                + "this broker asked)"), o.reason());
+    }
+
+    @Test
     void shouldContinueOnTheSameSocketWhenTheLeaderDeclines() throws Exception {
         byte[] kafka = {0, 0, 0, 3, 1, 2, 3};
         CompletableFuture<SocketChannel> leader = leader(ch -> {
