@@ -1,6 +1,7 @@
 package io.rdmabridge.kafka;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ByteChannel;
 import java.security.SecureRandom;
@@ -42,7 +43,8 @@ final class LeaderHandshake {
     private final ByteChannel tcp;
     private final RdmaStreamTransport transport;
     private final int localBrokerId;
-    private final Semaphore admission;
+    private final HandshakeAdmission admission;
+    private final InetAddress source;
     private final Semaphore connections;
     private final Runnable wakeup;
 
@@ -55,6 +57,8 @@ final class LeaderHandshake {
     private CompletableFuture<RdmaStream> pending;
     private RdmaStream stream;
     private boolean admitted;
+    /** Why no place was taken, when not {@link #admitted}. */
+    private String refusal;
     /** Holds one of {@code connections}: from the accepting reply until the upgrade fails or the connection closes. */
     private boolean connectionHeld;
     /**
@@ -66,13 +70,15 @@ final class LeaderHandshake {
     private String fallbackReason;
 
     /**
-     * @param admission   permits for handshakes in progress, shared by all connections of one listener
+     * @param source      the follower's address, which may hold only its share of the admission's places
+     * @param admission   places for handshakes in progress, shared by all connections of one listener
      * @param connections permits for RDMA connections open, shared likewise
      * @param wakeup      run (from any thread) when the state machine can make progress without TCP input
      */
-    LeaderHandshake(ByteChannel tcp, RdmaStreamTransport transport, int localBrokerId, Semaphore admission,
-                    Semaphore connections, Runnable wakeup) {
+    LeaderHandshake(ByteChannel tcp, InetAddress source, RdmaStreamTransport transport, int localBrokerId,
+                    HandshakeAdmission admission, Semaphore connections, Runnable wakeup) {
         this.tcp = tcp;
+        this.source = source;
         this.transport = transport;
         this.localBrokerId = localBrokerId;
         this.admission = admission;
@@ -145,7 +151,8 @@ final class LeaderHandshake {
                         enter(State.REQUEST_HEADER);
                         break;
                     }
-                    admitted = admission.tryAcquire();
+                    refusal = admission.admit(source);
+                    admitted = refusal == null;
                     if (!enter(State.HELLO)) {
                         release();
                     }
@@ -327,7 +334,7 @@ final class LeaderHandshake {
             fallbackReason = transport.unavailabilityCause();
         } else if (!admitted) {
             status = Preamble.STATUS_DECLINE_BUSY;
-            fallbackReason = "too many RDMA handshakes in progress (" + RdmaReplicationConfig.MAX_HANDSHAKES + ")";
+            fallbackReason = refusal;
         } else if (!acquireConnection()) {
             status = Preamble.STATUS_DECLINE_BUSY;
             fallbackReason = "as many RDMA connections are open as " + RdmaReplicationConfig.MAX_CONNECTIONS
@@ -411,7 +418,7 @@ final class LeaderHandshake {
     private synchronized void release() {
         if (admitted) {
             admitted = false;
-            admission.release();
+            admission.release(source);
         }
     }
 

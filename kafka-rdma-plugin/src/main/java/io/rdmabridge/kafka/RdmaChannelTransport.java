@@ -29,7 +29,6 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -64,11 +63,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int handshakeTimeoutMs;
     private final int sendQueueDepth;
     private final int receiveQueueDepth;
-    private final int maxUnidentified;
     private final int brokerId;
-    private final AtomicInteger unidentified = new AtomicInteger();
-    /** Connections without a token by source address; an address leaves the map with its last one. */
-    private final Map<InetAddress, Integer> unidentifiedBySource = new ConcurrentHashMap<>();
+    /** Accepted connections that have not presented a token yet. */
+    private final HandshakeAdmission unidentified;
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
@@ -80,15 +77,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         this.handshakeTimeoutMs = handshakeTimeoutMs;
         this.sendQueueDepth = sendQueueDepth;
         this.receiveQueueDepth = receiveQueueDepth;
-        this.maxUnidentified = maxUnidentified;
-    }
-
-    /**
-     * How many connections without a token one source address may hold: half of {@code maxUnidentified}, so that one
-     * host flooding the RDMA port cannot keep every other broker's handshakes out.
-     */
-    static int maxUnidentifiedPerSource(int maxUnidentified) {
-        return Math.max(1, maxUnidentified / 2);
+        this.unidentified = new HandshakeAdmission(maxUnidentified, "RDMA connections without a token");
     }
 
     /**
@@ -425,7 +414,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
     /** Accepted connections that have not presented a token yet (rdma.handshake.max.in.progress bounds them). */
     int unidentifiedConnections() {
-        return unidentified.get();
+        return unidentified.inProgress();
     }
 
     /**
@@ -450,23 +439,11 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
          */
         @Override
         public void handlerAdded(ChannelHandlerContext ctx) {
-            if (unidentified.incrementAndGet() > maxUnidentified) {
-                unidentified.decrementAndGet();
-                reject(ctx, "more than " + maxUnidentified + " RDMA connections have not presented a token yet "
-                        + "(rdma.handshake.max.in.progress; raise it if this many brokers reconnect at once, or allow "
-                        + "only the brokers' hosts to reach the RDMA port)");
-                return;
-            }
             InetSocketAddress remote = (InetSocketAddress) ctx.channel().remoteAddress();
-            InetAddress from = remote == null ? new InetSocketAddress(0).getAddress() : remote.getAddress();
-            int perSource = maxUnidentifiedPerSource(maxUnidentified);
-            if (unidentifiedBySource.merge(from, 1, Integer::sum) > perSource) {
-                unidentifiedBySource.computeIfPresent(from, (a, n) -> n == 1 ? null : n - 1);
-                unidentified.decrementAndGet();
-                reject(ctx, "more than " + perSource + " RDMA connections from " + from.getHostAddress() + " have not "
-                        + "presented a token yet (one address may hold half of rdma.handshake.max.in.progress="
-                        + maxUnidentified + "; raise it if that host runs many brokers, or allow only the brokers' "
-                        + "hosts to reach the RDMA port)");
+            InetAddress from = remote == null ? HandshakeAdmission.UNKNOWN_SOURCE : remote.getAddress();
+            String refused = unidentified.admit(from);
+            if (refused != null) {
+                reject(ctx, refused);
                 return;
             }
             source = from;
@@ -556,8 +533,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             }
             if (counted) {
                 counted = false;
-                unidentified.decrementAndGet();
-                unidentifiedBySource.computeIfPresent(source, (a, n) -> n == 1 ? null : n - 1);
+                unidentified.release(source);
             }
         }
 

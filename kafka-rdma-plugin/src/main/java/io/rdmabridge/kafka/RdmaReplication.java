@@ -52,7 +52,7 @@ final class RdmaReplication {
      * counts, into metrics that publish nothing. Read through {@link #metrics()}, never null.
      */
     private volatile ReplicationMetrics metrics;
-    private volatile Semaphore admission = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
+    private volatile HandshakeAdmission admission = newAdmission(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
     private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
     private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
@@ -121,7 +121,7 @@ final class RdmaReplication {
                     + "port in listeners (expected: " + c.interBrokerListener() + "://host:port with port > 0)";
         } else {
             metrics = new ReplicationMetrics();
-            admission = new Semaphore(c.maxHandshakes());
+            admission = newAdmission(c.maxHandshakes());
             connections = new Semaphore(c.maxConnections());
             ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> {
                 Thread t = Executors.defaultThreadFactory().newThread(r);
@@ -244,8 +244,13 @@ final class RdmaReplication {
         static final ReplicationMetrics METRICS = ReplicationMetrics.detached();
     }
 
-    Semaphore handshakeAdmission() {
+    /** Places for preambles in progress on the inter-broker listener ({@code rdma.handshake.max.in.progress}). */
+    HandshakeAdmission handshakeAdmission() {
         return admission;
+    }
+
+    private static HandshakeAdmission newAdmission(int max) {
+        return new HandshakeAdmission(max, "RDMA handshakes");
     }
 
     /** Permits for RDMA connections open on the leader side ({@code rdma.max.connections}), held until they close. */

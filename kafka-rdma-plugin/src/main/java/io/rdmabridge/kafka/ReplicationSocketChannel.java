@@ -3,6 +3,7 @@ package io.rdmabridge.kafka;
 import io.rdmabridge.verbs.RateLimitedWarning;
 import java.io.FileDescriptor;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketAddress;
@@ -112,7 +113,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         this.socket = new ReplicationSocket(this);
         if (leader) {
             mode = Mode.HANDSHAKE;
-            handshake = new LeaderHandshake(tcp, replication.transport(), replication.brokerId(),
+            handshake = new LeaderHandshake(tcp, sourceOf(tcp), replication.transport(), replication.brokerId(),
                     replication.handshakeAdmission(), replication.connectionAdmission(), this::signal);
             // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
             countResponses = !replication.config().interBrokerTls();
@@ -582,6 +583,16 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         if (deadline != null) {
             deadline.cancel(false);
             deadline = null;
+        }
+    }
+
+    /** The accepted connection's peer address, where a handshake's place is counted. */
+    private static InetAddress sourceOf(SocketChannel tcp) {
+        try {
+            SocketAddress remote = tcp.getRemoteAddress();
+            return remote instanceof InetSocketAddress a ? a.getAddress() : HandshakeAdmission.UNKNOWN_SOURCE;
+        } catch (IOException e) {
+            return HandshakeAdmission.UNKNOWN_SOURCE;
         }
     }
 

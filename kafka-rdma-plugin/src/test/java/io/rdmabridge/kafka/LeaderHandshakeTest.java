@@ -8,8 +8,11 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.kafka.LeaderHandshake.State;
+import java.net.InetAddress;
 import java.nio.ByteBuffer;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -18,12 +21,14 @@ class LeaderHandshakeTest {
     /** A Kafka request as it starts on the wire: size 10, then ApiVersions' api key and version. */
     private static final byte[] KAFKA_BYTES = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
 
-    private final Semaphore admission = new Semaphore(2);
+    private final HandshakeAdmission admission = new HandshakeAdmission(4, "RDMA handshakes");
+    /** The follower's address of every handshake here but those that say otherwise. */
+    private static final InetAddress FOLLOWER = InetAddress.getLoopbackAddress();
     private final Semaphore connections = new Semaphore(2);
     private final AtomicInteger wakeups = new AtomicInteger();
 
     private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
-        return new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
+        return new LeaderHandshake(tcp, FOLLOWER, transport, 7, admission, connections, wakeups::incrementAndGet);
     }
 
     private static byte[] concat(byte[] a, byte[] b) {
@@ -45,7 +50,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertArrayEquals(KAFKA_BYTES, concat(bytes(hs.replay()), tcp.unread()), "no byte lost");
         assertEquals(0, tcp.written().length, "nothing written to a plain peer");
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
     }
 
     @Test
@@ -96,7 +101,7 @@ class LeaderHandshakeTest {
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA preamble: magic=0x52000000 (expected: 0x52444d41)", hs.failure());
-        assertEquals(2, admission.availablePermits(), "permit returned");
+        assertEquals(0, admission.inProgress(), "place given back");
     }
 
     @Test
@@ -114,7 +119,7 @@ class LeaderHandshakeTest {
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("connection closed after 3 of 16 preamble bytes", hs.failure());
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
     }
 
     @Test
@@ -122,11 +127,11 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D');
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.HELLO, hs.advance());
-        assertEquals(1, admission.availablePermits(), "a handshake in progress holds a permit");
+        assertEquals(1, admission.inProgress(), "a handshake in progress holds a place");
         hs.expire("RDMA handshake did not complete within 50 ms");
         assertEquals(State.FAILED, hs.state());
         assertEquals("RDMA handshake did not complete within 50 ms", hs.failure());
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
         assertEquals(1, wakeups.get(), "the channel is woken so that Kafka reads the failure");
         tcp.arrive(KAFKA_BYTES);
         assertEquals(State.FAILED, hs.advance(), "nothing revives an expired handshake");
@@ -134,12 +139,58 @@ class LeaderHandshakeTest {
 
     @Test
     void shouldDeclineWhenTooManyHandshakesAreInProgress() throws Exception {
-        admission.drainPermits();
+        for (int i = 1; i <= 4; i++) {
+            assertNull(admission.admit(InetAddress.getByAddress(new byte[] {10, 0, 0, (byte) i})));
+        }
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
         assertEquals(State.TCP, hs.advance());
         assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
-        assertEquals(0, admission.availablePermits(), "no permit invented");
+        assertTrue(hs.fallbackReason().contains("more than 4 RDMA handshakes in progress"), hs.fallbackReason());
+        hs.connectionClosed();
+        assertEquals(4, admission.inProgress(), "no place invented, none given back that was not taken");
+    }
+
+    /**
+     * The preamble comes before Kafka's authentication: anyone who reaches the inter-broker listener can hold a place
+     * until the handshake timeout by sending a first byte. One host used to be able to hold them all, and every
+     * follower's upgrade was declined meanwhile, leaving its connection on TCP for its lifetime.
+     */
+    @Test
+    void shouldKeepHalfThePlacesForAddressesOtherThanOneHoldingItsShare() throws Exception {
+        InetAddress flooding = InetAddress.getByAddress(new byte[] {10, 0, 0, 9});
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        List<FakeTcp> floods = new ArrayList<>();
+        List<LeaderHandshake> held = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            FakeTcp flood = new FakeTcp().arrive(Preamble.MAGIC_FIRST_BYTE);
+            LeaderHandshake hs = new LeaderHandshake(flood, flooding, transport, 7, admission, connections,
+                    wakeups::incrementAndGet);
+            assertEquals(State.HELLO, hs.advance());
+            floods.add(flood);
+            held.add(hs);
+        }
+        assertEquals(2, admission.inProgress(), "places held by 10.0.0.9, which sent one byte each (half of 4)");
+
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake follower = handshake(tcp, transport);
+        assertEquals(State.DECISION, follower.advance(), "the follower at another address was declined: "
+                + follower.fallbackReason());
+        assertEquals(Preamble.STATUS_ACCEPT, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
+
+        // 10.0.0.9's third connection completes its HELLO: declined, naming the share and the key.
+        FakeTcp third = floods.get(2);
+        byte[] hello = bytes(Preamble.hello(5));
+        third.arrive(Arrays.copyOfRange(hello, 1, hello.length));
+        assertEquals(State.TCP, held.get(2).advance());
+        assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(third.written()).get(Preamble.REPLY_STATUS_OFFSET));
+        assertTrue(held.get(2).fallbackReason().contains("more than 2 RDMA handshakes in progress from 10.0.0.9 (one "
+                + "address may hold half of rdma.handshake.max.in.progress=4"), held.get(2).fallbackReason());
+        for (LeaderHandshake hs : held) {
+            hs.expire("test: done");
+        }
+        follower.expire("test: done");
+        assertEquals(0, admission.inProgress(), "every place given back");
     }
 
     /**
@@ -156,7 +207,7 @@ class LeaderHandshakeTest {
             open[i] = upgraded(transport);
         }
         assertEquals(0, connections.availablePermits(), "each RDMA connection holds its place");
-        assertEquals(2, admission.availablePermits(), "no handshake is in progress");
+        assertEquals(0, admission.inProgress(), "no handshake is in progress");
 
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake declined = handshake(tcp, transport);
@@ -222,7 +273,7 @@ class LeaderHandshakeTest {
         assertEquals(State.RDMA, hs.advance());
         assertNotNull(hs.stream());
         assertTrue(wakeups.get() >= 1);
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
         follower.write(ByteBuffer.wrap(KAFKA_BYTES));
         ByteBuffer got = ByteBuffer.allocate(KAFKA_BYTES.length);
         assertEquals(KAFKA_BYTES.length, hs.stream().read(got));
@@ -238,7 +289,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertEquals(0, hs.replay().remaining());
         assertArrayEquals(KAFKA_BYTES, tcp.unread(), "Kafka's bytes after the decision are untouched");
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
         assertEquals(2, connections.availablePermits(), "a connection left on TCP holds no RDMA place");
     }
 
@@ -255,7 +306,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertNull(hs.stream());
         assertEquals(-1, follower.read(ByteBuffer.allocate(1)), "the leader closed the stream it does not use");
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
     }
 
     @Test
@@ -275,12 +326,12 @@ class LeaderHandshakeTest {
                 return n;
             }
         }.arrive(Preamble.hello(3)).arrive(Preamble.DECISION_RDMA);
-        hs[0] = new LeaderHandshake(tcp, transport, 7, admission, connections, wakeups::incrementAndGet);
+        hs[0] = new LeaderHandshake(tcp, FOLLOWER, transport, 7, admission, connections, wakeups::incrementAndGet);
         assertEquals(State.FAILED, hs[0].advance(), "an expiry is final");
         assertEquals("RDMA handshake did not complete within 50 ms", hs[0].failure());
         assertEquals(-1, follower[0].read(ByteBuffer.allocate(1)), "the expiry closed the stream");
         assertArrayEquals(new byte[] {Preamble.DECISION_RDMA}, tcp.unread(), "nothing read after the expiry");
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
         assertEquals(2, connections.availablePermits());
     }
 
@@ -293,7 +344,7 @@ class LeaderHandshakeTest {
         tcp.arrive((byte) 0x7f);
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA decision byte 0x7f (expected: 'D' or 'T')", hs.failure());
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
         assertEquals(2, connections.availablePermits());
     }
 
@@ -355,6 +406,6 @@ class LeaderHandshakeTest {
         hs = handshake(tls, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.TCP, hs.advance());
         assertEquals(1, hs.replay().remaining());
-        assertEquals(2, admission.availablePermits());
+        assertEquals(0, admission.inProgress());
     }
 }
