@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
 import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.rdmabridge.verbs.RdmaProvider;
@@ -10,6 +11,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 
 import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -66,5 +68,15 @@ abstract class AbstractChannelTest {
                 .connect(server.localAddress()).sync().channel();
         channels.add(0, ch);
         return ch;
+    }
+
+    /**
+     * Starts connecting {@code bootstrap} (handler and options set, no group, no channel) to {@code remote}, without
+     * waiting: the channel is closed after the test however its connect ends.
+     */
+    ChannelFuture startConnect(Bootstrap bootstrap, SocketAddress remote) {
+        ChannelFuture connecting = bootstrap.group(group).channel(RdmaSocketChannel.class).connect(remote);
+        channels.add(0, connecting.channel());
+        return connecting;
     }
 }

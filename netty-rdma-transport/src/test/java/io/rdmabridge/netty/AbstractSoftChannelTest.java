@@ -3,6 +3,7 @@ package io.rdmabridge.netty;
 import io.netty.bootstrap.Bootstrap;
 import io.netty.bootstrap.ServerBootstrap;
 import io.netty.channel.Channel;
+import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandler;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
@@ -45,6 +46,21 @@ abstract class AbstractSoftChannelTest extends AbstractChannelTest {
                 echoed.complete(null);
             }
         }), server);
+    }
+
+    /** A raw verbs peer listening on 127.0.0.1, any port; {@link #connectToRaw} connects a channel to it. */
+    RawVerbsPeer listenRaw() throws Exception {
+        return RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0));
+    }
+
+    /**
+     * Starts connecting {@code bootstrap} (handler and options set, no group, no channel) to the raw listener
+     * {@code raw} and has {@code raw} accept it; the connect completes once {@code raw} sends its HELLO.
+     */
+    ChannelFuture connectToRaw(Bootstrap bootstrap, RawVerbsPeer raw) throws Exception {
+        ChannelFuture connecting = startConnect(bootstrap, raw.listenAddress());
+        raw.acceptOne();
+        return connecting;
     }
 
     /**

@@ -1,6 +1,8 @@
 package io.rdmabridge.netty;
 
+import io.netty.channel.Channel;
 import io.rdmabridge.connection.FrameHeader;
+import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
@@ -64,11 +66,31 @@ final class RawVerbsPeer implements AutoCloseable {
 
     /** Connects to {@code target}: the connection is established when this returns. */
     static RawVerbsPeer connect(RdmaProvider provider, InetSocketAddress target) throws Exception {
+        return open(provider, peer -> peer.establish(target));
+    }
+
+    /** Connects to the channel listener {@code server}: the connection is established when this returns. */
+    static RawVerbsPeer connect(RdmaProvider provider, Channel server) throws Exception {
+        return connect(provider, (InetSocketAddress) server.localAddress());
+    }
+
+    /**
+     * Connects to the channel listener {@code server} and sends a HELLO that announces {@code handshake}, whose SEND
+     * must succeed: the server's child becomes active once it has read it.
+     */
+    static RawVerbsPeer connectWithHello(RdmaProvider provider, Channel server, Handshake handshake)
+            throws Exception {
         return open(provider, peer -> {
-            peer.prepareConnect(target);
-            peer.id.connect(ConnectionParameters.DEFAULT);
-            peer.await(CmEventType.ESTABLISHED);
+            peer.establish((InetSocketAddress) server.localAddress());
+            assertEquals(WcStatus.SUCCESS, peer.sendFrame(FrameHeader.HELLO, handshake.encode()));
         });
+    }
+
+    /** Connects to {@code target} and waits until the connection is established. */
+    private void establish(InetSocketAddress target) throws Exception {
+        prepareConnect(target);
+        id.connect(ConnectionParameters.DEFAULT);
+        await(CmEventType.ESTABLISHED);
     }
 
     /** A new peer that {@code setUp} prepares; closed again if that fails. */

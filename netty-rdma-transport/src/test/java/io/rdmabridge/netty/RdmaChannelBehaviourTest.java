@@ -71,6 +71,12 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
                 .handler(handler), server);
     }
 
+    /** Binds a {@link #server} whose children run {@code child} and connects to it a {@link #client} with a Sink. */
+    private RdmaSocketChannel connectedClient(ChannelInboundHandlerAdapter child, boolean autoRead)
+            throws InterruptedException {
+        return client(server(child, autoRead), new Sink());
+    }
+
     /**
      * As with Netty's own server channels, a listener whose autoRead is turned off hands up no accepted channel until
      * it reads again; ServerBootstrap relies on it to pause accepting for a second after an accept failed. The
@@ -84,9 +90,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         connect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), server);
         assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS), "the first connection");
         server.config().setAutoRead(false);
-        ChannelFuture second = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                .handler(new ChannelInboundHandlerAdapter()).connect(server.localAddress());
-        channels.add(0, second.channel());
+        ChannelFuture second = startConnect(new Bootstrap().handler(new ChannelInboundHandlerAdapter()),
+                server.localAddress());
         assertNull(recorder.children.poll(1, TimeUnit.SECONDS), "accepted while the listener's autoRead was off");
         server.config().setAutoRead(true);
         assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS), "the second connection, once reading again");
@@ -233,18 +238,22 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         assertTrue(server.isActive(), "the listener after the refused bind");
     }
 
-    /** Counts and drops what arrives. */
-    private static class Sink extends ChannelInboundHandlerAdapter {
-        final AtomicLong bytes = new AtomicLong();
+    /** Keeps the channel it became active on. */
+    private static class ChannelKeeper extends ChannelInboundHandlerAdapter {
         final AtomicReference<Channel> channel = new AtomicReference<>();
-        final CountDownLatch inactive = new CountDownLatch(1);
-        final AtomicReference<Throwable> failure = new AtomicReference<>();
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
             channel.set(ctx.channel());
             ctx.fireChannelActive();
         }
+    }
+
+    /** Counts and drops what arrives. */
+    private static class Sink extends ChannelKeeper {
+        final AtomicLong bytes = new AtomicLong();
+        final CountDownLatch inactive = new CountDownLatch(1);
+        final AtomicReference<Throwable> failure = new AtomicReference<>();
 
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
@@ -296,8 +305,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(60)
     void shouldSendAllocatorBuffersWithoutCopy() throws Exception {
         Sink sink = new Sink();
-        Channel server = server(sink, true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(sink, true);
 
         ByteBuf eager = client.alloc().directBuffer(4096).writeZero(4096);
         ByteBuf large = client.alloc().directBuffer(256 * 1024).writeZero(256 * 1024);
@@ -313,16 +321,9 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     }
 
     /** Records the size of every read and the bytes in order; releases each buffer. */
-    private static final class ReadRecorder extends ChannelInboundHandlerAdapter {
+    private static final class ReadRecorder extends ChannelKeeper {
         final LinkedBlockingQueue<Integer> readSizes = new LinkedBlockingQueue<>();
         final ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-        final AtomicReference<Channel> channel = new AtomicReference<>();
-
-        @Override
-        public void channelActive(ChannelHandlerContext ctx) {
-            channel.set(ctx.channel());
-            ctx.fireChannelActive();
-        }
 
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
@@ -357,8 +358,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         // Three writes gathered into one SEND; the first one's listener writes and flushes again while the
         // completion is still removing the other two from the outbound buffer. Regression: they were sent twice.
         ReadRecorder recorder = new ReadRecorder();
-        Channel server = server(recorder, true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(recorder, true);
         byte[] a = randomBytes(100, 11);
         byte[] b = randomBytes(100, 12);
         byte[] c = randomBytes(100, 13);
@@ -385,8 +385,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(60)
     void shouldHandUpEachMessageWholeWithTheDefaultRecvByteBufAllocator() throws Exception {
         ReadRecorder recorder = new ReadRecorder();
-        Channel server = server(recorder, true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(recorder, true);
         assertTrue(client.config().getRecvByteBufAllocator() instanceof RdmaRecvByteBufAllocator);
 
         byte[] eager = randomBytes(4096, 1);
@@ -481,8 +480,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(60)
     void shouldCountExactlyTheCopiedBytesOfHeapBuffers() throws Exception {
         Sink sink = new Sink();
-        Channel server = server(sink, true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(sink, true);
 
         int[] sizes = {10, 300, 5000, 20_000, 300_000};
         long total = 0;
@@ -500,8 +498,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     void shouldCountExactlyTheCopiedBytesOfForeignDirectBuffers() throws Exception {
         // A mapped file segment or any direct ByteBuffer the allocator did not hand out: copied once, and counted.
         Sink sink = new Sink();
-        Channel server = server(sink, true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(sink, true);
 
         int[] sizes = {10, 5000, 300_000};
         long total = 0;
@@ -519,8 +516,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(60)
     void shouldStallTheSenderWhenTheReceiverDoesNotRead() throws Exception {
         Sink sink = new Sink();
-        Channel server = server(sink, false);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(sink, false);
         Channel child = awaitChild(sink);
 
         // Write far more than the receiver's credits cover: 32 receive buffers of 16 KiB.
@@ -618,9 +614,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(30)
     void shouldNoticeADroppedPeerPromptly() throws Exception {
         Sink serverSink = new Sink();
-        Channel server = server(serverSink, true);
         Sink clientSink = new Sink();
-        RdmaSocketChannel client = client(server, clientSink);
+        RdmaSocketChannel client = client(server(serverSink, true), clientSink);
         RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
         child.writeAndFlush(child.alloc().directBuffer(100).writeZero(100)).sync();
         awaitBytes(clientSink.bytes, 100);
@@ -648,9 +643,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @SetSystemProperty(key = "rdmabridge.soft.transportTimeoutMillis", value = "1000")
     void shouldCloseNamingRetryExceededWhenThePeerHostVanishes() throws Exception {
         Sink serverSink = new Sink();
-        Channel server = server(serverSink, true);
         Sink clientSink = new Sink();
-        RdmaSocketChannel client = client(server, clientSink);
+        RdmaSocketChannel client = client(server(serverSink, true), clientSink);
         RdmaSocketChannel child = (RdmaSocketChannel) awaitChild(serverSink);
         provider.faults().silence(child.queuePair());
         child.writeAndFlush(child.alloc().directBuffer(100).writeZero(100));
@@ -667,9 +661,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(30)
     void shouldSeeChannelInactiveWhenThePeerCloses() throws Exception {
         Sink serverSink = new Sink();
-        Channel server = server(serverSink, true);
         Sink clientSink = new Sink();
-        client(server, clientSink);
+        client(server(serverSink, true), clientSink);
         Channel child = awaitChild(serverSink);
         child.close().sync();
         assertTrue(clientSink.inactive.await(5, TimeUnit.SECONDS));
@@ -727,9 +720,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         // rdma_cm has no kernel backlog that completes handshakes: the connect request waits for the server's read.
         Sink sink = new Sink();
         Channel server = listen(new ServerBootstrap().option(ChannelOption.AUTO_READ, false).childHandler(sink));
-        ChannelFuture connect = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                .handler(new Sink()).connect(server.localAddress());
-        channels.add(0, connect.channel());
+        ChannelFuture connect = startConnect(new Bootstrap().handler(new Sink()), server.localAddress());
 
         assertFalse(connect.await(300, TimeUnit.MILLISECONDS), "connected before the server channel read");
         assertNull(sink.channel.get());
@@ -839,13 +830,12 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
     @Timeout(60)
     void shouldReleaseReceivedBuffersHandedToAnotherThread() throws Exception {
         LinkedBlockingQueue<ByteBuf> handedOff = new LinkedBlockingQueue<>();
-        Channel server = server(new ChannelInboundHandlerAdapter() {
+        RdmaSocketChannel client = connectedClient(new ChannelInboundHandlerAdapter() {
             @Override
             public void channelRead(ChannelHandlerContext ctx, Object msg) {
                 handedOff.add((ByteBuf) msg);
             }
         }, true);
-        RdmaSocketChannel client = client(server, new Sink());
         long total = 0;
         for (int i = 0; i < 200; i++) {
             client.writeAndFlush(client.alloc().directBuffer(1000).writeZero(1000));
@@ -895,8 +885,8 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Files.write(file.toPath(), content);
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
-        Channel server = server(collector(received, receivedBytes), true);
-        return new FileTransfer(file, content, received, receivedBytes, client(server, new Sink()));
+        return new FileTransfer(file, content, received, receivedBytes,
+                connectedClient(collector(received, receivedBytes), true));
     }
 
     @Test
@@ -933,8 +923,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Files.write(file.toPath(), Arrays.copyOf(content, 1000));
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
-        Channel server = server(collector(received, receivedBytes), true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(collector(received, receivedBytes), true);
         try (FileChannel log = FileChannel.open(file.toPath(), StandardOpenOption.READ)) {
             // Regions close their FileChannel when released: the first stays retained until the second is sent.
             DefaultFileRegion first = new DefaultFileRegion(log, 0, 1000);
@@ -965,8 +954,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         Files.write(file.toPath(), before);
         ByteArrayOutputStream received = new ByteArrayOutputStream();
         AtomicLong receivedBytes = new AtomicLong();
-        Channel server = server(collector(received, receivedBytes), true);
-        RdmaSocketChannel client = client(server, new Sink());
+        RdmaSocketChannel client = connectedClient(collector(received, receivedBytes), true);
         try (FileChannel data = FileChannel.open(file.toPath(), StandardOpenOption.READ)) {
             provider.faults().failRegistrations(1);
             DefaultFileRegion first = new DefaultFileRegion(data, 0, 1000);
@@ -996,7 +984,7 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         LinkedBlockingQueue<ByteBuf> held = new LinkedBlockingQueue<>();
         AtomicReference<Throwable> failure = new AtomicReference<>();
         AtomicReference<Channel> child = new AtomicReference<>();
-        Channel server = server(new ChannelInboundHandlerAdapter() {
+        RdmaSocketChannel client = connectedClient(new ChannelInboundHandlerAdapter() {
             @Override
             public void channelActive(ChannelHandlerContext ctx) {
                 child.set(ctx.channel());
@@ -1012,7 +1000,6 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
                 failure.compareAndSet(null, cause);
             }
         }, true);
-        RdmaSocketChannel client = client(server, new Sink());
         client.writeAndFlush(client.alloc().directBuffer(100).writeZero(100)).sync();
         ByteBuf received = held.poll(10, TimeUnit.SECONDS);
         assertTrue(received != null, "nothing arrived");

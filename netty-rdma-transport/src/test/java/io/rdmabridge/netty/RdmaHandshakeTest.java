@@ -33,6 +33,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Consumer;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -110,15 +111,23 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
         return cause;
     }
 
+    /**
+     * Connects a raw peer to {@code server}, has {@code send} send its frames, and returns the failure of the
+     * connection it was accepted on ({@link #awaitChildFailure()}); the peer is closed again.
+     */
+    private Throwable failureOfRawPeer(Channel server, Consumer<RawVerbsPeer> send) throws Exception {
+        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, server)) {
+            send.accept(raw);
+            return awaitChildFailure();
+        }
+    }
+
     @Test
     void shouldConnectWithoutAnyPrivateData() throws Exception {
         // The soft provider delivers private data; the channel must not need it: it sends none (the raw listener
         // sees an empty connect request) and still connects to a listener that accepts with none.
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
-            channels.add(0, connecting.channel());
-            raw.acceptOne();
+        try (RawVerbsPeer raw = listenRaw()) {
+            ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
             assertEquals(0, raw.lastEventPrivateDataLength(), "private data in the channel's connect request");
             // Not active until the peer's HELLO has arrived.
             assertFalse(connecting.channel().isActive());
@@ -134,13 +143,11 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     @Test
     void shouldCloseAnAcceptedConnectionWhoseFirstFrameIsNotAHello() throws Exception {
         Channel server = echoServer(10_000);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            raw.sendFrame(FrameHeader.DATA, "no hello".getBytes(StandardCharsets.UTF_8));
-            Throwable cause = awaitChildFailure();
-            assertInstanceOf(ConnectException.class, cause);
-            assertTrue(cause.getMessage().contains("the first frame from the peer is DATA (expected: HELLO"),
-                    cause.getMessage());
-        }
+        Throwable cause = failureOfRawPeer(server,
+                raw -> raw.sendFrame(FrameHeader.DATA, "no hello".getBytes(StandardCharsets.UTF_8)));
+        assertInstanceOf(ConnectException.class, cause);
+        assertTrue(cause.getMessage().contains("the first frame from the peer is DATA (expected: HELLO"),
+                cause.getMessage());
         assertEchoes(server);
     }
 
@@ -149,11 +156,8 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
         Channel server = echoServer(10_000);
         byte[] foreign = hello(new Handshake(4096, 4, 4, 1 << 20));
         foreign[0] ^= 0x55;
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            raw.sendFrame(FrameHeader.HELLO, foreign);
-            Throwable cause = awaitChildFailure();
-            assertTrue(cause.getMessage().contains("handshake failed: handshake magic"), cause.getMessage());
-        }
+        Throwable cause = failureOfRawPeer(server, raw -> raw.sendFrame(FrameHeader.HELLO, foreign));
+        assertTrue(cause.getMessage().contains("handshake failed: handshake magic"), cause.getMessage());
         assertEchoes(server);
     }
 
@@ -161,12 +165,11 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     void shouldFailTheConnectionOnASecondHello() throws Exception {
         Channel server = echoServer(10_000);
         byte[] hello = hello(new Handshake(4096, 4, 4, 1 << 20));
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+        Throwable cause = failureOfRawPeer(server, raw -> {
             raw.sendFrame(FrameHeader.HELLO, hello);
             raw.sendFrame(FrameHeader.HELLO, hello);
-            Throwable cause = awaitChildFailure();
-            assertTrue(cause.getMessage().contains("a second HELLO frame"), cause.getMessage());
-        }
+        });
+        assertTrue(cause.getMessage().contains("a second HELLO frame"), cause.getMessage());
         assertEchoes(server);
     }
 
@@ -176,17 +179,14 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
      */
     @Test
     void shouldFailTheConnectWhenTheServersHelloReturnsCreditsItDoesNotHold() throws Exception {
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
+        try (RawVerbsPeer raw = listenRaw()) {
             AtomicBoolean active = new AtomicBoolean();
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter() {
-                        @Override
-                        public void channelActive(ChannelHandlerContext ctx) {
-                            active.set(true);
-                        }
-                    }).connect(raw.listenAddress());
-            channels.add(0, connecting.channel());
-            raw.acceptOne();
+            ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter() {
+                @Override
+                public void channelActive(ChannelHandlerContext ctx) {
+                    active.set(true);
+                }
+            }), raw);
             assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, 1, 0, 0,
                     hello(new Handshake(4096, 4, 4, 1 << 20))));
             assertTrue(connecting.await(10, TimeUnit.SECONDS));
@@ -201,14 +201,12 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     @Test
     void shouldCloseAnAcceptedConnectionWhoseHelloAcknowledgesARendezvousNeverSent() throws Exception {
         Channel server = echoServer(10_000);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            byte[] hello = hello(new Handshake(4096, 4, 4, 1 << 20));
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, 0, 0, 1, hello));
-            Throwable cause = awaitChildFailure();
-            assertInstanceOf(ConnectException.class, cause);
-            assertTrue(cause.getMessage().contains("peer acknowledged 1 rendezvous but only 0 are outstanding"),
-                    cause.getMessage());
-        }
+        byte[] hello = hello(new Handshake(4096, 4, 4, 1 << 20));
+        Throwable cause = failureOfRawPeer(server,
+                raw -> assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, 0, 0, 1, hello)));
+        assertInstanceOf(ConnectException.class, cause);
+        assertTrue(cause.getMessage().contains("peer acknowledged 1 rendezvous but only 0 are outstanding"),
+                cause.getMessage());
         assertEchoes(server);
     }
 
@@ -217,34 +215,29 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
         // With half-closure the channel stays open after the peer's end of stream; each further SHUTDOWN was taken
         // as one more end of stream, told to the application each time.
         Channel server = echoServer(10_000, true);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
+        Throwable cause = failureOfRawPeer(server, raw -> {
             raw.sendFrame(FrameHeader.HELLO, hello(new Handshake(4096, 4, 4, 1 << 20)));
             raw.sendFrame(FrameHeader.SHUTDOWN, new byte[0]);
             raw.sendFrame(FrameHeader.SHUTDOWN, new byte[0]);
-            Throwable cause = awaitChildFailure();
-            assertTrue(cause.getMessage().contains("SHUTDOWN frame after SHUTDOWN"), cause.getMessage());
-        }
+        });
+        assertTrue(cause.getMessage().contains("SHUTDOWN frame after SHUTDOWN"), cause.getMessage());
         assertEchoes(server);
     }
 
     @Test
     void shouldTimeOutAnAcceptedConnectionThatNeverSendsItsHello() throws Exception {
         Channel server = echoServer(300);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            Throwable cause = awaitChildFailure();
-            assertInstanceOf(ConnectTimeoutException.class, cause);
-            assertTrue(cause.getMessage().startsWith("no rdma-bridge handshake from"), cause.getMessage());
-        }
+        Throwable cause = failureOfRawPeer(server, raw -> { });
+        assertInstanceOf(ConnectTimeoutException.class, cause);
+        assertTrue(cause.getMessage().startsWith("no rdma-bridge handshake from"), cause.getMessage());
         assertEchoes(server);
     }
 
     @Test
     void shouldFailTheConnectWhenTheServerNeverSendsItsHello() throws Exception {
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 300)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
-            raw.acceptOne();
+        try (RawVerbsPeer raw = listenRaw()) {
+            ChannelFuture connecting = connectToRaw(new Bootstrap().option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 300)
+                    .handler(new ChannelInboundHandlerAdapter()), raw);
             assertTrue(connecting.await(10, TimeUnit.SECONDS));
             assertInstanceOf(ConnectTimeoutException.class, connecting.cause());
             assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");

@@ -10,7 +10,6 @@ import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.verbs.WcStatus;
 import org.junit.jupiter.api.Test;
 
-import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.concurrent.TimeUnit;
@@ -28,18 +27,23 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  */
 class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
+    /**
+     * Connects a channel to the raw listener {@code raw}, which accepts it and sends a HELLO announcing
+     * {@code announced}; returns the channel once connected, its own HELLO read by {@code raw} as its first frame.
+     */
+    private Channel connectAnnouncing(RawVerbsPeer raw, Handshake announced) throws Exception {
+        ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
+        assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, announced.encode()));
+        Channel ch = connecting.sync().channel();
+        assertEquals(FrameHeader.HELLO, raw.receivedFrameType(), "the channel's first frame");
+        return ch;
+    }
+
     @Test
     void shouldNotStageMoreThanItsOwnReceiveBufferForAPeerThatAnnouncesHugeOnes() throws Exception {
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
-            channels.add(0, connecting.channel());
-            raw.acceptOne();
+        try (RawVerbsPeer raw = listenRaw()) {
             // 6 data credits fit the raw peer's 8 posted receives; it never returns one.
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
-                    new Handshake(Handshake.MAX_RECEIVE_BUFFER_SIZE, 6, 2, 1 << 20).encode()));
-            Channel ch = connecting.sync().channel();
-            assertEquals(FrameHeader.HELLO, raw.receivedFrameType(), "the channel's first frame");
+            Channel ch = connectAnnouncing(raw, new Handshake(Handshake.MAX_RECEIVE_BUFFER_SIZE, 6, 2, 1 << 20));
             long before = provider.resourceUsage().registeredBytes();
             for (int i = 0; i < 6; i++) {
                 ch.writeAndFlush(Unpooled.wrappedBuffer(new byte[300]));
@@ -56,16 +60,9 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
     @Test
     void shouldNotStageAHeapWriteInOneBlockForAPeerThatAnnouncesAHugeLargestMessage() throws Exception {
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
-            channels.add(0, connecting.channel());
-            raw.acceptOne();
+        try (RawVerbsPeer raw = listenRaw()) {
             // A largest message of 2 GiB and one data credit, which it never returns.
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
-                    new Handshake(4096, 1, 2, Integer.MAX_VALUE).encode()));
-            Channel ch = connecting.sync().channel();
-            assertEquals(FrameHeader.HELLO, raw.receivedFrameType(), "the channel's first frame");
+            Channel ch = connectAnnouncing(raw, new Handshake(4096, 1, 2, Integer.MAX_VALUE));
             long before = provider.resourceUsage().registeredBytes();
             // A heap write, so the rendezvous is staged in registered memory.
             ch.writeAndFlush(Unpooled.wrappedBuffer(new byte[4 * RdmaWriteProcessor.MAX_STAGED_PART]));
@@ -81,11 +78,8 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
     @Test
     void shouldRefuseAPeerThatAnnouncesMessagesTooSmallForUsefulRendezvousParts() throws Exception {
-        try (RawVerbsPeer raw = RawVerbsPeer.listen(provider, new InetSocketAddress("127.0.0.1", 0))) {
-            ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
-                    .handler(new ChannelInboundHandlerAdapter()).connect(raw.listenAddress());
-            channels.add(0, connecting.channel());
-            raw.acceptOne();
+        try (RawVerbsPeer raw = listenRaw()) {
+            ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
             // A largest message of 1 byte: a 16 MiB write would go as 16 million rendezvous parts.
             byte[] hello = new Handshake(4096, 6, 2, 1 << 20).encode();
             ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(16, 1);

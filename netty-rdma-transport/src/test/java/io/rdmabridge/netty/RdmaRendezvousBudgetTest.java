@@ -56,6 +56,10 @@ class RdmaRendezvousBudgetTest {
 
     private final SoftProvider provider = (SoftProvider) RdmaProviders.byName("soft");
     private EventLoopGroup group;
+    /** The children of the test's server, with their failures. */
+    private final ChildRecorder recorder = new ChildRecorder();
+    /** Each message the children of {@link #bindRecordingServer} hand up, copied. */
+    private final LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
 
     @BeforeEach
     void setUp() {
@@ -76,19 +80,15 @@ class RdmaRendezvousBudgetTest {
     @Test
     void shouldReadAdvertisedMessagesWithinTheLoopsBudget() throws Exception {
         int peers = 4;
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
-        Channel server = bindRecordingServer(recorder, received, null);
+        Channel server = bindRecordingServer(null);
         List<RawVerbsPeer> raws = new ArrayList<>();
         try {
             // READ requests reach their target 300 ms late, so several would be in flight at once without a budget.
             provider.faults().delaySends(300_000_000L);
             List<byte[]> sent = new ArrayList<>();
             for (int p = 0; p < peers; p++) {
-                RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress());
+                RawVerbsPeer raw = connectRaw(server, 4);
                 raws.add(raw);
-                assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
-                        new Handshake(4096, 4, 4, MESSAGE).encode()));
                 byte[] contents = new byte[MESSAGE];
                 Arrays.fill(contents, (byte) p);
                 contents[MESSAGE - 1] = (byte) (100 + p);
@@ -135,18 +135,13 @@ class RdmaRendezvousBudgetTest {
                 }
             }
         };
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<Channel> children = recorder.children;
         LinkedBlockingQueue<Throwable> failures = recorder.failures;
         Channel server = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                 .childHandler(recorder)
                 .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
-                    .encode()));
+        try (RawVerbsPeer raw = connectRaw(server, 4)) {
             MemoryRegion region = raw.exposeForRead(new byte[MESSAGE]);
-            Channel child = children.poll(10, TimeUnit.SECONDS);
-            assertNotNull(child);
+            Channel child = acceptedChild();
             // Every work request now reaches its peer 3 s late: the advertisement, then the server's READ, which
             // outlives the 1 s READ timeout. To the server, a peer that stalls its answer.
             provider.faults().delaySends(3_000_000_000L);
@@ -198,12 +193,8 @@ class RdmaRendezvousBudgetTest {
                     }
                 })
                 .bind(new InetSocketAddress("127.0.0.1", 0)).sync().channel();
-        try (RawVerbsPeer stream = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress());
-             RawVerbsPeer large = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            for (RawVerbsPeer raw : List.of(stream, large)) {
-                assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO,
-                        new Handshake(4096, 4, 4, MESSAGE).encode()));
-            }
+        try (RawVerbsPeer stream = connectRaw(server, 4);
+             RawVerbsPeer large = connectRaw(server, 4)) {
             MemoryRegion smallRegion = stream.exposeForRead(new byte[small]);
             byte[] ones = new byte[MESSAGE];
             Arrays.fill(ones, (byte) 1);
@@ -231,14 +222,9 @@ class RdmaRendezvousBudgetTest {
      */
     @Test
     void shouldNotFailALandedRendezvousLeftUnreadPastTheReadTimeout() throws Exception {
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
-        Channel server = bindRecordingServer(recorder, received, null);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
-                    .encode()));
-            Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
-            assertNotNull(child);
+        Channel server = bindRecordingServer(null);
+        try (RawVerbsPeer raw = connectRaw(server, 4)) {
+            Channel child = acceptedChild();
             byte[] contents = new byte[MESSAGE];
             new Random(7).nextBytes(contents);
             landUnread(raw, child, contents);
@@ -269,22 +255,15 @@ class RdmaRendezvousBudgetTest {
      */
     @Test
     void shouldNotLetAnUnreadLandedMessageStallAnotherConnectionsRendezvous() throws Exception {
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
-        Channel server = bindRecordingServer(recorder, received, null);
-        try (RawVerbsPeer paused = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            assertEquals(WcStatus.SUCCESS, paused.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
-                    .encode()));
-            Channel pausedChild = recorder.children.poll(10, TimeUnit.SECONDS);
-            assertNotNull(pausedChild);
+        Channel server = bindRecordingServer(null);
+        try (RawVerbsPeer paused = connectRaw(server, 4)) {
+            Channel pausedChild = acceptedChild();
             byte[] unread = new byte[MESSAGE];
             Arrays.fill(unread, (byte) 1);
             landUnread(paused, pausedChild, unread);
             RdmaIoHandler handler = handlerOf(pausedChild);
-            try (RawVerbsPeer other = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-                assertEquals(WcStatus.SUCCESS, other.sendFrame(FrameHeader.HELLO,
-                        new Handshake(4096, 4, 4, MESSAGE).encode()));
-                assertNotNull(recorder.children.poll(10, TimeUnit.SECONDS));
+            try (RawVerbsPeer other = connectRaw(server, 4)) {
+                acceptedChild();
                 byte[] contents = new byte[MESSAGE];
                 new Random(9).nextBytes(contents);
                 MemoryRegion region = other.exposeForRead(contents);
@@ -314,14 +293,9 @@ class RdmaRendezvousBudgetTest {
     @Test
     @SetSystemProperty(key = RdmaIoHandler.RENDEZVOUS_PARKED_PROPERTY, value = "" + (MESSAGE - 1))
     void shouldKeepTheBudgetOfAnUnreadMessageThatTheParkedAllowanceCannotHold() throws Exception {
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
-        Channel server = bindRecordingServer(recorder, received, null);
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 4, 4, MESSAGE)
-                    .encode()));
-            Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
-            assertNotNull(child);
+        Channel server = bindRecordingServer(null);
+        try (RawVerbsPeer raw = connectRaw(server, 4)) {
+            Channel child = acceptedChild();
             byte[] contents = new byte[MESSAGE];
             new Random(10).nextBytes(contents);
             landUnread(raw, child, contents);
@@ -372,18 +346,13 @@ class RdmaRendezvousBudgetTest {
      */
     @Test
     void shouldHoldNoBudgetWhileARendezvousWaitsForSendQueueRoom() throws Exception {
-        ChildRecorder recorder = new ChildRecorder();
-        LinkedBlockingQueue<byte[]> received = new LinkedBlockingQueue<>();
-        Channel server = bindRecordingServer(recorder, received, b -> b
+        Channel server = bindRecordingServer(b -> b
                 .childOption(RdmaChannelOption.SEND_QUEUE_DEPTH, 8)
                 // A credit return is due after each message read, so a CREDIT frame takes the queue's last place.
                 .childOption(RdmaChannelOption.RECEIVE_QUEUE_DEPTH, 4));
-        try (RawVerbsPeer raw = RawVerbsPeer.connect(provider, (InetSocketAddress) server.localAddress())) {
-            // 16 data credits, but 8 receives posted: the server's HELLO and 7 DATA frames land, later SENDs wait.
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, new Handshake(4096, 16, 4, MESSAGE)
-                    .encode()));
-            RdmaSocketChannel child = (RdmaSocketChannel) recorder.children.poll(10, TimeUnit.SECONDS);
-            assertNotNull(child);
+        // 16 data credits, but 8 receives posted: the server's HELLO and 7 DATA frames land, later SENDs wait.
+        try (RawVerbsPeer raw = connectRaw(server, 16)) {
+            RdmaSocketChannel child = acceptedChild();
             // One message at a time, each posted before the next is written, so each is a frame of its own (messages
             // that wait for room together go in one frame): 7 land, 7 wait.
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
@@ -423,9 +392,26 @@ class RdmaRendezvousBudgetTest {
         }
     }
 
-    /** A server whose children are recorded and hand each message up, copied, to {@code received}. */
-    private Channel bindRecordingServer(ChildRecorder recorder, LinkedBlockingQueue<byte[]> received,
-                                        UnaryOperator<ServerBootstrap> options) throws InterruptedException {
+    /**
+     * A raw peer connected to {@code server} that has sent its HELLO: receive buffers of 4 KiB, {@code dataCredits}
+     * data credits, messages of up to {@link #MESSAGE} bytes.
+     */
+    private RawVerbsPeer connectRaw(Channel server, int dataCredits) throws Exception {
+        return RawVerbsPeer.connectWithHello(provider, server, new Handshake(4096, dataCredits, 4, MESSAGE));
+    }
+
+    /** The next child of the test's server to become active, which must within 10 s. */
+    private RdmaSocketChannel acceptedChild() throws InterruptedException {
+        Channel child = recorder.children.poll(10, TimeUnit.SECONDS);
+        assertNotNull(child);
+        return (RdmaSocketChannel) child;
+    }
+
+    /**
+     * A server whose children are recorded in {@link #recorder} and hand each message up, copied, to
+     * {@link #received}.
+     */
+    private Channel bindRecordingServer(UnaryOperator<ServerBootstrap> options) throws InterruptedException {
         ServerBootstrap b = new ServerBootstrap().group(group).channel(RdmaServerSocketChannel.class)
                 .childHandler(new ChannelInitializer<Channel>() {
                     @Override
