@@ -25,6 +25,11 @@ final class FollowerHandshake {
         RDMA,
         /** The leader knows the connection stays on TCP: Kafka continues on this socket. */
         TCP,
+        /**
+         * As {@link #TCP}, because the leader holds as many handshakes or RDMA connections as it allows: a fresh
+         * socket may be upgraded a moment later.
+         */
+        BUSY,
         /** The socket cannot carry Kafka's bytes (the leader closed it, or may still be negotiating): redial. */
         REDIAL
     }
@@ -76,7 +81,8 @@ final class FollowerHandshake {
         int leaderId = reply.getInt(Preamble.REPLY_BROKER_ID_OFFSET);
         byte status = reply.get(Preamble.REPLY_STATUS_OFFSET);
         if (status != Preamble.STATUS_ACCEPT) {
-            return new Outcome(Kind.TCP, null, leaderId, "leader " + leaderId + " " + Preamble.statusName(status));
+            return new Outcome(status == Preamble.STATUS_DECLINE_BUSY ? Kind.BUSY : Kind.TCP, null, leaderId,
+                    "leader " + leaderId + " " + Preamble.statusName(status));
         }
         int port = reply.getInt(Preamble.REPLY_PORT_OFFSET);
         long token = reply.getLong(Preamble.REPLY_TOKEN_OFFSET);

@@ -58,9 +58,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
      */
     private static final RateLimitedWarning DECLINED = new RateLimitedWarning(LOG, 1000);
     private static final RateLimitedWarning REJECTED = new RateLimitedWarning(LOG, 1000);
-    /** The pause before asking again a leader whose plugin refused a probe; it doubles up to the next. */
+    /** The pause before asking again a leader that refused a probe or declined as busy; it doubles up to the next. */
     static final long FIRST_PROBE_PAUSE_MS = 20;
     static final long MAX_PROBE_PAUSE_MS = 320;
+    /** How long a follower keeps asking a busy leader, at most (never past the upgrade's deadline). */
+    static final long BUSY_RETRY_MS = 1000;
     /** How many more times a failed probe of a leader never heard from is asked (after 20, 40 and 80 ms). */
     static final int UNKNOWN_LEADER_PROBE_RETRIES = 3;
     private static final ByteBuffer EMPTY = ByteBuffer.allocate(0);
@@ -186,8 +188,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 return true;
             }
             replication.metrics().upgradeAttempted();
-            FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
-                    replication.transport(), leader, deadline, timeoutMs);
+            FollowerHandshake.Outcome o = negotiateWhileBusy(leader, deadline, timeoutMs);
             switch (o.kind()) {
                 case RDMA:
                     stream = o.stream();
@@ -198,6 +199,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                             stream.describe());
                     break;
                 case TCP:
+                case BUSY:
                     mode = Mode.TCP;
                     replication.metrics().upgradeFellBack();
                     LOG.warn("Replication connection to leader {} at {} stays on TCP: {}", peer.id(), leader,
@@ -217,6 +219,38 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     }
 
     /**
+     * Negotiates the upgrade; while the leader declines it as busy (it holds as many handshakes or RDMA connections as
+     * it allows), asks again on a fresh socket after a pause that doubles from {@value #FIRST_PROBE_PAUSE_MS} ms, for
+     * up to {@value #BUSY_RETRY_MS} ms within the deadline: a declined socket stays on TCP for its lifetime, and
+     * brokers that reconnect together must not leave each other there, while a leader at {@code rdma.max.connections}
+     * stays full until a connection closes and must not hold every new fetcher for long. The declined socket has
+     * carried no Kafka byte, so it is closed.
+     */
+    private FollowerHandshake.Outcome negotiateWhileBusy(InetSocketAddress leader, long deadline, int timeoutMs)
+            throws IOException {
+        long retryEnd = retryEnd(deadline);
+        long pauseMs = FIRST_PROBE_PAUSE_MS;
+        while (true) {
+            FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
+                    replication.transport(), leader, deadline, timeoutMs);
+            if (o.kind() != FollowerHandshake.Kind.BUSY
+                    || TimeUnit.NANOSECONDS.toMillis(retryEnd - System.nanoTime()) <= pauseMs) {
+                return o;
+            }
+            try {
+                Thread.sleep(pauseMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return o;
+            }
+            LOG.debug("Replication connection to leader {} at {}: {}; asking again", peer.id(), leader, o.reason());
+            // Kafka's own plain connect, as the one it asked for: the upgrade's deadline must not cut it short.
+            redial(leader, timeoutMs);
+            pauseMs = Math.min(2 * pauseMs, MAX_PROBE_PAUSE_MS);
+        }
+    }
+
+    /**
      * Why a connection stays on TCP without a preamble; {@code refused} when the leader's plugin is there but did not
      * answer (it is busy with handshakes, or closing), which is not the same as a leader without the plugin.
      */
@@ -230,8 +264,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
      * <p>A leader's plugin that holds as many handshakes as it allows refuses a probe, and brokers that reconnect
      * together must not push each other onto TCP for minutes, so a failed probe is asked again after a pause that
      * doubles each time. How long depends on what is known of the leader. A probe the plugin accepted and closed
-     * before answering, or any failure of a leader that has answered before, is asked again until the upgrade's
-     * deadline. A leader never heard from is asked {@value #UNKNOWN_LEADER_PROBE_RETRIES} more times: on a NIC a
+     * before answering, or any failure of a leader that has answered before, is asked again for up to
+     * {@value #BUSY_RETRY_MS} ms within the upgrade's deadline. A leader never heard from is asked {@value #UNKNOWN_LEADER_PROBE_RETRIES} more times: on a NIC a
      * refused request and a port where nothing listens both read {@code REJECTED} (DiSNI passes no reason), and a
      * stock leader must not cost each connection the whole deadline.
      *
@@ -246,6 +280,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                     + " is no port (expected: 1..65535)", false);
         }
         InetSocketAddress rdma = new InetSocketAddress(leader.getAddress(), port);
+        long start = System.nanoTime();
+        long retryEnd = retryEnd(deadline);
         long pauseMs = FIRST_PROBE_PAUSE_MS;
         for (int failures = 0; ; failures++) {
             var answer = replication.transport().probe(rdma);
@@ -267,15 +303,16 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 Throwable cause = e.getCause();
                 boolean refused = cause instanceof RdmaStreamTransport.ProbeRefusedException
                         || replication.answeredBefore(leader);
-                long leftMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+                long leftMs = TimeUnit.NANOSECONDS.toMillis(retryEnd - System.nanoTime());
                 if (leftMs <= pauseMs || !refused && failures >= UNKNOWN_LEADER_PROBE_RETRIES) {
                     if (refused) {
                         // Asked again later, as one never heard from: a leader whose plugin was turned off costs one
-                        // connection the deadline, not every one.
+                        // connection those retries, not every one.
                         replication.forgetAnswer(leader);
                         return new NoUpgrade("leader " + peer.id() + "'s plugin did not answer " + (failures + 1)
-                                + " RDMA probes at " + rdma + " within the upgrade's " + timeoutMs
-                                + " ms (rdma.handshake.timeout.ms), the last: " + cause, true);
+                                + " RDMA probes at " + rdma + " within "
+                                + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start) + " ms, the last: " + cause,
+                                true);
                     }
                     return new NoUpgrade("no RDMA replication plugin answers at " + rdma + " (" + cause + "): leader "
                             + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE
@@ -296,6 +333,12 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 return new NoUpgrade("interrupted while probing " + rdma, false);
             }
         }
+    }
+
+    /** When asking a busy leader again ends: {@value #BUSY_RETRY_MS} ms from now, or at {@code deadline}. */
+    private static long retryEnd(long deadline) {
+        long budgetEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(BUSY_RETRY_MS);
+        return deadline - budgetEnd < 0 ? deadline : budgetEnd;
     }
 
     /** Milliseconds until {@code deadline}, at least 1: a socket's connect takes 0 for "no timeout". */

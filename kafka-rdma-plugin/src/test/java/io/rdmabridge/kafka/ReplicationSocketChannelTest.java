@@ -11,6 +11,7 @@ import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
 import java.lang.management.ManagementFactory;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -273,8 +274,9 @@ class ReplicationSocketChannelTest {
             long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
             long now = System.currentTimeMillis();
             assertFalse(((ReplicationSocketChannel) follower).isRdma());
-            assertTrue(tookMs < 2000 + 500, "the probes went on past rdma.handshake.timeout.ms=2000: " + tookMs + " ms");
-            assertTrue(transport.probes >= 5, "asked again until the deadline: " + transport.probes + " probes");
+            assertTrue(tookMs < ReplicationSocketChannel.BUSY_RETRY_MS + 500, "the probes went on past "
+                    + ReplicationSocketChannel.BUSY_RETRY_MS + " ms: " + tookMs + " ms");
+            assertTrue(transport.probes >= 5, "asked again for a while: " + transport.probes + " probes");
             assertEquals(0, RdmaReplication.get().metrics().attempted(), "no preamble without an answered probe");
             Long retryAt = RdmaReplication.get().plainPeerRetryAt(address);
             assertTrue(retryAt != null && retryAt <= now + RdmaReplication.REFUSED_PEER_RETRY_MS,
@@ -287,8 +289,8 @@ class ReplicationSocketChannelTest {
 
     /**
      * A leader whose plugin has answered before is taken for a busy one when its port rejects the probe, and is
-     * asked until the deadline; once that fails it counts as never heard from, so that a plugin turned off costs
-     * one connection the deadline and not every one.
+     * asked again for a while; once that fails it counts as never heard from, so that a plugin turned off costs
+     * one connection those retries and not every one.
      */
     @Test
     void shouldAskALeaderThatAnsweredBeforeUntilTheDeadlineThenForgetItsAnswer() throws Exception {
@@ -305,12 +307,58 @@ class ReplicationSocketChannelTest {
             long now = System.currentTimeMillis();
             assertFalse(((ReplicationSocketChannel) follower).isRdma());
             assertTrue(transport.probes > 1 + ReplicationSocketChannel.UNKNOWN_LEADER_PROBE_RETRIES,
-                    "asked until the deadline: " + transport.probes + " probes");
+                    "asked again for a while: " + transport.probes + " probes");
             assertTrue(RdmaReplication.get().plainPeerRetryAt(address) <= now + RdmaReplication.REFUSED_PEER_RETRY_MS,
                     "left on TCP as a busy leader, not as one without the plugin");
             assertFalse(RdmaReplication.get().answeredBefore(address), "its earlier answer still counts");
             follower.close();
         }
+    }
+
+    /**
+     * A leader that holds as many handshakes as it allows declines the upgrade as busy, and the declined socket stays on
+     * TCP for its lifetime. The follower asks again on a fresh socket until the deadline, so a burst of handshakes
+     * (brokers reconnecting together) leaves no connection on TCP for good.
+     */
+    @Test
+    void shouldAskAgainOnAFreshSocketWhenTheLeaderDeclinesAsBusy() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.onProbe = () -> {
+            List<InetAddress> held = holdEveryHandshakePlace();
+            CompletableFuture.delayedExecutor(150, TimeUnit.MILLISECONDS).execute(() -> held.forEach(
+                    RdmaReplication.get().handshakeAdmission()::release));
+        };
+        ReplicationMetrics.Peer peer = exchange(transport, true);
+        assertEquals(PAYLOAD + fileBytes().length, peer.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
+        assertEquals(0, peer.tcpReceived.sum());
+        assertTrue(RdmaReplication.get().metrics().fellBack() >= 1, "the leader declined it first");
+    }
+
+    @Test
+    void shouldStayOnTcpWithNoByteLostWhenTheLeaderIsBusyUntilTheDeadline() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        transport.onProbe = this::holdEveryHandshakePlace;
+        ReplicationMetrics.Peer peer = exchange(transport, false);
+        assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum(), "follower-side bytes counted as TCP");
+        assertEquals(0, peer.rdmaReceived.sum());
+    }
+
+    /** Takes every place of the leader's preamble admission, from two addresses other than the follower's. */
+    private List<InetAddress> holdEveryHandshakePlace() {
+        HandshakeAdmission admission = RdmaReplication.get().handshakeAdmission();
+        List<InetAddress> held = new ArrayList<>();
+        try {
+            for (int host = 1; host <= 2; host++) {
+                InetAddress a = InetAddress.getByAddress(new byte[] {10, 0, 0, (byte) host});
+                while (admission.admit(a) == null) {
+                    held.add(a);
+                }
+            }
+        } catch (IOException e) {
+            throw new AssertionError(e);
+        }
+        assertEquals(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES, held.size(), "places held");
+        return held;
     }
 
     @Test
@@ -892,7 +940,10 @@ class ReplicationSocketChannelTest {
         }
     }
 
-    /** The leader: echoes bytes; on 'F' (after the payload) sends the file with transferTo; ends at end of stream. */
+    /**
+     * The leader: echoes bytes; on 'F' (after the payload) sends the file with transferTo; ends at end of stream. A
+     * connection that ends before a byte of Kafka's (a follower asking again on a fresh socket) is replaced by the next.
+     */
     private static void echo(RdmaSelectorProvider provider, ServerSocketChannel server, Path file,
                              AtomicReference<SocketChannel> accepted) throws IOException {
         try (Selector sel = provider.openSelector(); FileChannel fc = FileChannel.open(file, StandardOpenOption.READ)) {
@@ -906,11 +957,17 @@ class ReplicationSocketChannelTest {
             while (true) {
                 sel.select(1000);
                 for (SelectionKey k : sel.selectedKeys()) {
-                    if (k.isAcceptable()) {
-                        ch = server.accept();
-                        if (ch == null) {
+                    if (k.isValid() && k.isAcceptable()) {
+                        SocketChannel next = server.accept();
+                        if (next == null) {
                             continue;
                         }
+                        if (ch != null) {
+                            // A follower that asks again on a fresh socket closes the one it used before.
+                            assertEquals(0, received, "a second connection after Kafka's bytes");
+                            ch.close();
+                        }
+                        ch = next;
                         accepted.set(ch);
                         ch.configureBlocking(false);
                         key = ch.register(sel, SelectionKey.OP_READ);
@@ -922,6 +979,12 @@ class ReplicationSocketChannelTest {
                 }
                 if (key.isValid() && key.isReadable() && buf.hasRemaining()) {
                     int n = ch.read(buf);
+                    if (n < 0 && received == 0) {
+                        // Declined and closed by the follower, which asks again on a fresh socket.
+                        ch.close();
+                        ch = null;
+                        continue;
+                    }
                     if (n < 0) {
                         ch.close();
                         assertPlaceHeldWhileTheQueuePairLives((ReplicationSocketChannel) ch);
