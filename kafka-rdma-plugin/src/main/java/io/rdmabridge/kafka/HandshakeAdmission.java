@@ -10,8 +10,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  * Places for handshakes in progress ({@code rdma.handshake.max.in.progress}): at most {@code max} at a time, and at
  * most half of them (at least one) held from one source address. Anyone who reaches the inter-broker or the RDMA port
  * can take a place until the handshake timeout, before anything proves it a broker; the share per address keeps one
- * host that holds places from refusing every other broker's handshakes. A host with many brokers, or a flood from
- * many addresses, still needs the key raised or the port firewalled to the brokers' hosts.
+ * host that holds places from refusing every other broker's handshakes. Addresses count one by one, so a host with
+ * many addresses (an IPv6 host may use any of its /64) takes a share with each: a flood from many addresses, like a
+ * host with many brokers, needs the key raised or the port allowed only to the brokers' hosts. Connections whose
+ * address is not known share one share.
  *
  * <p>Thread-safe.
  */
@@ -46,29 +48,31 @@ final class HandshakeAdmission {
      * @return {@code null} when it took one, to be given back with {@link #release}; otherwise why not, naming the key
      */
     String admit(InetAddress source) {
-        if (inProgress.incrementAndGet() > max) {
-            inProgress.decrementAndGet();
-            return "more than " + max + " " + what + " in progress (" + RdmaReplicationConfig.MAX_HANDSHAKES
-                    + "; raise it if this many brokers reconnect at once, or allow only the brokers' hosts to reach the "
-                    + "port)";
-        }
+        // The address's share first: a host at its share must not take, even for a moment, a place of the total.
         if (bySource.merge(source, 1, Integer::sum) > maxPerSource) {
-            giveBack(source);
+            leave(source);
             return "more than " + maxPerSource + " " + what + " in progress from " + source.getHostAddress()
                     + " (one address may hold half of " + RdmaReplicationConfig.MAX_HANDSHAKES + "=" + max
                     + "; raise it if that host runs many brokers, or allow only the brokers' hosts to reach the port)";
+        }
+        if (inProgress.incrementAndGet() > max) {
+            inProgress.decrementAndGet();
+            leave(source);
+            return "more than " + max + " " + what + " in progress (" + RdmaReplicationConfig.MAX_HANDSHAKES
+                    + "; raise it if this many brokers reconnect at once, or allow only the brokers' hosts to reach the "
+                    + "port)";
         }
         return null;
     }
 
     /** Gives back a place {@link #admit} took for {@code source}. */
     void release(InetAddress source) {
-        giveBack(source);
+        leave(source);
+        inProgress.decrementAndGet();
     }
 
-    private void giveBack(InetAddress source) {
+    private void leave(InetAddress source) {
         bySource.computeIfPresent(source, (a, n) -> n == 1 ? null : n - 1);
-        inProgress.decrementAndGet();
     }
 
     /** Places held now. */

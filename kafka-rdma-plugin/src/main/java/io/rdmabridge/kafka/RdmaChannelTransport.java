@@ -44,7 +44,7 @@ import org.slf4j.LoggerFactory;
  * refuses. Until a connection has presented a token the leader expects, it carries no Kafka byte:
  * an unknown token closes it at once, a missing one after the handshake timeout, and at most
  * {@code maxUnidentified} such connections exist at a time, at most half of them from one source address (more are
- * closed on arrival, which a follower's probe tells from a listener that is not there, and tries again). A probe's
+ * refused before they are accepted, so they cost no queue pair; a follower asks again). A probe's
  * connection counts as one until it is closed: once its answer is delivered, or at the handshake timeout.
  *
  * <p>Thread-safe.
@@ -53,8 +53,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** Largest message either side of a replication connection accepts from the other. */
     static final int MAX_MESSAGE_SIZE = 1024 * 1024;
     private static final Logger LOG = LoggerFactory.getLogger(RdmaChannelTransport.class);
-    /** Anyone who reaches the RDMA port can make these lines: at most one a second. */
-    private static final RateLimitedWarning CLOSED_BEFORE_TOKEN = new RateLimitedWarning(LOG, 1000);
+    /**
+     * Anyone who reaches the RDMA port can make these lines: at most one a second of each kind, so that a flood of one
+     * hides no other.
+     */
+    private static final RateLimitedWarning OVER_CAP = new RateLimitedWarning(LOG, 1000);
+    private static final RateLimitedWarning NO_TOKEN = new RateLimitedWarning(LOG, 1000);
+    private static final RateLimitedWarning UNKNOWN_TOKEN = new RateLimitedWarning(LOG, 1000);
     static final int TOKEN_LENGTH = 8;
 
     private final RdmaProvider provider;
@@ -443,14 +448,14 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             InetAddress from = remote == null ? HandshakeAdmission.UNKNOWN_SOURCE : remote.getAddress();
             String refused = unidentified.admit(from);
             if (refused != null) {
-                reject(ctx, refused);
+                reject(ctx, refused, OVER_CAP);
                 return;
             }
             source = from;
             counted = true;
             deadline = ctx.executor().schedule(() -> reject(ctx, (tokenBytes < TOKEN_LENGTH ? "no token"
                     : "its probe answer was not delivered") + " within " + handshakeTimeoutMs + " ms "
-                    + "(rdma.handshake.timeout.ms)"), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
+                    + "(rdma.handshake.timeout.ms)", NO_TOKEN), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
         }
 
         @Override
@@ -491,7 +496,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             CompletableFuture<RdmaStream> f = expected.remove(token);
             if (f == null) {
                 buf.release();
-                reject(ctx, "it presented a token no replication connection expects");
+                reject(ctx, "it presented a token no replication connection expects", UNKNOWN_TOKEN);
                 return;
             }
             RdmaChannelStream stream = new RdmaChannelStream(channel, provider.name(), highBuffers());
@@ -537,9 +542,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             }
         }
 
-        private void reject(ChannelHandlerContext ctx, String why) {
+        private void reject(ChannelHandlerContext ctx, String why, RateLimitedWarning lines) {
             uncount();
-            CLOSED_BEFORE_TOKEN.warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
+            lines.warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
             ctx.close();
         }
     }

@@ -280,7 +280,7 @@ final class RdmaReplication {
         Long until = plainPeers.get(leader);
         if (until != null) {
             if (System.currentTimeMillis() < until) {
-                return "leader " + leader + " answered the last attempt without RDMA";
+                return "the last RDMA attempt to leader " + leader + " did not upgrade (the line logged then says why)";
             }
             plainPeers.remove(leader, until);
         }

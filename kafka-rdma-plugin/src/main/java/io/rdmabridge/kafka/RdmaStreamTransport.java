@@ -50,10 +50,11 @@ interface RdmaStreamTransport extends Closeable {
     void close();
 
     /**
-     * The leader's RDMA listener accepted a probe's connection and closed it before answering: it holds as many
-     * connections without a token as {@code rdma.handshake.max.in.progress} allows (or its host's share of them), or
-     * its plugin is closing. Unlike a probe that reaches no listener, this does not mean the leader lacks the plugin,
-     * so a follower tries again rather than leaving the leader on TCP for minutes.
+     * The leader's RDMA listener accepted a probe's connection and closed it before answering: its plugin is closing,
+     * or gave up on the probe. Unlike a probe that reaches no listener, this does not mean the leader lacks the plugin,
+     * so a follower tries again rather than leaving the leader on TCP for minutes. (A listener that holds as many
+     * connections without a token as it allows refuses the connection before accepting it, which a NIC reports as it
+     * reports a port where nothing listens; see {@code ReplicationSocketChannel}'s probe.)
      */
     final class ProbeRefusedException extends IOException {
         private static final long serialVersionUID = 1L;

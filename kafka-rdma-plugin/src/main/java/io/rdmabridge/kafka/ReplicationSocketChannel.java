@@ -230,24 +230,49 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             throws IOException {
         long retryEnd = retryEnd(deadline);
         long pauseMs = FIRST_PROBE_PAUSE_MS;
-        while (true) {
-            FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
-                    replication.transport(), leader, deadline, timeoutMs);
-            if (o.kind() != FollowerHandshake.Kind.BUSY
-                    || TimeUnit.NANOSECONDS.toMillis(retryEnd - System.nanoTime()) <= pauseMs) {
-                return o;
-            }
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
+                replication.transport(), leader, deadline, timeoutMs);
+        while (o.kind() == FollowerHandshake.Kind.BUSY && worthAskingAgain(retryEnd, deadline, pauseMs, timeoutMs)) {
             try {
                 Thread.sleep(pauseMs);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 return o;
             }
-            LOG.debug("Replication connection to leader {} at {}: {}; asking again", peer.id(), leader, o.reason());
-            // Kafka's own plain connect, as the one it asked for: the upgrade's deadline must not cut it short.
-            redial(leader, timeoutMs);
+            SocketChannel fresh;
+            try {
+                fresh = dial(leader, millisLeft(retryEnd));
+            } catch (IOException e) {
+                // The declined socket still carries Kafka's bytes over TCP: keep it.
+                LOG.debug("Replication connection to leader {} at {}: no fresh socket to ask again on", peer.id(),
+                        leader, e);
+                return o;
+            }
+            tcp.close();
+            tcp = fresh;
+            o = FollowerHandshake.negotiate(tcp, replication.brokerId(), replication.transport(), leader, deadline,
+                    timeoutMs);
+            if (o.kind() == FollowerHandshake.Kind.REDIAL) {
+                // The leader's plugin answered before: this says nothing of a leader without it, so it is not
+                // remembered; Kafka's own plain connect, which the upgrade's deadline must not cut short.
+                redial(leader, timeoutMs);
+                return new FollowerHandshake.Outcome(FollowerHandshake.Kind.TCP, null, o.leaderBrokerId(),
+                        "asked again after leader " + peer.id() + " declined as busy: " + o.reason());
+            }
             pauseMs = Math.min(2 * pauseMs, MAX_PROBE_PAUSE_MS);
         }
+        return o;
+    }
+
+    /**
+     * Whether a pause of {@code pauseMs} still leaves room to ask again: within {@code retryEnd}, and with at least a
+     * quarter of the handshake timeout before {@code deadline} for the attempt itself, which would otherwise fail for
+     * want of time and be taken for a broken leader.
+     */
+    private static boolean worthAskingAgain(long retryEnd, long deadline, long pauseMs, int timeoutMs) {
+        long now = System.nanoTime();
+        return TimeUnit.NANOSECONDS.toMillis(retryEnd - now) > pauseMs
+                && TimeUnit.NANOSECONDS.toMillis(deadline - now) > pauseMs + timeoutMs / 4;
     }
 
     /**
@@ -261,13 +286,16 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
      * Asks the leader's RDMA port whether the leader's plugin listens there, before a byte goes to the leader's
      * Kafka listener: a stock broker would take the preamble for a broken request and log it.
      *
-     * <p>A leader's plugin that holds as many handshakes as it allows refuses a probe, and brokers that reconnect
-     * together must not push each other onto TCP for minutes, so a failed probe is asked again after a pause that
-     * doubles each time. How long depends on what is known of the leader. A probe the plugin accepted and closed
-     * before answering, or any failure of a leader that has answered before, is asked again for up to
-     * {@value #BUSY_RETRY_MS} ms within the upgrade's deadline. A leader never heard from is asked {@value #UNKNOWN_LEADER_PROBE_RETRIES} more times: on a NIC a
-     * refused request and a port where nothing listens both read {@code REJECTED} (DiSNI passes no reason), and a
-     * stock leader must not cost each connection the whole deadline.
+     * <p>A leader's plugin that holds as many connections without a token as it allows refuses a probe's connection
+     * before accepting it, and brokers that reconnect together must not push each other onto TCP for minutes, so a
+     * failed probe is asked again after a pause that doubles each time. How long depends on what is known of the
+     * leader. A probe the plugin accepted and closed before answering, or any failure of a leader that has answered
+     * before, is asked again for up to {@value #BUSY_RETRY_MS} ms within the upgrade's deadline. A leader never heard
+     * from is asked {@value #UNKNOWN_LEADER_PROBE_RETRIES} more times: on a NIC a refused request and a port where
+     * nothing listens both read {@code REJECTED} (DiSNI passes no reason), and a stock leader must not cost each
+     * connection long. So a follower that starts while hosts flood its leader's RDMA port from more than one address
+     * can still take that leader for one without the plugin; only allowing the brokers' hosts to reach the port
+     * prevents that.
      *
      * @return {@code null} when the plugin of the broker this fetcher follows answered; otherwise why the connection
      *         stays on TCP without a preamble
@@ -303,8 +331,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 Throwable cause = e.getCause();
                 boolean refused = cause instanceof RdmaStreamTransport.ProbeRefusedException
                         || replication.answeredBefore(leader);
-                long leftMs = TimeUnit.NANOSECONDS.toMillis(retryEnd - System.nanoTime());
-                if (leftMs <= pauseMs || !refused && failures >= UNKNOWN_LEADER_PROBE_RETRIES) {
+                if (!worthAskingAgain(retryEnd, deadline, pauseMs, timeoutMs)
+                        || !refused && failures >= UNKNOWN_LEADER_PROBE_RETRIES) {
                     if (refused) {
                         // Asked again later, as one never heard from: a leader whose plugin was turned off costs one
                         // connection those retries, not every one.
@@ -318,7 +346,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                             + peer.id() + " runs without the plugin, with " + RdmaReplicationConfig.ENABLE
                             + "=false, or without a usable RDMA provider, or the port " + leader.getPort()
                             + " it advertises is not the one it listens on (port mapping): its plugin listens at "
-                            + "that listener's port + " + RdmaReplicationConfig.RDMA_PORT_OFFSET, false);
+                            + "that listener's port + " + RdmaReplicationConfig.RDMA_PORT_OFFSET + "; or its plugin "
+                            + "refused " + (failures + 1) + " probes in a row, holding as many connections without a "
+                            + "token as " + RdmaReplicationConfig.MAX_HANDSHAKES + " allows (its log says so)", false);
                 }
                 try {
                     Thread.sleep(pauseMs);
@@ -349,21 +379,28 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     /** Replaces a socket the handshake left unusable by a fresh plain one with the same options. */
     private void redial(InetSocketAddress leader, int timeoutMs) throws IOException {
         SocketChannel old = tcp;
+        try {
+            tcp = dial(leader, timeoutMs);
+        } finally {
+            old.close();
+        }
+    }
+
+    /** A fresh blocking socket to {@code leader} with the current one's options. */
+    private SocketChannel dial(InetSocketAddress leader, int timeoutMs) throws IOException {
         SocketChannel fresh = provider.jdk().openSocketChannel();
         try {
             for (SocketOption<?> option : List.of(StandardSocketOptions.SO_KEEPALIVE, StandardSocketOptions.SO_SNDBUF,
                     StandardSocketOptions.SO_RCVBUF, StandardSocketOptions.TCP_NODELAY)) {
-                copyOption(old, fresh, option);
+                copyOption(tcp, fresh, option);
             }
             fresh.configureBlocking(true);
             fresh.socket().connect(leader, timeoutMs);
+            return fresh;
         } catch (IOException e) {
             fresh.close();
             throw e;
-        } finally {
-            old.close();
         }
-        tcp = fresh;
     }
 
     private static <T> void copyOption(SocketChannel from, SocketChannel to, SocketOption<T> option)

@@ -324,9 +324,10 @@ class ReplicationSocketChannelTest {
     void shouldAskAgainOnAFreshSocketWhenTheLeaderDeclinesAsBusy() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.onProbe = () -> {
+            HandshakeAdmission admission = RdmaReplication.get().handshakeAdmission();
             List<InetAddress> held = holdEveryHandshakePlace();
             CompletableFuture.delayedExecutor(150, TimeUnit.MILLISECONDS).execute(() -> held.forEach(
-                    RdmaReplication.get().handshakeAdmission()::release));
+                    admission::release));
         };
         ReplicationMetrics.Peer peer = exchange(transport, true);
         assertEquals(PAYLOAD + fileBytes().length, peer.rdmaReceived.sum(), "follower-side bytes counted as RDMA");
@@ -341,6 +342,9 @@ class ReplicationSocketChannelTest {
         ReplicationMetrics.Peer peer = exchange(transport, false);
         assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum(), "follower-side bytes counted as TCP");
         assertEquals(0, peer.rdmaReceived.sum());
+        // The follower's one fall-back, and the leader's declines: more than one, since it asked again.
+        assertTrue(RdmaReplication.get().metrics().fellBack() > 2, "declines and fall-backs: "
+                + RdmaReplication.get().metrics().fellBack());
     }
 
     /** Takes every place of the leader's preamble admission, from two addresses other than the follower's. */
