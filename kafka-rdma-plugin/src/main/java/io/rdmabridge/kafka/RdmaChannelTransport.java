@@ -331,8 +331,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
         private ProbeRefusedException refused(String how) {
             return new ProbeRefusedException(leaderRdma + " " + how + " after " + answerBytes + " of "
-                    + Preamble.PROBE_ANSWER_LENGTH + " answer bytes: its plugin holds as many connections without a "
-                    + "token as rdma.handshake.max.in.progress allows, or is closing (the leader's log names which)");
+                    + Preamble.PROBE_ANSWER_LENGTH + " answer bytes: its plugin is closing, or gave up on the probe "
+                    + "(the leader's log names why)");
         }
     }
 

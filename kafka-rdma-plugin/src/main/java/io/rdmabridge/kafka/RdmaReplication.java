@@ -32,8 +32,9 @@ final class RdmaReplication {
     /** How long a leader that answered without RDMA is left alone before the next attempt. */
     static final long PLAIN_PEER_RETRY_MS = TimeUnit.MINUTES.toMillis(5);
     /**
-     * How long a leader whose plugin refused every probe until the upgrade's deadline is left on TCP: it has the
-     * plugin, and is busy with handshakes (perhaps a flood of them) or closing, so it is asked again much sooner.
+     * How long a leader whose plugin did not answer the probes of one connection, asked again for a while, is left on
+     * TCP: it has the plugin, and is busy with handshakes (perhaps a flood of them) or closing, so it is asked again
+     * much sooner than one without it.
      */
     static final long REFUSED_PEER_RETRY_MS = TimeUnit.SECONDS.toMillis(30);
 
@@ -309,7 +310,7 @@ final class RdmaReplication {
         answeredLeaders.add(leader);
     }
 
-    /** Whether {@code leader}'s plugin answered a probe, since it last failed every probe until a deadline. */
+    /** Whether {@code leader}'s plugin answered a probe since it last failed every probe of one connection. */
     boolean answeredBefore(InetSocketAddress leader) {
         return answeredLeaders.contains(leader);
     }
