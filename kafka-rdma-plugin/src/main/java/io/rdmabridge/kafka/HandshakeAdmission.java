@@ -52,8 +52,9 @@ final class HandshakeAdmission {
         if (bySource.merge(source, 1, Integer::sum) > maxPerSource) {
             leave(source);
             return "more than " + maxPerSource + " " + what + " in progress from " + source.getHostAddress()
-                    + " (one address may hold half of " + RdmaReplicationConfig.MAX_HANDSHAKES + "=" + max
-                    + "; raise it if that host runs many brokers, or allow only the brokers' hosts to reach the port)";
+                    + " (one address may hold " + maxPerSource + " of " + RdmaReplicationConfig.MAX_HANDSHAKES + "="
+                    + max + "; raise it if that host runs many brokers, or allow only the brokers' hosts to reach the "
+                    + "port)";
         }
         if (inProgress.incrementAndGet() > max) {
             inProgress.decrementAndGet();

@@ -7,13 +7,13 @@ import java.net.InetSocketAddress;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -56,9 +56,8 @@ final class RdmaReplication {
     private volatile HandshakeAdmission admission = newAdmission(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
     private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
-    private final Map<InetSocketAddress, Long> plainPeers = new ConcurrentHashMap<>();
-    /** Leaders whose plugin answered a probe; as many as the brokers this one follows, by address. */
-    private final Set<InetSocketAddress> answeredLeaders = ConcurrentHashMap.newKeySet();
+    /** What is known of each leader's plugin, by address; as many as the brokers this one has followed. */
+    private final Map<InetSocketAddress, LeaderPlugin> leaders = new ConcurrentHashMap<>();
     private int plugins;
 
     static RdmaReplication get() {
@@ -278,12 +277,13 @@ final class RdmaReplication {
         if (!t.isAvailable()) {
             return t.unavailabilityCause();
         }
-        Long until = plainPeers.get(leader);
-        if (until != null) {
+        LeaderPlugin known = leaders.get(leader);
+        long until = known == null ? LeaderPlugin.NOT_PLAIN : known.plainUntil.get();
+        if (until != LeaderPlugin.NOT_PLAIN) {
             if (System.currentTimeMillis() < until) {
                 return "the last RDMA attempt to leader " + leader + " did not upgrade (the line logged then says why)";
             }
-            plainPeers.remove(leader, until);
+            known.plainUntil.compareAndSet(until, LeaderPlugin.NOT_PLAIN);
         }
         return null;
     }
@@ -294,8 +294,8 @@ final class RdmaReplication {
      * broke, or it refused the probes).
      */
     void rememberPlainPeer(InetSocketAddress leader, String reason, boolean unexpected, long retryMs) {
-        Long previous = plainPeers.put(leader, System.currentTimeMillis() + retryMs);
-        if (previous == null) {
+        long previous = known(leader).plainUntil.getAndSet(System.currentTimeMillis() + retryMs);
+        if (previous == LeaderPlugin.NOT_PLAIN) {
             String format = "Replication connections to {} stay on TCP (next RDMA attempt in {} s): {}";
             if (unexpected) {
                 LOG.warn(format, leader, retryMs / 1000, reason);
@@ -307,20 +307,40 @@ final class RdmaReplication {
 
     /** Notes that {@code leader}'s plugin answered a probe: a probe it fails later is taken for a busy plugin. */
     void answered(InetSocketAddress leader) {
-        answeredLeaders.add(leader);
+        known(leader).answered = true;
     }
 
     /** Whether {@code leader}'s plugin answered a probe since it last failed every probe of one connection. */
     boolean answeredBefore(InetSocketAddress leader) {
-        return answeredLeaders.contains(leader);
+        LeaderPlugin known = leaders.get(leader);
+        return known != null && known.answered;
     }
 
     void forgetAnswer(InetSocketAddress leader) {
-        answeredLeaders.remove(leader);
+        LeaderPlugin known = leaders.get(leader);
+        if (known != null) {
+            known.answered = false;
+        }
     }
 
     /** When {@code leader} is tried over RDMA again ({@link System#currentTimeMillis()}), or {@code null}. */
     Long plainPeerRetryAt(InetSocketAddress leader) {
-        return plainPeers.get(leader);
+        LeaderPlugin known = leaders.get(leader);
+        long until = known == null ? LeaderPlugin.NOT_PLAIN : known.plainUntil.get();
+        return until == LeaderPlugin.NOT_PLAIN ? null : until;
+    }
+
+    private LeaderPlugin known(InetSocketAddress leader) {
+        return leaders.computeIfAbsent(leader, a -> new LeaderPlugin());
+    }
+
+    /** What a follower knows of one leader's plugin. Thread-safe: fetcher threads of one leader share it. */
+    private static final class LeaderPlugin {
+        /** {@link #plainUntil} when the leader is not left on TCP. */
+        static final long NOT_PLAIN = 0;
+        /** Until when ({@link System#currentTimeMillis()}) the leader's connections stay on TCP without asking. */
+        final AtomicLong plainUntil = new AtomicLong(NOT_PLAIN);
+        /** Whether its plugin answered a probe since it last failed every probe of one connection. */
+        volatile boolean answered;
     }
 }

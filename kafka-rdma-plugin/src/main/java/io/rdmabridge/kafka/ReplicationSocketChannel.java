@@ -59,8 +59,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     private static final RateLimitedWarning DECLINED = new RateLimitedWarning(LOG, 1000);
     private static final RateLimitedWarning REJECTED = new RateLimitedWarning(LOG, 1000);
     /** The pause before asking again a leader that refused a probe or declined as busy; it doubles up to the next. */
-    static final long FIRST_PROBE_PAUSE_MS = 20;
-    static final long MAX_PROBE_PAUSE_MS = 320;
+    static final long FIRST_RETRY_PAUSE_MS = 20;
+    static final long MAX_RETRY_PAUSE_MS = 320;
     /** How long a follower keeps asking a busy leader, at most (never past the upgrade's deadline). */
     static final long BUSY_RETRY_MS = 1000;
     /** How many more times a failed probe of a leader never heard from is asked (after 20, 40 and 80 ms). */
@@ -220,28 +220,23 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
 
     /**
      * Negotiates the upgrade; while the leader declines it as busy (it holds as many handshakes or RDMA connections as
-     * it allows), asks again on a fresh socket after a pause that doubles from {@value #FIRST_PROBE_PAUSE_MS} ms, for
-     * up to {@value #BUSY_RETRY_MS} ms within the deadline: a declined socket stays on TCP for its lifetime, and
-     * brokers that reconnect together must not leave each other there, while a leader at {@code rdma.max.connections}
-     * stays full until a connection closes and must not hold every new fetcher for long. The declined socket has
-     * carried no Kafka byte, so it is closed.
+     * it allows), asks again on a fresh socket as {@link Retries} paces it: a declined socket stays on TCP for its
+     * lifetime, and brokers that reconnect together must not leave each other there, while a leader at
+     * {@code rdma.max.connections} stays full until a connection closes and must not hold every new fetcher for long.
+     * The declined socket has carried no Kafka byte, so it is closed.
      */
     private FollowerHandshake.Outcome negotiateWhileBusy(InetSocketAddress leader, long deadline, int timeoutMs)
             throws IOException {
-        long retryEnd = retryEnd(deadline);
-        long pauseMs = FIRST_PROBE_PAUSE_MS;
+        Retries retries = new Retries(deadline, timeoutMs);
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
                 replication.transport(), leader, deadline, timeoutMs);
-        while (o.kind() == FollowerHandshake.Kind.BUSY && worthAskingAgain(retryEnd, deadline, pauseMs, timeoutMs)) {
-            try {
-                Thread.sleep(pauseMs);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        while (o.kind() == FollowerHandshake.Kind.BUSY && retries.worthAskingAgain()) {
+            if (!retries.pause()) {
                 return o;
             }
             SocketChannel fresh;
             try {
-                fresh = dial(leader, millisLeft(retryEnd));
+                fresh = dial(leader, millisLeft(retries.end()));
             } catch (IOException e) {
                 // The declined socket still carries Kafka's bytes over TCP: keep it.
                 LOG.debug("Replication connection to leader {} at {}: no fresh socket to ask again on", peer.id(),
@@ -259,20 +254,55 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 return new FollowerHandshake.Outcome(FollowerHandshake.Kind.TCP, null, o.leaderBrokerId(),
                         "asked again after leader " + peer.id() + " declined as busy: " + o.reason());
             }
-            pauseMs = Math.min(2 * pauseMs, MAX_PROBE_PAUSE_MS);
         }
         return o;
     }
 
     /**
-     * Whether a pause of {@code pauseMs} still leaves room to ask again: within {@code retryEnd}, and with at least a
-     * quarter of the handshake timeout before {@code deadline} for the attempt itself, which would otherwise fail for
-     * want of time and be taken for a broken leader.
+     * The pacing of asking a leader again within one upgrade: pauses that double from {@value #FIRST_RETRY_PAUSE_MS}
+     * ms up to {@value #MAX_RETRY_PAUSE_MS} ms, for up to {@value #BUSY_RETRY_MS} ms and never past the upgrade's
+     * deadline. Used by the fetcher thread that upgrades, alone.
      */
-    private static boolean worthAskingAgain(long retryEnd, long deadline, long pauseMs, int timeoutMs) {
-        long now = System.nanoTime();
-        return TimeUnit.NANOSECONDS.toMillis(retryEnd - now) > pauseMs
-                && TimeUnit.NANOSECONDS.toMillis(deadline - now) > pauseMs + timeoutMs / 4;
+    private static final class Retries {
+        private final long deadline;
+        private final int timeoutMs;
+        private final long end;
+        private long pauseMs = FIRST_RETRY_PAUSE_MS;
+
+        Retries(long deadline, int timeoutMs) {
+            this.deadline = deadline;
+            this.timeoutMs = timeoutMs;
+            long budgetEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(BUSY_RETRY_MS);
+            this.end = deadline - budgetEnd < 0 ? deadline : budgetEnd;
+        }
+
+        /** When asking again ends ({@link System#nanoTime()}). */
+        long end() {
+            return end;
+        }
+
+        /**
+         * Whether the next pause still leaves room to ask again: within {@link #end()}, and with at least a quarter of
+         * the handshake timeout before the deadline for the attempt itself, which would otherwise fail for want of time
+         * and be taken for a broken leader.
+         */
+        boolean worthAskingAgain() {
+            long now = System.nanoTime();
+            return TimeUnit.NANOSECONDS.toMillis(end - now) > pauseMs
+                    && TimeUnit.NANOSECONDS.toMillis(deadline - now) > pauseMs + timeoutMs / 4;
+        }
+
+        /** Sleeps the pause and doubles the next; {@code false} when interrupted, with the interrupt kept. */
+        boolean pause() {
+            try {
+                Thread.sleep(pauseMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+            pauseMs = Math.min(2 * pauseMs, MAX_RETRY_PAUSE_MS);
+            return true;
+        }
     }
 
     /**
@@ -309,8 +339,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         }
         InetSocketAddress rdma = new InetSocketAddress(leader.getAddress(), port);
         long start = System.nanoTime();
-        long retryEnd = retryEnd(deadline);
-        long pauseMs = FIRST_PROBE_PAUSE_MS;
+        Retries retries = new Retries(deadline, timeoutMs);
         for (int failures = 0; ; failures++) {
             var answer = replication.transport().probe(rdma);
             try {
@@ -331,7 +360,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 Throwable cause = e.getCause();
                 boolean refused = cause instanceof RdmaStreamTransport.ProbeRefusedException
                         || replication.answeredBefore(leader);
-                if (!worthAskingAgain(retryEnd, deadline, pauseMs, timeoutMs)
+                if (!retries.worthAskingAgain()
                         || !refused && failures >= UNKNOWN_LEADER_PROBE_RETRIES) {
                     if (refused) {
                         // Asked again later, as one never heard from: a leader whose plugin was turned off costs one
@@ -350,25 +379,15 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                             + "refused " + (failures + 1) + " probes in a row, holding as many connections without a "
                             + "token as " + RdmaReplicationConfig.MAX_HANDSHAKES + " allows (its log says so)", false);
                 }
-                try {
-                    Thread.sleep(pauseMs);
-                } catch (InterruptedException ie) {
-                    Thread.currentThread().interrupt();
+                if (!retries.pause()) {
                     return new NoUpgrade("interrupted while probing " + rdma, false);
                 }
-                pauseMs = Math.min(2 * pauseMs, MAX_PROBE_PAUSE_MS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 answer.cancel(false);
                 return new NoUpgrade("interrupted while probing " + rdma, false);
             }
         }
-    }
-
-    /** When asking a busy leader again ends: {@value #BUSY_RETRY_MS} ms from now, or at {@code deadline}. */
-    private static long retryEnd(long deadline) {
-        long budgetEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(BUSY_RETRY_MS);
-        return deadline - budgetEnd < 0 ? deadline : budgetEnd;
     }
 
     /** Milliseconds until {@code deadline}, at least 1: a socket's connect takes 0 for "no timeout". */

@@ -20,7 +20,7 @@ class HandshakeAdmissionTest {
         assertNull(admission.admit(host(1)));
         assertNull(admission.admit(host(1)));
         String refused = admission.admit(host(1));
-        assertEquals("more than 2 RDMA handshakes in progress from 10.0.0.1 (one address may hold half of "
+        assertEquals("more than 2 RDMA handshakes in progress from 10.0.0.1 (one address may hold 2 of "
                 + "rdma.handshake.max.in.progress=4; raise it if that host runs many brokers, or allow only the brokers' "
                 + "hosts to reach the port)", refused);
         assertEquals(2, admission.inProgress(), "a refused address takes no place of the total");
@@ -43,6 +43,9 @@ class HandshakeAdmissionTest {
     void shouldGiveOneAddressOnePlaceWhenTheKeyAllowsOne() throws Exception {
         HandshakeAdmission one = new HandshakeAdmission(1, "RDMA handshakes");
         assertNull(one.admit(host(1)));
+        assertEquals("more than 1 RDMA handshakes in progress from 10.0.0.1 (one address may hold 1 of "
+                + "rdma.handshake.max.in.progress=1; raise it if that host runs many brokers, or allow only the brokers' "
+                + "hosts to reach the port)", one.admit(host(1)), "the share names its size, not half");
         assertTrue(one.admit(host(2)) != null, "the only place is taken");
         one.release(host(1));
         assertNull(one.admit(host(2)));

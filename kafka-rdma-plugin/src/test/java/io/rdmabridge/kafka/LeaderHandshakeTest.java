@@ -185,7 +185,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, held.get(2).advance());
         assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(third.written()).get(Preamble.REPLY_STATUS_OFFSET));
         assertTrue(held.get(2).fallbackReason().contains("more than 2 RDMA handshakes in progress from 10.0.0.9 (one "
-                + "address may hold half of rdma.handshake.max.in.progress=4"), held.get(2).fallbackReason());
+                + "address may hold 2 of rdma.handshake.max.in.progress=4"), held.get(2).fallbackReason());
         for (LeaderHandshake hs : held) {
             hs.expire("test: done");
         }

@@ -100,7 +100,8 @@ class HandshakeFloodIT {
                 assertEquals(0.0, MixedClusterIT.received(m, other, "tcp"), "broker " + id + " fetched nothing from "
                         + "broker " + other + " over TCP: " + why);
                 String share = "more than " + MAX_HANDSHAKES / 2 + " RDMA handshakes in progress from " + FLOOD_HOST
-                        + " (one address may hold half of rdma.handshake.max.in.progress=" + MAX_HANDSHAKES;
+                        + " (one address may hold " + MAX_HANDSHAKES / 2 + " of rdma.handshake.max.in.progress="
+                        + MAX_HANDSHAKES;
                 assertTrue(log.contains(share), "broker " + id + " names the share it declined the flood by; log:\n"
                         + StockClusterIT.tail(log));
             }
