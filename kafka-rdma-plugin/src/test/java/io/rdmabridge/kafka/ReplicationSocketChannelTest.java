@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -345,6 +346,50 @@ class ReplicationSocketChannelTest {
         // The follower's one fall-back, and the leader's declines: more than one, since it asked again.
         assertTrue(RdmaReplication.get().metrics().fellBack() > 2, "declines and fall-backs: "
                 + RdmaReplication.get().metrics().fellBack());
+    }
+
+    /**
+     * A leader that declined as busy and then drops the socket the follower asks again on has a plugin: it answered
+     * the probe and the first preamble. The follower redials for Kafka's bytes, and does not leave that leader on TCP
+     * for minutes as one without the plugin.
+     */
+    @Test
+    void shouldRedialWithoutRememberingALeaderThatDroppedTheSocketAskedAgainAfterItDeclinedAsBusy() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        try (ServerSocketChannel fake = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) fake.getLocalAddress()).getPort();
+            InetSocketAddress leader = new InetSocketAddress("127.0.0.1", port);
+            RdmaSelectorProvider provider = configure(port, transport);
+            byte[] kafka = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
+            CompletableFuture<byte[]> third = CompletableFuture.supplyAsync(() -> {
+                try (SocketChannel busy = fake.accept()) {
+                    readFully(busy, ByteBuffer.allocate(Preamble.HELLO_LENGTH));
+                    ByteBuffer decline = Preamble.reply(Preamble.STATUS_DECLINE_BUSY, 0, 2, 0);
+                    while (decline.hasRemaining()) {
+                        busy.write(decline);
+                    }
+                    try (SocketChannel askedAgain = fake.accept()) {
+                        readFully(askedAgain, ByteBuffer.allocate(Preamble.HELLO_LENGTH));
+                    }
+                    try (SocketChannel plain = fake.accept()) {
+                        ByteBuffer got = ByteBuffer.allocate(kafka.length);
+                        readFully(plain, got);
+                        return got.array();
+                    }
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            SocketChannel follower = onFetcherThread(provider::openSocketChannel);
+            assertTrue(onFetcherThread(() -> follower.connect(leader)));
+            follower.write(ByteBuffer.wrap(kafka));
+            assertArrayEquals(kafka, third.get(10, TimeUnit.SECONDS), "Kafka's bytes went on a fresh plain socket");
+            assertFalse(((ReplicationSocketChannel) follower).isRdma());
+            assertNull(RdmaReplication.get().plainPeerRetryAt(leader),
+                    "a leader that answered is not left on TCP as one without the plugin");
+            assertEquals(1, transport.probes, "probed once");
+            follower.close();
+        }
     }
 
     /** Takes every place of the leader's preamble admission, from two addresses other than the follower's. */
