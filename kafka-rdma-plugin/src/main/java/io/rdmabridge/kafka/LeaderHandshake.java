@@ -6,7 +6,6 @@ import java.nio.ByteBuffer;
 import java.nio.channels.ByteChannel;
 import java.security.SecureRandom;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.Semaphore;
 
 /**
  * The leader's side of the upgrade, a non-blocking state machine driven by Kafka's network thread: it looks at the
@@ -19,10 +18,11 @@ import java.util.concurrent.Semaphore;
  * handshake reads at most that header, never past the end of the first request, and hands every byte read back to
  * Kafka. On a TLS listener the header is encrypted: such a follower stays unnamed.
  *
- * <p>Hostile input costs bounded resources: fixed-size buffers, exact reads, a cap on handshakes in progress
- * (a semaphore shared by the listener), a cap on the RDMA connections they open (another, whose permit an accepted
- * upgrade holds until {@link #connectionClosed()}: the upgrade comes before Kafka's own authentication, so anyone who
- * reaches the listener can ask for one), and a deadline enforced by the owner through {@link #expire(String)}.
+ * <p>Hostile input costs bounded resources: fixed-size buffers, exact reads, a cap on handshakes in progress and one
+ * on the RDMA connections they open ({@link SourceAdmission}s shared by the listener, of which one source address may
+ * hold half; an accepted upgrade holds its connection's place until {@link #connectionClosed()}: the upgrade comes
+ * before Kafka's own authentication, so anyone who reaches the listener can ask for one), and a deadline enforced by
+ * the owner through {@link #expire(String)}.
  * Not thread-safe except {@link #expire(String)} and {@link #failure()}, which may be called from a timer thread;
  * every state change takes the monitor {@code expire} takes, so that an expiry is final.
  */
@@ -43,9 +43,9 @@ final class LeaderHandshake {
     private final ByteChannel tcp;
     private final RdmaStreamTransport transport;
     private final int localBrokerId;
-    private final HandshakeAdmission admission;
+    private final SourceAdmission admission;
     private final InetAddress source;
-    private final Semaphore connections;
+    private final SourceAdmission connections;
     private final Runnable wakeup;
 
     private final ByteBuffer in = ByteBuffer.allocate(Preamble.HELLO_LENGTH);
@@ -72,11 +72,12 @@ final class LeaderHandshake {
     /**
      * @param source      the follower's address, which may hold only its share of the admission's places
      * @param admission   places for handshakes in progress, shared by all connections of one listener
-     * @param connections permits for RDMA connections open, shared likewise
+     * @param connections places for RDMA connections open, shared likewise, of which {@code source} may also hold only
+     *                    its share
      * @param wakeup      run (from any thread) when the state machine can make progress without TCP input
      */
     LeaderHandshake(ByteChannel tcp, InetAddress source, RdmaStreamTransport transport, int localBrokerId,
-                    HandshakeAdmission admission, Semaphore connections, Runnable wakeup) {
+                    SourceAdmission admission, SourceAdmission connections, Runnable wakeup) {
         this.tcp = tcp;
         this.source = source;
         this.transport = transport;
@@ -335,10 +336,8 @@ final class LeaderHandshake {
         } else if (!admitted) {
             status = Preamble.STATUS_DECLINE_BUSY;
             fallbackReason = refusal;
-        } else if (!acquireConnection()) {
+        } else if ((fallbackReason = acquireConnection()) != null) {
             status = Preamble.STATUS_DECLINE_BUSY;
-            fallbackReason = "as many RDMA connections are open as " + RdmaReplicationConfig.MAX_CONNECTIONS
-                    + " allows (raise it if this broker has that many followers)";
         } else {
             status = Preamble.STATUS_ACCEPT;
             do {
@@ -422,9 +421,11 @@ final class LeaderHandshake {
         }
     }
 
-    private synchronized boolean acquireConnection() {
-        connectionHeld = connections.tryAcquire();
-        return connectionHeld;
+    /** Takes a place under {@code rdma.max.connections}; {@code null} when taken, otherwise why not. */
+    private synchronized String acquireConnection() {
+        String refused = connections.admit(source);
+        connectionHeld = refused == null;
+        return refused;
     }
 
     /**
@@ -455,7 +456,7 @@ final class LeaderHandshake {
     private synchronized void givePlaceBack() {
         if (connectionHeld) {
             connectionHeld = false;
-            connections.release();
+            connections.release(source);
         }
     }
 

@@ -70,7 +70,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     private final int receiveQueueDepth;
     private final int brokerId;
     /** Accepted connections that have not presented a token yet. */
-    private final HandshakeAdmission unidentified;
+    private final SourceAdmission unidentified;
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
@@ -82,7 +82,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         this.handshakeTimeoutMs = handshakeTimeoutMs;
         this.sendQueueDepth = sendQueueDepth;
         this.receiveQueueDepth = receiveQueueDepth;
-        this.unidentified = new HandshakeAdmission(maxUnidentified, "RDMA connections without a token");
+        this.unidentified = SourceAdmission.handshakes(maxUnidentified, "RDMA connections without a token");
     }
 
     /**
@@ -419,7 +419,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
     /** Accepted connections that have not presented a token yet (rdma.handshake.max.in.progress bounds them). */
     int unidentifiedConnections() {
-        return unidentified.inProgress();
+        return unidentified.held();
     }
 
     /**
@@ -445,7 +445,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         @Override
         public void handlerAdded(ChannelHandlerContext ctx) {
             InetSocketAddress remote = (InetSocketAddress) ctx.channel().remoteAddress();
-            InetAddress from = remote == null ? HandshakeAdmission.UNKNOWN_SOURCE : remote.getAddress();
+            InetAddress from = remote == null ? SourceAdmission.UNKNOWN_SOURCE : remote.getAddress();
             String refused = unidentified.admit(from);
             if (refused != null) {
                 reject(ctx, refused, OVER_CAP);

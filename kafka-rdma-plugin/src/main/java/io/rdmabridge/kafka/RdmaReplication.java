@@ -11,7 +11,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.slf4j.Logger;
@@ -53,8 +52,8 @@ final class RdmaReplication {
      * counts, into metrics that publish nothing. Read through {@link #metrics()}, never null.
      */
     private volatile ReplicationMetrics metrics;
-    private volatile HandshakeAdmission admission = newAdmission(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
-    private volatile Semaphore connections = new Semaphore(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
+    private volatile SourceAdmission admission = newAdmission(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
+    private volatile SourceAdmission connections = newConnections(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
     /** What is known of each leader's plugin, by address; as many as the brokers this one has followed. */
     private final Map<InetSocketAddress, LeaderPlugin> leaders = new ConcurrentHashMap<>();
@@ -122,7 +121,7 @@ final class RdmaReplication {
         } else {
             metrics = new ReplicationMetrics();
             admission = newAdmission(c.maxHandshakes());
-            connections = new Semaphore(c.maxConnections());
+            connections = newConnections(c.maxConnections());
             ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> {
                 Thread t = Executors.defaultThreadFactory().newThread(r);
                 t.setName("rdma-replication-timer");
@@ -245,16 +244,21 @@ final class RdmaReplication {
     }
 
     /** Places for preambles in progress on the inter-broker listener ({@code rdma.handshake.max.in.progress}). */
-    HandshakeAdmission handshakeAdmission() {
+    SourceAdmission handshakeAdmission() {
         return admission;
     }
 
-    private static HandshakeAdmission newAdmission(int max) {
-        return new HandshakeAdmission(max, "RDMA handshakes");
+    private static SourceAdmission newAdmission(int max) {
+        return SourceAdmission.handshakes(max, "RDMA handshakes in progress");
     }
 
-    /** Permits for RDMA connections open on the leader side ({@code rdma.max.connections}), held until they close. */
-    Semaphore connectionAdmission() {
+    private static SourceAdmission newConnections(int max) {
+        return new SourceAdmission(max, RdmaReplicationConfig.MAX_CONNECTIONS, "RDMA connections open",
+                "raise it if this broker has that many follower connections");
+    }
+
+    /** Places for RDMA connections open on the leader side ({@code rdma.max.connections}), held until they close. */
+    SourceAdmission connectionAdmission() {
         return connections;
     }
 

@@ -689,9 +689,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     private static InetAddress sourceOf(SocketChannel tcp) {
         try {
             SocketAddress remote = tcp.getRemoteAddress();
-            return remote instanceof InetSocketAddress a ? a.getAddress() : HandshakeAdmission.UNKNOWN_SOURCE;
+            return remote instanceof InetSocketAddress a ? a.getAddress() : SourceAdmission.UNKNOWN_SOURCE;
         } catch (IOException e) {
-            return HandshakeAdmission.UNKNOWN_SOURCE;
+            return SourceAdmission.UNKNOWN_SOURCE;
         }
     }
 

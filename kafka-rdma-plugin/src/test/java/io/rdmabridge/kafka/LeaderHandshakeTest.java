@@ -9,11 +9,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.kafka.LeaderHandshake.State;
 import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 
@@ -21,14 +21,23 @@ class LeaderHandshakeTest {
     /** A Kafka request as it starts on the wire: size 10, then ApiVersions' api key and version. */
     private static final byte[] KAFKA_BYTES = {0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0, 0};
 
-    private final HandshakeAdmission admission = new HandshakeAdmission(4, "RDMA handshakes");
+    private final SourceAdmission admission = SourceAdmission.handshakes(4, "RDMA handshakes in progress");
     /** The follower's address of every handshake here but those that say otherwise. */
     private static final InetAddress FOLLOWER = InetAddress.getLoopbackAddress();
-    private final Semaphore connections = new Semaphore(2);
+    private final SourceAdmission connections = new SourceAdmission(2, RdmaReplicationConfig.MAX_CONNECTIONS,
+            "RDMA connections open", "raise it if this broker has that many follower connections");
     private final AtomicInteger wakeups = new AtomicInteger();
 
     private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
-        return new LeaderHandshake(tcp, FOLLOWER, transport, 7, admission, connections, wakeups::incrementAndGet);
+        return handshake(tcp, transport, FOLLOWER);
+    }
+
+    private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport, InetAddress source) {
+        return new LeaderHandshake(tcp, source, transport, 7, admission, connections, wakeups::incrementAndGet);
+    }
+
+    private static InetAddress host(int n) throws UnknownHostException {
+        return InetAddress.getByAddress(new byte[] {10, 0, 0, (byte) n});
     }
 
     private static byte[] concat(byte[] a, byte[] b) {
@@ -50,7 +59,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertArrayEquals(KAFKA_BYTES, concat(bytes(hs.replay()), tcp.unread()), "no byte lost");
         assertEquals(0, tcp.written().length, "nothing written to a plain peer");
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
     }
 
     @Test
@@ -101,7 +110,7 @@ class LeaderHandshakeTest {
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA preamble: magic=0x52000000 (expected: 0x52444d41)", hs.failure());
-        assertEquals(0, admission.inProgress(), "place given back");
+        assertEquals(0, admission.held(), "place given back");
     }
 
     @Test
@@ -119,7 +128,7 @@ class LeaderHandshakeTest {
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("connection closed after 3 of 16 preamble bytes", hs.failure());
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
     }
 
     @Test
@@ -127,11 +136,11 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D');
         LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.HELLO, hs.advance());
-        assertEquals(1, admission.inProgress(), "a handshake in progress holds a place");
+        assertEquals(1, admission.held(), "a handshake in progress holds a place");
         hs.expire("RDMA handshake did not complete within 50 ms");
         assertEquals(State.FAILED, hs.state());
         assertEquals("RDMA handshake did not complete within 50 ms", hs.failure());
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
         assertEquals(1, wakeups.get(), "the channel is woken so that Kafka reads the failure");
         tcp.arrive(KAFKA_BYTES);
         assertEquals(State.FAILED, hs.advance(), "nothing revives an expired handshake");
@@ -140,7 +149,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldDeclineWhenTooManyHandshakesAreInProgress() throws Exception {
         for (int i = 1; i <= 4; i++) {
-            assertNull(admission.admit(InetAddress.getByAddress(new byte[] {10, 0, 0, (byte) i})));
+            assertNull(admission.admit(host(i)));
         }
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
@@ -148,7 +157,7 @@ class LeaderHandshakeTest {
         assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
         assertTrue(hs.fallbackReason().contains("more than 4 RDMA handshakes in progress"), hs.fallbackReason());
         hs.connectionClosed();
-        assertEquals(4, admission.inProgress(), "no place invented, none given back that was not taken");
+        assertEquals(4, admission.held(), "no place invented, none given back that was not taken");
     }
 
     /**
@@ -158,7 +167,7 @@ class LeaderHandshakeTest {
      */
     @Test
     void shouldKeepHalfThePlacesForAddressesOtherThanOneHoldingItsShare() throws Exception {
-        InetAddress flooding = InetAddress.getByAddress(new byte[] {10, 0, 0, 9});
+        InetAddress flooding = host(9);
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         List<FakeTcp> floods = new ArrayList<>();
         List<LeaderHandshake> held = new ArrayList<>();
@@ -170,7 +179,7 @@ class LeaderHandshakeTest {
             floods.add(flood);
             held.add(hs);
         }
-        assertEquals(2, admission.inProgress(), "places held by 10.0.0.9, which sent one byte each (half of 4)");
+        assertEquals(2, admission.held(), "places held by 10.0.0.9, which sent one byte each (half of 4)");
 
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake follower = handshake(tcp, transport);
@@ -190,7 +199,7 @@ class LeaderHandshakeTest {
             hs.expire("test: done");
         }
         follower.expire("test: done");
-        assertEquals(0, admission.inProgress(), "every place given back");
+        assertEquals(0, admission.held(), "every place given back");
     }
 
     /**
@@ -204,24 +213,25 @@ class LeaderHandshakeTest {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         LeaderHandshake[] open = new LeaderHandshake[2];
         for (int i = 0; i < open.length; i++) {
-            open[i] = upgraded(transport);
+            open[i] = upgraded(transport, host(1 + i));
         }
-        assertEquals(0, connections.availablePermits(), "each RDMA connection holds its place");
-        assertEquals(0, admission.inProgress(), "no handshake is in progress");
+        assertEquals(2, connections.held(), "each RDMA connection holds its place");
+        assertEquals(0, admission.held(), "no handshake is in progress");
 
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
-        LeaderHandshake declined = handshake(tcp, transport);
+        LeaderHandshake declined = handshake(tcp, transport, host(3));
         assertEquals(State.TCP, declined.advance());
         assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
-        assertTrue(declined.fallbackReason().contains(RdmaReplicationConfig.MAX_CONNECTIONS), declined.fallbackReason());
+        assertTrue(declined.fallbackReason().startsWith("more than 2 RDMA connections open (rdma.max.connections; "
+                + "raise it if this broker has that many follower connections"), declined.fallbackReason());
         declined.connectionClosed();
-        assertEquals(0, connections.availablePermits(), "a declined connection gives back no place it did not hold");
+        assertEquals(2, connections.held(), "a declined connection gives back no place it did not hold");
 
         open[0].connectionClosed();
         open[0].connectionClosed();
-        assertEquals(1, connections.availablePermits(), "a closed connection gives its place back, once");
-        upgraded(transport);
-        assertEquals(0, connections.availablePermits());
+        assertEquals(1, connections.held(), "a closed connection gives its place back, once");
+        upgraded(transport, host(3));
+        assertEquals(2, connections.held());
     }
 
     /**
@@ -241,17 +251,46 @@ class LeaderHandshakeTest {
         tcp.arrive(Preamble.DECISION_TCP);
         assertEquals(State.TCP, hs.advance());
         hs.connectionClosed();
-        assertEquals(1, connections.availablePermits(), "the dropped stream's queue pair still holds its place");
+        assertEquals(1, connections.held(), "the dropped stream's queue pair still holds its place");
         transport.lastLeaderStream.release();
-        assertEquals(2, connections.availablePermits(), "its place comes back once it is released");
+        assertEquals(0, connections.held(), "its place comes back once it is released");
         hs.connectionClosed();
-        assertEquals(2, connections.availablePermits(), "once");
+        assertEquals(0, connections.held(), "once");
+    }
+
+    /**
+     * Anyone who reaches the listener can upgrade, and an upgraded connection holds its place under
+     * rdma.max.connections for as long as it stays open: one host may hold half of them, so that it cannot keep every
+     * other broker's replication on TCP. There used to be no share: one address took every place.
+     */
+    @Test
+    void shouldKeepHalfTheRdmaConnectionsForAddressesOtherThanOneHoldingItsShare() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        LeaderHandshake held = upgraded(transport, host(9));
+        FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
+        LeaderHandshake declined = handshake(tcp, transport, host(9));
+        assertEquals(State.TCP, declined.advance());
+        assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
+        assertEquals("more than 1 RDMA connections open from 10.0.0.9 (one address may hold 1 of "
+                + "rdma.max.connections=2; raise it if that host runs many brokers, or allow only the brokers' hosts to "
+                + "reach the port)", declined.fallbackReason());
+        assertEquals(1, connections.held(), "places held by 10.0.0.9");
+        LeaderHandshake other = upgraded(transport, FOLLOWER);
+        assertEquals(2, connections.held(), "another address takes the other half");
+        held.connectionClosed();
+        other.connectionClosed();
+        declined.connectionClosed();
+        assertEquals(0, connections.held(), "every place given back");
     }
 
     /** A handshake taken to RDMA. */
     private LeaderHandshake upgraded(InMemoryStreamTransport transport) throws Exception {
+        return upgraded(transport, FOLLOWER);
+    }
+
+    private LeaderHandshake upgraded(InMemoryStreamTransport transport, InetAddress source) throws Exception {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
-        LeaderHandshake hs = handshake(tcp, transport);
+        LeaderHandshake hs = handshake(tcp, transport, source);
         assertEquals(State.DECISION, hs.advance());
         transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
         tcp.arrive(Preamble.DECISION_RDMA);
@@ -273,7 +312,7 @@ class LeaderHandshakeTest {
         assertEquals(State.RDMA, hs.advance());
         assertNotNull(hs.stream());
         assertTrue(wakeups.get() >= 1);
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
         follower.write(ByteBuffer.wrap(KAFKA_BYTES));
         ByteBuffer got = ByteBuffer.allocate(KAFKA_BYTES.length);
         assertEquals(KAFKA_BYTES.length, hs.stream().read(got));
@@ -289,8 +328,8 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertEquals(0, hs.replay().remaining());
         assertArrayEquals(KAFKA_BYTES, tcp.unread(), "Kafka's bytes after the decision are untouched");
-        assertEquals(0, admission.inProgress());
-        assertEquals(2, connections.availablePermits(), "a connection left on TCP holds no RDMA place");
+        assertEquals(0, admission.held());
+        assertEquals(0, connections.held(), "a connection left on TCP holds no RDMA place");
     }
 
     @Test
@@ -306,7 +345,7 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, hs.advance());
         assertNull(hs.stream());
         assertEquals(-1, follower.read(ByteBuffer.allocate(1)), "the leader closed the stream it does not use");
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
     }
 
     @Test
@@ -331,8 +370,8 @@ class LeaderHandshakeTest {
         assertEquals("RDMA handshake did not complete within 50 ms", hs[0].failure());
         assertEquals(-1, follower[0].read(ByteBuffer.allocate(1)), "the expiry closed the stream");
         assertArrayEquals(new byte[] {Preamble.DECISION_RDMA}, tcp.unread(), "nothing read after the expiry");
-        assertEquals(0, admission.inProgress());
-        assertEquals(2, connections.availablePermits());
+        assertEquals(0, admission.held());
+        assertEquals(0, connections.held());
     }
 
     @Test
@@ -340,12 +379,12 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, new InMemoryStreamTransport());
         assertEquals(State.DECISION, hs.advance());
-        assertEquals(1, connections.availablePermits(), "an accepted upgrade holds its place from the reply on");
+        assertEquals(1, connections.held(), "an accepted upgrade holds its place from the reply on");
         tcp.arrive((byte) 0x7f);
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA decision byte 0x7f (expected: 'D' or 'T')", hs.failure());
-        assertEquals(0, admission.inProgress());
-        assertEquals(2, connections.availablePermits());
+        assertEquals(0, admission.held());
+        assertEquals(0, connections.held());
     }
 
     /** A replica fetcher's first request: ApiVersions v3 with Kafka's client id for broker 3's fetcher 0. */
@@ -406,6 +445,6 @@ class LeaderHandshakeTest {
         hs = handshake(tls, RdmaStreamTransport.unavailable("none"));
         assertEquals(State.TCP, hs.advance());
         assertEquals(1, hs.replay().remaining());
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
     }
 }

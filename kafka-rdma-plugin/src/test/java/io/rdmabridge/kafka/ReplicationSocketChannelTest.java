@@ -325,7 +325,7 @@ class ReplicationSocketChannelTest {
     void shouldAskAgainOnAFreshSocketWhenTheLeaderDeclinesAsBusy() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.onProbe = () -> {
-            HandshakeAdmission admission = RdmaReplication.get().handshakeAdmission();
+            SourceAdmission admission = RdmaReplication.get().handshakeAdmission();
             List<InetAddress> held = holdEveryHandshakePlace();
             CompletableFuture.delayedExecutor(150, TimeUnit.MILLISECONDS).execute(() -> held.forEach(
                     admission::release));
@@ -394,7 +394,7 @@ class ReplicationSocketChannelTest {
 
     /** Takes every place of the leader's preamble admission, from two addresses other than the follower's. */
     private List<InetAddress> holdEveryHandshakePlace() {
-        HandshakeAdmission admission = RdmaReplication.get().handshakeAdmission();
+        SourceAdmission admission = RdmaReplication.get().handshakeAdmission();
         List<InetAddress> held = new ArrayList<>();
         try {
             for (int host = 1; host <= 2; host++) {
@@ -965,8 +965,7 @@ class ReplicationSocketChannelTest {
         assertFalse(accepted.get().isOpen(), "the leader closed its side");
         // The upgraded connection held a place under rdma.max.connections until its RDMA connection closed.
         long placeDeadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
-        while (RdmaReplication.get().connectionAdmission().availablePermits()
-                != RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS) {
+        while (RdmaReplication.get().connectionAdmission().held() != 0) {
             assertTrue(System.nanoTime() < placeDeadline, "the place under rdma.max.connections never came back");
             Thread.sleep(1);
         }
@@ -982,8 +981,7 @@ class ReplicationSocketChannelTest {
      */
     private static void assertPlaceHeldWhileTheQueuePairLives(ReplicationSocketChannel leader) {
         if (leader.stream() instanceof RdmaChannelStream s) {
-            boolean placeBack = RdmaReplication.get().connectionAdmission().availablePermits()
-                    == RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS;
+            boolean placeBack = RdmaReplication.get().connectionAdmission().held() == 0;
             assertFalse(placeBack && s.channel().isOpen(),
                     "the place under rdma.max.connections came back while the RDMA connection was open");
         }

@@ -8,8 +8,8 @@ import java.net.InetAddress;
 import java.net.UnknownHostException;
 import org.junit.jupiter.api.Test;
 
-class HandshakeAdmissionTest {
-    private final HandshakeAdmission admission = new HandshakeAdmission(4, "RDMA handshakes");
+class SourceAdmissionTest {
+    private final SourceAdmission admission = SourceAdmission.handshakes(4, "RDMA handshakes in progress");
 
     private static InetAddress host(int n) throws UnknownHostException {
         return InetAddress.getByAddress(new byte[] {10, 0, 0, (byte) n});
@@ -23,7 +23,7 @@ class HandshakeAdmissionTest {
         assertEquals("more than 2 RDMA handshakes in progress from 10.0.0.1 (one address may hold 2 of "
                 + "rdma.handshake.max.in.progress=4; raise it if that host runs many brokers, or allow only the brokers' "
                 + "hosts to reach the port)", refused);
-        assertEquals(2, admission.inProgress(), "a refused address takes no place of the total");
+        assertEquals(2, admission.held(), "a refused address takes no place of the total");
         assertNull(admission.admit(host(2)));
         assertNull(admission.admit(host(3)));
         refused = admission.admit(host(4));
@@ -34,14 +34,14 @@ class HandshakeAdmissionTest {
         for (int n : new int[] {1, 2, 3, 4}) {
             admission.release(host(n));
         }
-        assertEquals(0, admission.inProgress());
+        assertEquals(0, admission.held());
         assertNull(admission.admit(host(1)));
         assertNull(admission.admit(host(1)), "an address that left the map starts its share again");
     }
 
     @Test
     void shouldGiveOneAddressOnePlaceWhenTheKeyAllowsOne() throws Exception {
-        HandshakeAdmission one = new HandshakeAdmission(1, "RDMA handshakes");
+        SourceAdmission one = SourceAdmission.handshakes(1, "RDMA handshakes in progress");
         assertNull(one.admit(host(1)));
         assertEquals("more than 1 RDMA handshakes in progress from 10.0.0.1 (one address may hold 1 of "
                 + "rdma.handshake.max.in.progress=1; raise it if that host runs many brokers, or allow only the brokers' "
