@@ -7,6 +7,7 @@ import io.netty.handler.codec.CorruptedFrameException;
 import io.netty.handler.codec.LengthFieldBasedFrameDecoder;
 import java.nio.charset.StandardCharsets;
 import java.util.function.BooleanSupplier;
+import java.util.regex.Pattern;
 
 /**
  * Wire format of the shuffle block protocol. Every frame is big-endian:
@@ -68,6 +69,7 @@ final class BlockFrame {
     static final byte FETCH = 3;
     static final byte BLOCK = 4;
     static final byte FAILURE = 5;
+    private static final Pattern CONTROL = Pattern.compile("[\\p{Cc}\\p{Zl}\\p{Zp}]");
     static final byte PROOF = 6;
 
     static final byte FLAG_AUTH_REQUIRED = 1;
@@ -258,8 +260,13 @@ final class BlockFrame {
         return bytes;
     }
 
+    /**
+     * A FAILURE's message, for the reducer's exceptions and logs: the peer wrote it, so each control character (a
+     * newline, an escape) and line separator is replaced by {@code ?}, as it would otherwise forge log lines or drive
+     * a terminal.
+     */
     static String readMessage(ByteBuf frame) {
-        return frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8).toString();
+        return CONTROL.matcher(frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8)).replaceAll("?");
     }
 
     private static void require(ByteBuf frame, int length, String field) {

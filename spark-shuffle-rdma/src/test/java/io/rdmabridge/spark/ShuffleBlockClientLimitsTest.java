@@ -170,6 +170,25 @@ class ShuffleBlockClientLimitsTest {
         }
     }
 
+    /**
+     * A server's FAILURE message reaches the reducer's exception, which Spark logs and shows: a newline or an escape in
+     * it would forge a log line or drive a terminal, so control characters arrive as {@code ?}. They used to arrive as
+     * sent.
+     */
+    @Test
+    void shouldReplaceTheControlCharactersOfAFailureMessage() throws Exception {
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.writeAndFlush(BlockFrame.failure(ch.alloc(), frame.requestId,
+                        "no such block\n26/11/29 17:00:00 ERROR forged\u001b[2J\u0000\u0085\u2028\u00e9"));
+            }
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            Throwable cause = fetchFailure(client, server);
+            assertEquals("shuffle block server of executor 1 at " + server.address() + ": no such block?26/11/29 "
+                    + "17:00:00 ERROR forged?[2J???\u00e9", cause.getMessage());
+        }
+    }
+
     @Test
     void shouldTakeAFailureMessageTheServerCutToTheCap() throws Exception {
         // Two-byte characters after an odd one: the cut falls inside a character and must back off before it.
