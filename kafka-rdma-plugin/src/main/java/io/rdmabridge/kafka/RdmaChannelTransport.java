@@ -22,6 +22,7 @@ import io.rdmabridge.netty.RdmaServerSocketChannel;
 import io.rdmabridge.netty.RdmaSocketChannel;
 import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaProvider;
+import io.rdmabridge.verbs.SourceShares;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -444,8 +445,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
          */
         @Override
         public void handlerAdded(ChannelHandlerContext ctx) {
-            InetSocketAddress remote = (InetSocketAddress) ctx.channel().remoteAddress();
-            InetAddress from = remote == null ? SourceAdmission.UNKNOWN_SOURCE : remote.getAddress();
+            InetAddress from = SourceShares.sourceOf(ctx.channel().remoteAddress());
             String refused = unidentified.admit(from);
             if (refused != null) {
                 reject(ctx, refused, OVER_CAP);

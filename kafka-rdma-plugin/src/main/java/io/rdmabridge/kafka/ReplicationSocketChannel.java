@@ -1,6 +1,7 @@
 package io.rdmabridge.kafka;
 
 import io.rdmabridge.verbs.RateLimitedWarning;
+import io.rdmabridge.verbs.SourceShares;
 import java.io.FileDescriptor;
 import java.io.IOException;
 import java.net.InetAddress;
@@ -688,10 +689,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     /** The accepted connection's peer address, where a handshake's place is counted. */
     private static InetAddress sourceOf(SocketChannel tcp) {
         try {
-            SocketAddress remote = tcp.getRemoteAddress();
-            return remote instanceof InetSocketAddress a ? a.getAddress() : SourceAdmission.UNKNOWN_SOURCE;
+            return SourceShares.sourceOf(tcp.getRemoteAddress());
         } catch (IOException e) {
-            return SourceAdmission.UNKNOWN_SOURCE;
+            return SourceShares.UNKNOWN_SOURCE;
         }
     }
 

@@ -1,10 +1,7 @@
 package io.rdmabridge.kafka;
 
+import io.rdmabridge.verbs.SourceShares;
 import java.net.InetAddress;
-import java.net.InetSocketAddress;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Places under one of the plugin's caps, shared by source address: at most {@code max} held at a time, and at most half
@@ -13,24 +10,16 @@ import java.util.concurrent.atomic.AtomicInteger;
  * connections open ({@code rdma.max.connections}). The upgrade comes before Kafka authenticates anything, so anyone who
  * reaches the inter-broker or the RDMA port can take a place, for the handshake timeout or for as long as the
  * connection it upgraded stays open; the share per address keeps one host that holds places from refusing every other
- * broker's upgrades. Addresses count one by one, so a host with many addresses (an IPv6 host may use any of its /64)
- * takes a share with each: a flood from many addresses, like a host with many brokers, needs the key raised or the
- * port allowed only to the brokers' hosts. Connections whose address is not known share one share.
+ * broker's upgrades. A flood from many addresses, like a host with many brokers, needs the key raised or the port
+ * allowed only to the brokers' hosts ({@link SourceShares} counts, and says how).
  *
  * <p>Thread-safe.
  */
 final class SourceAdmission {
-    /** Where a caller that knows no source address counts. */
-    static final InetAddress UNKNOWN_SOURCE = new InetSocketAddress(0).getAddress();
-
-    private final int max;
-    private final int maxPerSource;
+    private final SourceShares shares;
     private final String key;
     private final String what;
     private final String totalFix;
-    private final AtomicInteger held = new AtomicInteger();
-    /** Places held by source address; an address leaves the map with its last place. */
-    private final Map<InetAddress, Integer> bySource = new ConcurrentHashMap<>();
 
     /**
      * @param max      the key's value
@@ -42,8 +31,7 @@ final class SourceAdmission {
         if (max < 1) {
             throw new IllegalArgumentException(key + ": " + max + " (expected: 1 or more)");
         }
-        this.max = max;
-        this.maxPerSource = Math.max(1, max / 2);
+        this.shares = new SourceShares(max);
         this.key = key;
         this.what = what;
         this.totalFix = totalFix;
@@ -61,34 +49,27 @@ final class SourceAdmission {
      * @return {@code null} when it took one, to be given back with {@link #release}; otherwise why not, naming the key
      */
     String admit(InetAddress source) {
-        // The address's share first: a host at its share must not take, even for a moment, a place of the total.
-        if (bySource.merge(source, 1, Integer::sum) > maxPerSource) {
-            leave(source);
-            return "more than " + maxPerSource + " " + what + " from " + source.getHostAddress() + " (one address may "
-                    + "hold " + maxPerSource + " of " + key + "=" + max + "; raise it if that host runs many brokers, or "
-                    + "allow only the brokers' hosts to reach the port)";
+        SourceShares.Refusal refusal = shares.admit(source);
+        if (refusal == null) {
+            return null;
         }
-        if (held.incrementAndGet() > max) {
-            held.decrementAndGet();
-            leave(source);
-            return "more than " + max + " " + what + " (" + key + "; " + totalFix + ", or allow only the brokers' "
-                    + "hosts to reach the port)";
-        }
-        return null;
+        int share = shares.maxPerSource();
+        int max = shares.max();
+        return refusal == SourceShares.Refusal.SHARE
+                ? "more than " + share + " " + what + " from " + source.getHostAddress() + " (one address may hold "
+                        + share + " of " + key + "=" + max + "; raise it if that host runs many brokers, or allow only "
+                        + "the brokers' hosts to reach the port)"
+                : "more than " + max + " " + what + " (" + key + "; " + totalFix + ", or allow only the brokers' "
+                        + "hosts to reach the port)";
     }
 
     /** Gives back a place {@link #admit} took for {@code source}. */
     void release(InetAddress source) {
-        leave(source);
-        held.decrementAndGet();
-    }
-
-    private void leave(InetAddress source) {
-        bySource.computeIfPresent(source, (a, n) -> n == 1 ? null : n - 1);
+        shares.release(source);
     }
 
     /** Places held now. */
     int held() {
-        return held.get();
+        return shares.held();
     }
 }

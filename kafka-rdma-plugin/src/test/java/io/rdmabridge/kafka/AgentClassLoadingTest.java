@@ -2,6 +2,7 @@ package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.rdmabridge.verbs.SourceShares;
 import java.io.File;
 import java.util.List;
 import org.junit.jupiter.api.Test;
@@ -16,14 +17,16 @@ class AgentClassLoadingTest {
 
     @Test
     void shouldMarkTheAgentInstalledWithoutKafkasClasses() throws Exception {
+        // The plugin's jar carries the transport's classes (shaded), not Kafka's.
         String classpath = ChildJvm.location(RdmaReplication.class) + File.pathSeparator
-                + ChildJvm.location(WithoutKafka.class) + File.pathSeparator + ChildJvm.location(LoggerFactory.class);
+                + ChildJvm.location(WithoutKafka.class) + File.pathSeparator + ChildJvm.location(SourceShares.class)
+                + File.pathSeparator + ChildJvm.location(LoggerFactory.class);
         String out = ChildJvm.run(List.of(ChildJvm.java(), "-Xmx64m", "-XX:TieredStopAtLevel=1", "-cp", classpath,
                 WithoutKafka.class.getName()));
         assertTrue(out.endsWith("agent installed; Kafka absent"), out);
     }
 
-    /** Runs on a class path of this module's classes and SLF4J only; says whether Kafka was there. */
+    /** Runs on a class path of this module's and the transport's classes and SLF4J; says whether Kafka was there. */
     static final class WithoutKafka {
         public static void main(String[] args) {
             RdmaReplication.get().agentInstalled();

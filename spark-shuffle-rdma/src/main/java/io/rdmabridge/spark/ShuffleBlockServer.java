@@ -14,7 +14,9 @@ import io.netty.handler.codec.CorruptedFrameException;
 import io.netty.util.ReferenceCountUtil;
 import io.netty.util.concurrent.ScheduledFuture;
 import io.rdmabridge.verbs.RateLimitedWarning;
+import io.rdmabridge.verbs.SourceShares;
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -45,8 +47,8 @@ import org.slf4j.LoggerFactory;
  *   <li>Time: a connection that has not answered the challenge within {@code authTimeout}, that has nothing
  *   outstanding and sent nothing for {@code idleTimeout}, or whose responses have not progressed for
  *   {@code writeTimeout} (the peer stopped reading) is closed, the last one abortively, releasing its share.</li>
- *   <li>Connections: beyond {@code maxConnections}, a new connection gets a failure frame naming the key and is
- *   closed.</li>
+ *   <li>Connections: beyond {@code maxConnections}, or beyond half of them from one source address (so that one host
+ *   cannot keep every other reducer out), a new connection gets a failure frame naming the key and is closed.</li>
  * </ul>
  * WARNs a peer can cause again and again are {@link RateLimitedWarning rate-limited}.
  *
@@ -65,7 +67,8 @@ final class ShuffleBlockServer implements AutoCloseable {
     private final long idleTimeoutNanos;
     private final long writeTimeoutNanos;
     private final long checkPeriodNanos;
-    private final AtomicInteger openConnections = new AtomicInteger();
+    /** Connections admitted and not yet closed, by source address ({@code maxConnections}). */
+    private final SourceShares connections;
     private final AtomicInteger peakOutstandingRequests = new AtomicInteger();
     private final RateLimitedWarning refusedWarning;
     private final RateLimitedWarning closedWarning;
@@ -98,6 +101,7 @@ final class ShuffleBlockServer implements AutoCloseable {
         checkPeriodNanos = Math.max(TimeUnit.MILLISECONDS.toNanos(10),
                 Math.min(authTimeoutNanos, Math.min(idleTimeoutNanos, writeTimeoutNanos)) / 4);
         refusedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
+        connections = new SourceShares(conf.maxConnections);
         closedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
         sendFailedWarning = new RateLimitedWarning(LOG, conf.warnIntervalMillis);
         ServerBootstrap bootstrap = transport.newServerBootstrap()
@@ -142,9 +146,12 @@ final class ShuffleBlockServer implements AutoCloseable {
 
     /** Sets up an accepted connection's pipeline; any channel will do (tests use one whose writes complete at once). */
     void initConnection(Channel ch) {
-        boolean admitted = openConnections.incrementAndGet() <= conf.maxConnections;
-        ch.closeFuture().addListener(f -> openConnections.decrementAndGet());
-        ConnectionHandler handler = new ConnectionHandler(ch, admitted);
+        InetAddress from = SourceShares.sourceOf(ch.remoteAddress());
+        SourceShares.Refusal refusal = connections.admit(from);
+        if (refusal == null) {
+            ch.closeFuture().addListener(f -> connections.release(from));
+        }
+        ConnectionHandler handler = new ConnectionHandler(ch, refusal);
         ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH, handler::isPaused),
                 handler);
     }
@@ -174,7 +181,7 @@ final class ShuffleBlockServer implements AutoCloseable {
 
     /** Connections open now, those beyond the cap still being refused included, for tests. */
     int openConnections() {
-        return openConnections.get();
+        return connections.held();
     }
 
     @Override
@@ -311,7 +318,8 @@ final class ShuffleBlockServer implements AutoCloseable {
     /** One peer connection; confined to its event loop, except the fields guarded by the server's lock. */
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
         final Channel channel;
-        private final boolean admitted;
+        /** Why the connection was refused, or {@code null} when it was admitted. */
+        private final SourceShares.Refusal refusal;
         private final byte[] nonce = PeerAuthenticator.newNonce();
         /** Responses admitted from here wait in this queue; guarded by the server's lock, as the next two. */
         final ArrayDeque<Response> queue = new ArrayDeque<>();
@@ -330,9 +338,9 @@ final class ShuffleBlockServer implements AutoCloseable {
         private long lastWriteProgressNanos;
         private ScheduledFuture<?> limitCheck;
 
-        ConnectionHandler(Channel channel, boolean admitted) {
+        ConnectionHandler(Channel channel, SourceShares.Refusal refusal) {
             this.channel = channel;
-            this.admitted = admitted;
+            this.refusal = refusal;
         }
 
         boolean isPaused() {
@@ -341,13 +349,19 @@ final class ShuffleBlockServer implements AutoCloseable {
 
         @Override
         public void channelActive(ChannelHandlerContext ctx) {
-            if (!admitted) {
+            if (refusal != null) {
                 metrics.connectionsRefused.inc();
-                refusedWarning.warn("Shuffle block server: refusing connection from {}: {} connections open "
-                        + "(raise {} if this many peers are expected)", ctx.channel().remoteAddress(),
-                        conf.maxConnections, RdmaShuffleConf.MAX_CONNECTIONS);
-                closeWith(ctx, "too many connections: " + conf.maxConnections + " open ("
-                        + RdmaShuffleConf.MAX_CONNECTIONS + ")");
+                String why = refusal == SourceShares.Refusal.TOTAL
+                        ? "too many connections: " + connections.max() + " open (" + RdmaShuffleConf.MAX_CONNECTIONS
+                                + "; raise it if this many reducers are expected)"
+                        : "too many connections from " + SourceShares.sourceOf(ctx.channel().remoteAddress())
+                                .getHostAddress() + ": " + connections.maxPerSource() + " open (one address may hold "
+                                + connections.maxPerSource() + " of " + RdmaShuffleConf.MAX_CONNECTIONS + "="
+                                + connections.max() + "; raise it if that host runs this many executors, or allow only "
+                                + "the application's hosts to reach the port)";
+                refusedWarning.warn("Shuffle block server: refusing connection from {}: {}",
+                        ctx.channel().remoteAddress(), why);
+                closeWith(ctx, why);
                 return;
             }
             openedNanos = System.nanoTime();

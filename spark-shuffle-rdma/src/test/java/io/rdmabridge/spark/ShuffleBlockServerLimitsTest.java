@@ -189,22 +189,54 @@ class ShuffleBlockServerLimitsTest {
         }
     }
 
+    /**
+     * Anyone who reaches the port can connect and hold a place until its challenge times out, then connect again: one
+     * address may hold half of {@code maxConnections}, so that one host cannot keep every reducer out (they would
+     * fetch through Spark's own transport). There used to be no share: one address took every place.
+     */
+    @Test
+    void shouldKeepHalfTheConnectionsForAddressesOtherThanOneHoldingItsShare() throws Exception {
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_CONNECTIONS, "4")) {
+            Baseline baseline = new Baseline();
+            RawPeer first = peer(server, "127.0.0.2");
+            RawPeer second = peer(server, "127.0.0.2");
+            assertEquals(BlockFrame.CHALLENGE, first.next().type);
+            assertEquals(BlockFrame.CHALLENGE, second.next().type);
+            RawPeer third = peer(server, "127.0.0.2");
+            third.awaitClosed();
+            Frame failure = third.next();
+            assertEquals(BlockFrame.FAILURE, failure.type, "no challenge for a connection over its address's share");
+            assertEquals("too many connections from 127.0.0.2: 2 open (one address may hold 2 of "
+                    + "spark.shuffle.rdma.maxConnections=4; raise it if that host runs this many executors, or allow "
+                    + "only the application's hosts to reach the port)", failure.text());
+            assertEquals(2, server.openConnections(), "the refused connection holds no place");
+            try (ShuffleBlockClient client = client(null)) {
+                assertFetches(client, server, "b_0_4096");
+            }
+            first.close();
+            second.close();
+            baseline.awaitReturn(server);
+        }
+    }
+
     @Test
     void shouldRefuseConnectionsBeyondTheCapWithRateLimitedWarnings() throws Exception {
         try (ShuffleBlockServer server = server(null, RdmaShuffleConf.MAX_CONNECTIONS, "2",
                 RdmaShuffleConf.WARN_INTERVAL, "300ms")) {
             Baseline baseline = new Baseline();
-            RawPeer first = authenticatedPeer(server);
-            RawPeer second = authenticatedPeer(server);
+            // From two addresses: one address may hold only half of the places.
+            RawPeer first = authenticatedPeer(server, "127.0.0.1");
+            RawPeer second = authenticatedPeer(server, "127.0.0.2");
             List<RawPeer> refused = new ArrayList<>();
             for (int i = 0; i < 10; i++) {
-                refused.add(peer(server));
+                refused.add(peer(server, "127.0.0.3"));
             }
             for (RawPeer p : refused) {
                 p.awaitClosed();
                 Frame failure = p.next();
                 assertEquals(BlockFrame.FAILURE, failure.type, "no challenge for a refused connection");
-                assertTrue(failure.text().contains("spark.shuffle.rdma.maxConnections"), failure.text());
+                assertEquals("too many connections: 2 open (spark.shuffle.rdma.maxConnections; raise it if this many "
+                        + "reducers are expected)", failure.text());
             }
             assertEquals(10, serverMetrics.connectionsRefused.getCount());
             assertTrue(first.ch.isActive() && second.ch.isActive(), "the connections within the cap stay");
@@ -584,14 +616,23 @@ class ShuffleBlockServerLimitsTest {
     }
 
     private RawPeer peer(ShuffleBlockServer server) throws InterruptedException {
-        RawPeer p = new RawPeer(address(server));
+        return peer(server, "127.0.0.1");
+    }
+
+    /** A raw peer connecting from {@code localHost}, an address of this host's loopback (127.0.0.0/8). */
+    private RawPeer peer(ShuffleBlockServer server, String localHost) throws InterruptedException {
+        RawPeer p = new RawPeer(address(server), localHost);
         peers.add(p);
         return p;
     }
 
     /** A raw peer past the challenge of a server without a secret. */
     private RawPeer authenticatedPeer(ShuffleBlockServer server) throws InterruptedException {
-        RawPeer p = peer(server);
+        return authenticatedPeer(server, "127.0.0.1");
+    }
+
+    private RawPeer authenticatedPeer(ShuffleBlockServer server, String localHost) throws InterruptedException {
+        RawPeer p = peer(server, localHost);
         assertEquals(BlockFrame.CHALLENGE, p.next().type);
         p.answer(new byte[BlockFrame.MAC_LENGTH]);
         return p;
@@ -653,7 +694,7 @@ class ShuffleBlockServerLimitsTest {
         /** The server's PROOF frames, kept apart so that {@link #next} returns what follows them. */
         final BlockingQueue<Frame> proofs = new LinkedBlockingQueue<>();
 
-        RawPeer(InetSocketAddress server) throws InterruptedException {
+        RawPeer(InetSocketAddress server, String localHost) throws InterruptedException {
             ch = transport.newBootstrap().handler(new ChannelInitializer<>() {
                 @Override
                 protected void initChannel(Channel c) {
@@ -675,7 +716,7 @@ class ShuffleBlockServerLimitsTest {
                                 }
                             });
                 }
-            }).connect(server).sync().channel();
+            }).connect(server, new InetSocketAddress(localHost, 0)).sync().channel();
         }
 
         Frame next() throws InterruptedException {
