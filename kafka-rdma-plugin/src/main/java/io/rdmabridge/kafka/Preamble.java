@@ -161,7 +161,9 @@ final class Preamble {
             case STATUS_DECLINE_VERSION:
                 return "declined: the leader does not speak preamble version " + VERSION;
             case STATUS_DECLINE_BUSY:
-                return "declined: the leader has too many RDMA handshakes in progress";
+                return "declined as busy: the leader holds as many RDMA handshakes or connections as "
+                        + RdmaReplicationConfig.MAX_HANDSHAKES + " and " + RdmaReplicationConfig.MAX_CONNECTIONS
+                        + " allow, or this host's share of them (the leader's log says which)";
             default:
                 return "status " + status;
         }

@@ -53,7 +53,8 @@ final class RdmaReplication {
      */
     private volatile ReplicationMetrics metrics;
     private volatile SourceAdmission admission = newAdmission(RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES);
-    private volatile SourceAdmission connections = newConnections(RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
+    private volatile SourceAdmission connections = SourceAdmission.connections(
+            RdmaReplicationConfig.DEFAULT_MAX_CONNECTIONS);
     private volatile ScheduledExecutorService scheduler;
     /** What is known of each leader's plugin, by address; as many as the brokers this one has followed. */
     private final Map<InetSocketAddress, LeaderPlugin> leaders = new ConcurrentHashMap<>();
@@ -121,7 +122,7 @@ final class RdmaReplication {
         } else {
             metrics = new ReplicationMetrics();
             admission = newAdmission(c.maxHandshakes());
-            connections = newConnections(c.maxConnections());
+            connections = SourceAdmission.connections(c.maxConnections());
             ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, r -> {
                 Thread t = Executors.defaultThreadFactory().newThread(r);
                 t.setName("rdma-replication-timer");
@@ -250,11 +251,6 @@ final class RdmaReplication {
 
     private static SourceAdmission newAdmission(int max) {
         return SourceAdmission.handshakes(max, "RDMA handshakes in progress");
-    }
-
-    private static SourceAdmission newConnections(int max) {
-        return new SourceAdmission(max, RdmaReplicationConfig.MAX_CONNECTIONS, "RDMA connections open",
-                "raise it if this broker has that many follower connections");
     }
 
     /** Places for RDMA connections open on the leader side ({@code rdma.max.connections}), held until they close. */

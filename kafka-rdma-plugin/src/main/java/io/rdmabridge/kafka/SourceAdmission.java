@@ -19,28 +19,38 @@ final class SourceAdmission {
     private final SourceShares shares;
     private final String key;
     private final String what;
+    private final String shareFix;
     private final String totalFix;
 
     /**
      * @param max      the key's value
      * @param key      the configuration key that sets {@code max}, named in the reasons
      * @param what     what the places are for, in the reasons ("RDMA handshakes in progress", say)
+     * @param shareFix when to raise the key, in the reason of a refusal by an address's share ("raise it if ...")
      * @param totalFix when to raise the key, in the reason of a refusal by the total ("raise it if ...")
      */
-    SourceAdmission(int max, String key, String what, String totalFix) {
+    private SourceAdmission(int max, String key, String what, String shareFix, String totalFix) {
         if (max < 1) {
             throw new IllegalArgumentException(key + ": " + max + " (expected: 1 or more)");
         }
         this.shares = new SourceShares(max);
         this.key = key;
         this.what = what;
+        this.shareFix = shareFix;
         this.totalFix = totalFix;
     }
 
     /** Places for handshakes in progress, under {@code rdma.handshake.max.in.progress}. */
     static SourceAdmission handshakes(int max, String what) {
         return new SourceAdmission(max, RdmaReplicationConfig.MAX_HANDSHAKES, what,
-                "raise it if this many brokers reconnect at once");
+                "raise it if that host runs many brokers", "raise it if this many brokers reconnect at once");
+    }
+
+    /** Places for upgraded connections open on the leader side, under {@code rdma.max.connections}. */
+    static SourceAdmission connections(int max) {
+        return new SourceAdmission(max, RdmaReplicationConfig.MAX_CONNECTIONS, "RDMA connections open",
+                "raise it to at least twice num.replica.fetchers times the brokers on that host",
+                "raise it if this broker has that many follower connections");
     }
 
     /**
@@ -56,11 +66,16 @@ final class SourceAdmission {
         int share = shares.maxPerSource();
         int max = shares.max();
         return refusal == SourceShares.Refusal.SHARE
-                ? "more than " + share + " " + what + " from " + source.getHostAddress() + " (one address may hold "
-                        + share + " of " + key + "=" + max + "; raise it if that host runs many brokers, or allow only "
-                        + "the brokers' hosts to reach the port)"
+                ? "more than " + share + " " + what + " from " + describe(source) + " (one address may hold "
+                        + share + " of " + key + "=" + max + "; " + shareFix + ", or allow only the brokers' hosts to "
+                        + "reach the port)"
                 : "more than " + max + " " + what + " (" + key + "; " + totalFix + ", or allow only the brokers' "
                         + "hosts to reach the port)";
+    }
+
+    private static String describe(InetAddress source) {
+        return source.equals(SourceShares.UNKNOWN_SOURCE) ? "peers whose address is not known"
+                : source.getHostAddress();
     }
 
     /** Gives back a place {@link #admit} took for {@code source}. */

@@ -24,8 +24,7 @@ class LeaderHandshakeTest {
     private final SourceAdmission admission = SourceAdmission.handshakes(4, "RDMA handshakes in progress");
     /** The follower's address of every handshake here but those that say otherwise. */
     private static final InetAddress FOLLOWER = InetAddress.getLoopbackAddress();
-    private final SourceAdmission connections = new SourceAdmission(2, RdmaReplicationConfig.MAX_CONNECTIONS,
-            "RDMA connections open", "raise it if this broker has that many follower connections");
+    private final SourceAdmission connections = SourceAdmission.connections(2);
     private final AtomicInteger wakeups = new AtomicInteger();
 
     private LeaderHandshake handshake(FakeTcp tcp, RdmaStreamTransport transport) {
@@ -272,8 +271,8 @@ class LeaderHandshakeTest {
         assertEquals(State.TCP, declined.advance());
         assertEquals(Preamble.STATUS_DECLINE_BUSY, ByteBuffer.wrap(tcp.written()).get(Preamble.REPLY_STATUS_OFFSET));
         assertEquals("more than 1 RDMA connections open from 10.0.0.9 (one address may hold 1 of "
-                + "rdma.max.connections=2; raise it if that host runs many brokers, or allow only the brokers' hosts to "
-                + "reach the port)", declined.fallbackReason());
+                + "rdma.max.connections=2; raise it to at least twice num.replica.fetchers times the brokers on that "
+                + "host, or allow only the brokers' hosts to reach the port)", declined.fallbackReason());
         assertEquals(1, connections.held(), "places held by 10.0.0.9");
         LeaderHandshake other = upgraded(transport, FOLLOWER);
         assertEquals(2, connections.held(), "another address takes the other half");

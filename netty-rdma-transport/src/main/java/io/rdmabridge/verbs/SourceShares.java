@@ -69,14 +69,27 @@ public final class SourceShares {
         return null;
     }
 
-    /** Gives back a place {@link #admit} took for {@code source}. */
+    /**
+     * Gives back a place {@link #admit} took for {@code source}.
+     *
+     * @throws IllegalStateException when {@code source} holds no place: a release without its admission, which would
+     *                               otherwise give away a place that others hold
+     */
     public void release(InetAddress source) {
-        leave(source);
+        if (!leave(source)) {
+            throw new IllegalStateException("no place held by " + source + " to release: a release without its admit");
+        }
         held.decrementAndGet();
     }
 
-    private void leave(InetAddress source) {
-        bySource.computeIfPresent(source, (a, n) -> n == 1 ? null : n - 1);
+    /** Drops one of {@code source}'s places from its count; {@code false} when it held none. */
+    private boolean leave(InetAddress source) {
+        boolean[] found = new boolean[1];
+        bySource.computeIfPresent(source, (a, n) -> {
+            found[0] = true;
+            return n == 1 ? null : n - 1;
+        });
+        return found[0];
     }
 
     /** Places held now. */

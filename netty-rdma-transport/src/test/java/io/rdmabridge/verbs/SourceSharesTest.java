@@ -3,7 +3,6 @@ package io.rdmabridge.verbs;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -51,6 +50,8 @@ class SourceSharesTest {
         one.release(host(1));
         assertNull(one.admit(host(2)));
         assertThrows(IllegalArgumentException.class, () -> new SourceShares(0));
+        assertThrows(IllegalStateException.class, () -> one.release(host(1)), "a release without its admit");
+        assertEquals(1, one.held(), "a release without its admit gives away no place another address holds");
     }
 
     /**
@@ -93,12 +94,14 @@ class SourceSharesTest {
         SourceShares shares = new SourceShares(8);
         AtomicInteger holding = new AtomicInteger();
         AtomicInteger[] holdingBySource = new AtomicInteger[4];
+        for (int s = 0; s < holdingBySource.length; s++) {
+            holdingBySource[s] = new AtomicInteger();
+        }
         AtomicInteger over = new AtomicInteger();
         CountDownLatch start = new CountDownLatch(1);
         List<Thread> threads = new ArrayList<>();
         for (int t = 0; t < 12; t++) {
             int s = t % 4;
-            holdingBySource[s] = new AtomicInteger();
             InetAddress source = host(s);
             Thread thread = new Thread(() -> {
                 try {

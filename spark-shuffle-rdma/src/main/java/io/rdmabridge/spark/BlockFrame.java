@@ -69,11 +69,13 @@ final class BlockFrame {
     static final byte FETCH = 3;
     static final byte BLOCK = 4;
     static final byte FAILURE = 5;
-    private static final Pattern CONTROL = Pattern.compile("[\\p{Cc}\\p{Zl}\\p{Zp}]");
     static final byte PROOF = 6;
 
     static final byte FLAG_AUTH_REQUIRED = 1;
     static final long CONNECTION_REQUEST_ID = -1;
+
+    /** What {@link #readMessage} replaces: control, format (bidirectional overrides among them) and line separators. */
+    private static final Pattern CONTROL = Pattern.compile("[\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]");
 
     private BlockFrame() {
     }
@@ -261,9 +263,9 @@ final class BlockFrame {
     }
 
     /**
-     * A FAILURE's message, for the reducer's exceptions and logs: the peer wrote it, so each control character (a
-     * newline, an escape) and line separator is replaced by {@code ?}, as it would otherwise forge log lines or drive
-     * a terminal.
+     * A FAILURE's message, for the reducer's exceptions and logs: the peer wrote it, so each control or format character
+     * (a newline, an escape, a right-to-left override) and line separator is replaced by {@code ?}, as it would
+     * otherwise forge log lines, drive a terminal or make a line read other than it is.
      */
     static String readMessage(ByteBuf frame) {
         return CONTROL.matcher(frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8)).replaceAll("?");

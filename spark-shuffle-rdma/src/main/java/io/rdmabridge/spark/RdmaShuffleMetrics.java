@@ -30,7 +30,7 @@ final class RdmaShuffleMetrics implements Source {
      * client's), or the two sides disagree on {@code spark.authenticate}.
      */
     final Counter authFailures = registry.counter("authFailures");
-    /** Connections a block server refused at once because it had {@code maxConnections} open. */
+    /** Connections a block server refused at once: it had {@code maxConnections} open, or the address its share. */
     final Counter connectionsRefused = registry.counter("connectionsRefused");
     /** Block server connections closed by {@code authTimeout}, {@code idleTimeout} or {@code writeTimeout}. */
     final Counter connectionsTimedOut = registry.counter("connectionsTimedOut");

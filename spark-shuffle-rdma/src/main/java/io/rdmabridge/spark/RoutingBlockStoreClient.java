@@ -34,9 +34,9 @@ import org.slf4j.LoggerFactory;
  * be reached (the executor is gone, as dynamic allocation removes idle ones), its blocks are fetched from the service
  * through Spark's client, as without this plugin, and the server is looked up afresh next time. Without the service,
  * such blocks are lost with their executor: the fetch fails and Spark recomputes them. A block server that is alive but
- * refuses the connection (it holds {@code spark.shuffle.rdma.maxConnections} already) has its blocks fetched through
- * Spark's client too, with or without the service: from the service, or from the executor's own Spark transport,
- * which every executor runs. Thread-safe.
+ * refuses the connection (it holds {@code spark.shuffle.rdma.maxConnections}, or this host's share of them) has its
+ * blocks fetched through Spark's client too, with or without the service: from the service, or from the executor's
+ * own Spark transport, which every executor runs. Thread-safe.
  */
 final class RoutingBlockStoreClient extends BlockStoreClient {
     private static final Logger LOG = LoggerFactory.getLogger(RoutingBlockStoreClient.class);

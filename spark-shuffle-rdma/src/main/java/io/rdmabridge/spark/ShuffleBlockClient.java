@@ -87,9 +87,9 @@ final class ShuffleBlockClient implements AutoCloseable {
      * likely another application's or executor's block server on a port the executor held before it went. Declined,
      * its blocks fail at once with that cause, which is no {@link IOException}: Spark does not retry it, as it does
      * not retry a failed authentication on its own transport. A server that refuses the connection before its
-     * challenge (it holds {@code spark.shuffle.rdma.maxConnections} already) is offered as a {@link ServerBusy}: it
-     * is alive, so the executor's own Spark transport can serve the blocks. Fetches are sent only once the server has
-     * proven itself.
+     * challenge (it holds {@code spark.shuffle.rdma.maxConnections}, or this host's share) is offered as a
+     * {@link ServerBusy}: it is alive, so the executor's own Spark transport can serve the blocks. Fetches are sent
+     * only once the server has proven itself.
      */
     void fetch(String executorId, InetSocketAddress address, String[] blockIds, BlockFetchingListener listener,
                Predicate<IOException> unreachable) {
@@ -370,7 +370,8 @@ final class ShuffleBlockClient implements AutoCloseable {
                 String message = BlockFrame.readMessage(frame);
                 if (requestId == BlockFrame.CONNECTION_REQUEST_ID) {
                     if (!challenged) {
-                        // Before its challenge a server refuses only for its connection cap: it is alive and busy.
+                        // Before its challenge a server refuses only for its connection cap (or this host's share of
+                        // it): it is alive and busy.
                         throw new PeerFailure(new ServerBusy("shuffle block server " + server + " refused the "
                                 + "connection: " + message));
                     }
@@ -435,7 +436,8 @@ final class ShuffleBlockClient implements AutoCloseable {
 
     /**
      * The server refused the connection before its challenge, which it does only when it holds as many connections as
-     * {@link RdmaShuffleConf#MAX_CONNECTIONS} allows: it is alive, and nothing was asked of it.
+     * {@link RdmaShuffleConf#MAX_CONNECTIONS} allows, or as many from this host as its share of them: it is alive, and
+     * nothing was asked of it.
      */
     static final class ServerBusy extends IOException {
         ServerBusy(String message) {

@@ -151,7 +151,7 @@ final class ShuffleBlockServer implements AutoCloseable {
         if (refusal == null) {
             ch.closeFuture().addListener(f -> connections.release(from));
         }
-        ConnectionHandler handler = new ConnectionHandler(ch, refusal);
+        ConnectionHandler handler = new ConnectionHandler(ch, from, refusal);
         ch.pipeline().addLast(BlockFrame.newFrameDecoder(BlockFrame.MAX_REQUEST_FRAME_LENGTH, handler::isPaused),
                 handler);
     }
@@ -179,7 +179,7 @@ final class ShuffleBlockServer implements AutoCloseable {
         return peakOutstandingRequests.get();
     }
 
-    /** Connections open now, those beyond the cap still being refused included, for tests. */
+    /** Connections admitted and not yet closed, for tests: those refused are not counted. */
     int openConnections() {
         return connections.held();
     }
@@ -318,6 +318,8 @@ final class ShuffleBlockServer implements AutoCloseable {
     /** One peer connection; confined to its event loop, except the fields guarded by the server's lock. */
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
         final Channel channel;
+        /** The peer's address, where its place under {@code maxConnections} counts. */
+        private final InetAddress peerAddress;
         /** Why the connection was refused, or {@code null} when it was admitted. */
         private final SourceShares.Refusal refusal;
         private final byte[] nonce = PeerAuthenticator.newNonce();
@@ -338,8 +340,9 @@ final class ShuffleBlockServer implements AutoCloseable {
         private long lastWriteProgressNanos;
         private ScheduledFuture<?> limitCheck;
 
-        ConnectionHandler(Channel channel, SourceShares.Refusal refusal) {
+        ConnectionHandler(Channel channel, InetAddress peerAddress, SourceShares.Refusal refusal) {
             this.channel = channel;
+            this.peerAddress = peerAddress;
             this.refusal = refusal;
         }
 
@@ -354,8 +357,9 @@ final class ShuffleBlockServer implements AutoCloseable {
                 String why = refusal == SourceShares.Refusal.TOTAL
                         ? "too many connections: " + connections.max() + " open (" + RdmaShuffleConf.MAX_CONNECTIONS
                                 + "; raise it if this many reducers are expected)"
-                        : "too many connections from " + SourceShares.sourceOf(ctx.channel().remoteAddress())
-                                .getHostAddress() + ": " + connections.maxPerSource() + " open (one address may hold "
+                        : "too many connections from " + (peerAddress.equals(SourceShares.UNKNOWN_SOURCE)
+                                ? "peers whose address is not known" : peerAddress.getHostAddress()) + ": "
+                                + connections.maxPerSource() + " open (one address may hold "
                                 + connections.maxPerSource() + " of " + RdmaShuffleConf.MAX_CONNECTIONS + "="
                                 + connections.max() + "; raise it if that host runs this many executors, or allow only "
                                 + "the application's hosts to reach the port)";

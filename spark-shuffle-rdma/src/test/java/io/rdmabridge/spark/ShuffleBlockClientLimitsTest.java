@@ -180,12 +180,12 @@ class ShuffleBlockClientLimitsTest {
         try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
             if (frame.type == BlockFrame.FETCH) {
                 ch.writeAndFlush(BlockFrame.failure(ch.alloc(), frame.requestId,
-                        "no such block\n26/11/29 17:00:00 ERROR forged\u001b[2J\u0000\u0085\u2028\u00e9"));
+                        "no such block\n26/11/29 17:00:00 ERROR forged\u001b[2J\u0000\u0085\u2028\u202e\u00e9"));
             }
         })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
             Throwable cause = fetchFailure(client, server);
             assertEquals("shuffle block server of executor 1 at " + server.address() + ": no such block?26/11/29 "
-                    + "17:00:00 ERROR forged?[2J???\u00e9", cause.getMessage());
+                    + "17:00:00 ERROR forged?[2J????\u00e9", cause.getMessage());
         }
     }
 
