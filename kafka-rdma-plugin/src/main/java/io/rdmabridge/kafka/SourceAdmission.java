@@ -66,16 +66,11 @@ final class SourceAdmission {
         int share = shares.maxPerSource();
         int max = shares.max();
         return refusal == SourceShares.Refusal.SHARE
-                ? "more than " + share + " " + what + " from " + describe(source) + " (one address may hold "
+                ? "more than " + share + " " + what + " from " + SourceShares.describe(source) + " (one address may hold "
                         + share + " of " + key + "=" + max + "; " + shareFix + ", or allow only the brokers' hosts to "
                         + "reach the port)"
                 : "more than " + max + " " + what + " (" + key + "; " + totalFix + ", or allow only the brokers' "
                         + "hosts to reach the port)";
-    }
-
-    private static String describe(InetAddress source) {
-        return source.equals(SourceShares.UNKNOWN_SOURCE) ? "peers whose address is not known"
-                : source.getHostAddress();
     }
 
     /** Gives back a place {@link #admit} took for {@code source}. */

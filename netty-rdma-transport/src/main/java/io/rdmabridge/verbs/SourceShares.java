@@ -50,6 +50,11 @@ public final class SourceShares {
         return remote instanceof InetSocketAddress a && a.getAddress() != null ? a.getAddress() : UNKNOWN_SOURCE;
     }
 
+    /** {@code source} for a refusal's reason: its address, or what {@link #UNKNOWN_SOURCE} stands for. */
+    public static String describe(InetAddress source) {
+        return source.equals(UNKNOWN_SOURCE) ? "peers whose address is not known" : source.getHostAddress();
+    }
+
     /**
      * Takes a place for {@code source}.
      *

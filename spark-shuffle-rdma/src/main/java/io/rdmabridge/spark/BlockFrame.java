@@ -5,9 +5,9 @@ import io.netty.buffer.ByteBufAllocator;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.handler.codec.CorruptedFrameException;
 import io.netty.handler.codec.LengthFieldBasedFrameDecoder;
+import io.rdmabridge.verbs.PeerText;
 import java.nio.charset.StandardCharsets;
 import java.util.function.BooleanSupplier;
-import java.util.regex.Pattern;
 
 /**
  * Wire format of the shuffle block protocol. Every frame is big-endian:
@@ -73,9 +73,6 @@ final class BlockFrame {
 
     static final byte FLAG_AUTH_REQUIRED = 1;
     static final long CONNECTION_REQUEST_ID = -1;
-
-    /** What {@link #readMessage} replaces: control, format (bidirectional overrides among them) and line separators. */
-    private static final Pattern CONTROL = Pattern.compile("[\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]");
 
     private BlockFrame() {
     }
@@ -262,13 +259,9 @@ final class BlockFrame {
         return bytes;
     }
 
-    /**
-     * A FAILURE's message, for the reducer's exceptions and logs: the peer wrote it, so each control or format character
-     * (a newline, an escape, a right-to-left override) and line separator is replaced by {@code ?}, as it would
-     * otherwise forge log lines, drive a terminal or make a line read other than it is.
-     */
+    /** A FAILURE's message, for the reducer's exceptions and logs: the peer wrote it ({@link PeerText}). */
     static String readMessage(ByteBuf frame) {
-        return CONTROL.matcher(frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8)).replaceAll("?");
+        return PeerText.printable(frame.readCharSequence(frame.readableBytes(), StandardCharsets.UTF_8));
     }
 
     private static void require(ByteBuf frame, int length, String field) {

@@ -357,8 +357,7 @@ final class ShuffleBlockServer implements AutoCloseable {
                 String why = refusal == SourceShares.Refusal.TOTAL
                         ? "too many connections: " + connections.max() + " open (" + RdmaShuffleConf.MAX_CONNECTIONS
                                 + "; raise it if this many reducers are expected)"
-                        : "too many connections from " + (peerAddress.equals(SourceShares.UNKNOWN_SOURCE)
-                                ? "peers whose address is not known" : peerAddress.getHostAddress()) + ": "
+                        : "too many connections from " + SourceShares.describe(peerAddress) + ": "
                                 + connections.maxPerSource() + " open (one address may hold "
                                 + connections.maxPerSource() + " of " + RdmaShuffleConf.MAX_CONNECTIONS + "="
                                 + connections.max() + "; raise it if that host runs this many executors, or allow only "

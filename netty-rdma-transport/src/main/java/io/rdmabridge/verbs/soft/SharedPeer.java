@@ -2,6 +2,7 @@ package io.rdmabridge.verbs.soft;
 
 import io.rdmabridge.verbs.Access;
 import io.rdmabridge.verbs.DirectMemory;
+import io.rdmabridge.verbs.PeerText;
 import io.rdmabridge.verbs.ResourceUsage;
 import io.rdmabridge.verbs.SendWorkRequest;
 import io.rdmabridge.verbs.WrOpcode;
@@ -236,7 +237,7 @@ final class SharedPeer {
         } catch (IOException e) {
             failure = "cannot " + (read ? "read" : "write") + " same-host peer " + peerPid + "'s "
                     + (inodes[f] == 0 ? "memory file " + directory.resolve(filePrefix + numbers[f])
-                    : "mapped file " + printable(targets[f])) + " (" + e + "): closing the connection";
+                    : "mapped file " + PeerText.printable(targets[f].toString())) + " (" + e + "): closing the connection";
             SoftEngine.logger.warn("soft0: {}", failure);
             closed = true;
             return FAILED;
@@ -273,7 +274,7 @@ final class SharedPeer {
                     + "only after deregistering it)";
         } else {
             // A mapped file is anyone's to truncate (a log cut back, say), not necessarily the peer's doing.
-            failure = "the file " + printable(targets[f]) + " that same-host peer " + peerPid + " registered a "
+            failure = "the file " + PeerText.printable(targets[f].toString()) + " that same-host peer " + peerPid + " registered a "
                     + "mapping of (a file region it sends) is now " + size + " bytes, short of the " + needed
                     + " bytes the registered region needs: it was truncated while registered: closing the connection "
                     + "(fix the sender: truncate or overwrite a file only after the file regions sent from it are "
@@ -347,11 +348,6 @@ final class SharedPeer {
         } catch (IOException | RuntimeException e) {
             return null;
         }
-    }
-
-    /** {@code path} for a message: a control character in a name (a newline, say) would forge log lines. */
-    private static String printable(Path path) {
-        return path.toString().replaceAll("\\p{Cntrl}", "?");
     }
 
     /**
