@@ -26,6 +26,7 @@ import io.rdmabridge.verbs.SourceShares;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.util.EnumMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -54,14 +55,19 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** Largest message either side of a replication connection accepts from the other. */
     static final int MAX_MESSAGE_SIZE = 1024 * 1024;
     private static final Logger LOG = LoggerFactory.getLogger(RdmaChannelTransport.class);
-    /**
-     * Anyone who reaches the RDMA port can make these lines: at most one a second of each kind, so that a flood of one
-     * hides no other.
-     */
-    private static final RateLimitedWarning OVER_CAP = new RateLimitedWarning(LOG, 1000);
-    private static final RateLimitedWarning NO_TOKEN = new RateLimitedWarning(LOG, 1000);
-    private static final RateLimitedWarning UNKNOWN_TOKEN = new RateLimitedWarning(LOG, 1000);
+    /** At most one refusal line of each {@link Refusal} kind per this many milliseconds. */
+    static final long WARN_INTERVAL_MS = 1000;
     static final int TOKEN_LENGTH = 8;
+
+    /** Why the leader closes a connection that carries no Kafka byte yet; each kind has its own line limit. */
+    enum Refusal {
+        /** Beyond {@code rdma.handshake.max.in.progress}, or this source's share of it. */
+        OVER_CAP,
+        /** No token, or a probe's answer not delivered, within {@code rdma.handshake.timeout.ms}. */
+        NO_TOKEN,
+        /** A token no replication connection expects. */
+        UNKNOWN_TOKEN
+    }
 
     private final RdmaProvider provider;
     private final EventLoopGroup group;
@@ -73,9 +79,15 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** Accepted connections that have not presented a token yet. */
     private final SourceAdmission unidentified;
     private final Map<Long, CompletableFuture<RdmaStream>> expected = new ConcurrentHashMap<>();
+    /**
+     * Anyone who reaches the RDMA port can make these lines: limited per kind, so that a flood of one hides no
+     * other.
+     */
+    private final Map<Refusal, RateLimitedWarning> refusalLines = new EnumMap<>(Refusal.class);
 
     private RdmaChannelTransport(RdmaProvider provider, EventLoopGroup group, Channel server, int handshakeTimeoutMs,
-                                 int sendQueueDepth, int receiveQueueDepth, int maxUnidentified, int brokerId) {
+                                 int sendQueueDepth, int receiveQueueDepth, int maxUnidentified, int brokerId,
+                                 long warnIntervalMs) {
         this.brokerId = brokerId;
         this.provider = provider;
         this.group = group;
@@ -84,6 +96,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         this.sendQueueDepth = sendQueueDepth;
         this.receiveQueueDepth = receiveQueueDepth;
         this.unidentified = SourceAdmission.handshakes(maxUnidentified, "RDMA connections without a token");
+        for (Refusal kind : Refusal.values()) {
+            refusalLines.put(kind, new RateLimitedWarning(LOG, warnIntervalMs));
+        }
     }
 
     /**
@@ -95,6 +110,14 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     static RdmaChannelTransport open(RdmaProvider provider, int brokerId, String host, int port,
                                      int handshakeTimeoutMs, int sendQueueDepth, int receiveQueueDepth,
                                      int maxUnidentified) throws IOException {
+        return open(provider, brokerId, host, port, handshakeTimeoutMs, sendQueueDepth, receiveQueueDepth,
+                maxUnidentified, WARN_INTERVAL_MS);
+    }
+
+    /** As the other {@code open}, with refusal lines limited to one per {@code warnIntervalMs} of each kind. */
+    static RdmaChannelTransport open(RdmaProvider provider, int brokerId, String host, int port,
+                                     int handshakeTimeoutMs, int sendQueueDepth, int receiveQueueDepth,
+                                     int maxUnidentified, long warnIntervalMs) throws IOException {
         int sendDepth = sendQueueDepthFor(sendQueueDepth);
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, new DefaultThreadFactory("rdma-replication", true),
                 RdmaIoHandler.newFactory(provider));
@@ -131,7 +154,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                     + " on every broker; or check the RDMA device)", cause);
         }
         RdmaChannelTransport t = new RdmaChannelTransport(provider, group, bound.channel(), handshakeTimeoutMs,
-                sendDepth, receiveQueueDepth, maxUnidentified, brokerId);
+                sendDepth, receiveQueueDepth, maxUnidentified, brokerId, warnIntervalMs);
         self[0] = t;
         return t;
     }
@@ -423,6 +446,11 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         return unidentified.held();
     }
 
+    /** The line limit of one kind of refusal, for its counts. */
+    RateLimitedWarning refusalLines(Refusal kind) {
+        return refusalLines.get(kind);
+    }
+
     /**
      * Leader side, first handler of an accepted connection: reads the token, then hands the channel to the
      * {@link RdmaChannelStream} the matching {@link #expect} is waiting for. Event loop only.
@@ -448,14 +476,14 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             InetAddress from = SourceShares.sourceOf(ctx.channel().remoteAddress());
             String refused = unidentified.admit(from);
             if (refused != null) {
-                reject(ctx, refused, OVER_CAP);
+                reject(ctx, refused, Refusal.OVER_CAP);
                 return;
             }
             source = from;
             counted = true;
             deadline = ctx.executor().schedule(() -> reject(ctx, (tokenBytes < TOKEN_LENGTH ? "no token"
                     : "its probe answer was not delivered") + " within " + handshakeTimeoutMs + " ms "
-                    + "(rdma.handshake.timeout.ms)", NO_TOKEN), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
+                    + "(rdma.handshake.timeout.ms)", Refusal.NO_TOKEN), handshakeTimeoutMs, TimeUnit.MILLISECONDS);
         }
 
         @Override
@@ -496,7 +524,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             CompletableFuture<RdmaStream> f = expected.remove(token);
             if (f == null) {
                 buf.release();
-                reject(ctx, "it presented a token no replication connection expects", UNKNOWN_TOKEN);
+                reject(ctx, "it presented a token no replication connection expects", Refusal.UNKNOWN_TOKEN);
                 return;
             }
             RdmaChannelStream stream = new RdmaChannelStream(channel, provider.name(), highBuffers());
@@ -542,9 +570,9 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             }
         }
 
-        private void reject(ChannelHandlerContext ctx, String why, RateLimitedWarning lines) {
+        private void reject(ChannelHandlerContext ctx, String why, Refusal kind) {
             uncount();
-            lines.warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
+            refusalLines.get(kind).warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
             ctx.close();
         }
     }

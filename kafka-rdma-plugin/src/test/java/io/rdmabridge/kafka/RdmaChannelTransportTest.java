@@ -21,6 +21,7 @@ import io.netty.channel.EventLoopGroup;
 import io.netty.channel.MultiThreadIoEventLoopGroup;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaSocketChannel;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
 import java.io.IOException;
@@ -518,6 +519,58 @@ class RdmaChannelTransportTest {
             Thread.sleep(5);
         }
         assertEquals(0, transport.unidentifiedConnections(), "slots given back once the connections closed");
+    }
+
+    /**
+     * Anyone who reaches the RDMA port can make the leader's refusal lines. Each kind is limited on its own: a flood
+     * of unknown tokens logs one line, not one per connection, and hides neither the first refusal over the cap nor
+     * the first connection that presents no token.
+     */
+    @Test
+    @Timeout(60)
+    void shouldLimitTheRefusalLinesOfEachKindOnItsOwn() throws Exception {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 500, 64, 64, 2, 60_000);
+        for (int i = 0; i < 10; i++) {
+            assertRefused(transport.connect(listener(), 100 + i));
+        }
+        RateLimitedWarning unknown = transport.refusalLines(RdmaChannelTransport.Refusal.UNKNOWN_TOKEN);
+        assertEquals(1, unknown.emitted(), "lines for 10 unknown tokens within the interval");
+        assertEquals(9, unknown.suppressed(), "unknown tokens counted for the next line");
+
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
+        List<Channel> silent = new ArrayList<>();
+        try {
+            Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class).handler(new Silent());
+            // rdma.handshake.max.in.progress=2: one address holds one place, and its second connection is refused.
+            for (int i = 0; i < 2; i++) {
+                ChannelFuture f = b.connect(listener(), new InetSocketAddress("127.0.0.2", 0));
+                assertTrue(f.await(10, TimeUnit.SECONDS), "connect " + i + " did not end");
+                silent.add(f.channel());
+            }
+            RateLimitedWarning overCap = transport.refusalLines(RdmaChannelTransport.Refusal.OVER_CAP);
+            RateLimitedWarning noToken = transport.refusalLines(RdmaChannelTransport.Refusal.NO_TOKEN);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while ((refusals(overCap) == 0 || refusals(noToken) == 0) && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+            assertEquals(1, overCap.emitted(), "line for the connection over 127.0.0.2's share");
+            assertEquals(1, noToken.emitted(), "line for the connection without a token past "
+                    + "rdma.handshake.timeout.ms=500");
+            assertEquals(0, overCap.suppressed() + noToken.suppressed(), "lines of those kinds left out");
+            assertEquals(9, unknown.suppressed(), "unknown tokens counted for the next line, and nothing else");
+            assertEquals(1, unknown.emitted());
+        } finally {
+            for (Channel c : silent) {
+                c.close().syncUninterruptibly();
+            }
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
+        }
+    }
+
+    /** Refusals a line limit has seen since its last line, that line included. */
+    private static long refusals(RateLimitedWarning lines) {
+        return lines.emitted() + lines.suppressed();
     }
 
     @Test
