@@ -12,6 +12,7 @@ import java.net.SocketException;
 import java.net.SocketOption;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
+import java.nio.channels.AsynchronousCloseException;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.IllegalBlockingModeException;
 import java.nio.channels.SelectionKey;
@@ -92,7 +93,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     /** The socket events the selector last took from {@link #translateInterestOps}; its thread only. */
     private int requested;
     private volatile String failure;
-    private RdmaStream stream;
+    /** Written by the thread that upgrades, read by a close from another. */
+    private volatile RdmaStream stream;
     private ByteBuffer replay = EMPTY;
     private ReplicationMetrics.Peer peer;
     private ScheduledFuture<?> deadline;
@@ -169,54 +171,95 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             return tcp.connect(remote);
         }
         synchronized (blockingLock()) {
-            int timeoutMs = replication.config().handshakeTimeoutMs();
-            tcp.configureBlocking(true);
-            tcp.socket().connect(leader, timeoutMs);
-            // One deadline for the upgrade's steps (probe, preamble, RDMA connect), so that they hold the fetcher
-            // thread at most the handshake timeout beyond Kafka's own connect.
-            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
-            // Connected first, so that a leader that is down is not taken for one without the plugin.
-            NoUpgrade noPlugin = probeLeader(leader, deadline, timeoutMs);
-            if (noPlugin != null) {
-                // A probe that failed because this broker's own plugin closed meanwhile says nothing of the leader.
-                if (replication.isActive()) {
-                    replication.rememberPlainPeer(leader, noPlugin.reason(), noPlugin.refused(),
-                            noPlugin.refused() ? RdmaReplication.REFUSED_PEER_RETRY_MS
-                                    : RdmaReplication.PLAIN_PEER_RETRY_MS);
+            try {
+                upgrade(leader);
+            } finally {
+                if (!isOpen()) {
+                    releaseWhatACloseMissed();
                 }
-                mode = Mode.TCP;
-                tcp.configureBlocking(isBlocking());
-                return true;
             }
-            replication.metrics().upgradeAttempted();
-            FollowerHandshake.Outcome o = negotiateWhileBusy(leader, deadline, timeoutMs);
-            switch (o.kind()) {
-                case RDMA:
-                    stream = o.stream();
-                    mode = Mode.RDMA;
-                    stream.readinessListener(this::signal);
-                    replication.metrics().upgradeSucceeded();
-                    LOG.info("Replication connection to leader {} at {} upgraded to RDMA ({})", peer.id(), leader,
-                            stream.describe());
-                    break;
-                case TCP:
-                case BUSY:
-                    mode = Mode.TCP;
-                    replication.metrics().upgradeFellBack();
-                    LOG.warn("Replication connection to leader {} at {} stays on TCP: {}", peer.id(), leader,
-                            o.reason());
-                    break;
-                default:
-                    replication.metrics().upgradeFellBack();
-                    replication.rememberPlainPeer(leader, o.reason(), true, RdmaReplication.PLAIN_PEER_RETRY_MS);
-                    // Kafka's own plain connect, which the upgrade's deadline must not cut short.
-                    redial(leader, timeoutMs);
-                    mode = Mode.TCP;
-                    break;
-            }
-            tcp.configureBlocking(isBlocking());
+            ensureStillOpen();
         }
         return true;
+    }
+
+    /**
+     * {@link #connect}'s upgrade, on a channel that was unconnected: connects the TCP socket, probes the leader's
+     * plugin and negotiates; Kafka's bytes then go over RDMA or stay on TCP.
+     *
+     * @throws AsynchronousCloseException when another thread closed this channel meanwhile: what broke then says
+     *         nothing of the leader, which is neither remembered as one without the plugin nor dialled again
+     */
+    private void upgrade(InetSocketAddress leader) throws IOException {
+        int timeoutMs = replication.config().handshakeTimeoutMs();
+        tcp.configureBlocking(true);
+        tcp.socket().connect(leader, timeoutMs);
+        // One deadline for the upgrade's steps (probe, preamble, RDMA connect), so that they hold the fetcher
+        // thread at most the handshake timeout beyond Kafka's own connect.
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        // Connected first, so that a leader that is down is not taken for one without the plugin.
+        NoUpgrade noPlugin = probeLeader(leader, deadline, timeoutMs);
+        if (noPlugin != null) {
+            // A probe that failed because this broker's own plugin closed meanwhile says nothing of the leader.
+            if (replication.isActive()) {
+                replication.rememberPlainPeer(leader, noPlugin.reason(), noPlugin.refused(),
+                        noPlugin.refused() ? RdmaReplication.REFUSED_PEER_RETRY_MS
+                                : RdmaReplication.PLAIN_PEER_RETRY_MS);
+            }
+            mode = Mode.TCP;
+            tcp.configureBlocking(isBlocking());
+            return;
+        }
+        replication.metrics().upgradeAttempted();
+        FollowerHandshake.Outcome o = negotiateWhileBusy(leader, deadline, timeoutMs);
+        switch (o.kind()) {
+            case RDMA:
+                stream = o.stream();
+                mode = Mode.RDMA;
+                stream.readinessListener(this::signal);
+                replication.metrics().upgradeSucceeded();
+                LOG.info("Replication connection to leader {} at {} upgraded to RDMA ({})", peer.id(), leader,
+                        stream.describe());
+                break;
+            case TCP:
+            case BUSY:
+                mode = Mode.TCP;
+                replication.metrics().upgradeFellBack();
+                LOG.warn("Replication connection to leader {} at {} stays on TCP: {}", peer.id(), leader,
+                        o.reason());
+                break;
+            default:
+                ensureStillOpen();
+                replication.metrics().upgradeFellBack();
+                replication.rememberPlainPeer(leader, o.reason(), true, RdmaReplication.PLAIN_PEER_RETRY_MS);
+                // Kafka's own plain connect, which the upgrade's deadline must not cut short.
+                redial(leader, timeoutMs);
+                mode = Mode.TCP;
+                break;
+        }
+        tcp.configureBlocking(isBlocking());
+    }
+
+    /** Throws once another thread has closed this channel: a failure of the upgrade since then is not the leader's. */
+    private void ensureStillOpen() throws AsynchronousCloseException {
+        if (!isOpen()) {
+            throw new AsynchronousCloseException();
+        }
+    }
+
+    /**
+     * A close from another thread during {@link #upgrade} closes the socket and stream it finds; the upgrade may have
+     * made others after that (a socket dialled again, the stream): they are closed here. Both closes are idempotent.
+     */
+    private void releaseWhatACloseMissed() throws IOException {
+        RdmaStream made = stream;
+        try {
+            if (made != null) {
+                made.close();
+            }
+        } finally {
+            tcp.close();
+        }
     }
 
     /**
@@ -235,6 +278,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             if (!retries.pause()) {
                 return o;
             }
+            ensureStillOpen();
             SocketChannel fresh;
             try {
                 fresh = dial(leader, millisLeft(retries.end()));
@@ -249,6 +293,7 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             o = FollowerHandshake.negotiate(tcp, replication.brokerId(), replication.transport(), leader, deadline,
                     timeoutMs);
             if (o.kind() == FollowerHandshake.Kind.REDIAL) {
+                ensureStillOpen();
                 // The leader's plugin answered before: this says nothing of a leader without it, so it is not
                 // remembered; Kafka's own plain connect, which the upgrade's deadline must not cut short.
                 redial(leader, timeoutMs);

@@ -15,6 +15,7 @@ import java.lang.management.ManagementFactory;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.channels.ClosedChannelException;
 import java.nio.channels.FileChannel;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
@@ -30,6 +31,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import javax.management.ObjectName;
@@ -389,6 +391,65 @@ class ReplicationSocketChannelTest {
                     "a leader that answered is not left on TCP as one without the plugin");
             assertEquals(1, transport.probes, "probed once");
             follower.close();
+        }
+    }
+
+    /**
+     * Another thread closes the follower while its upgrade waits for the RDMA connect. The decision the follower then
+     * cannot send says nothing of the leader: the connect fails as closed, the leader is not remembered as one without
+     * the plugin, no socket is dialled again for a closed channel, and the stream that connected is closed. Before,
+     * the follower took the failed write for a leader that dropped the preamble, and kept that leader on TCP for
+     * minutes.
+     */
+    @Test
+    void shouldReleaseWhatTheUpgradeMadeWhenAnotherThreadClosesTheChannelMeanwhile() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        InMemoryStreamTransport.Pipe toLeader = new InMemoryStreamTransport.Pipe();
+        InMemoryStreamTransport.Pipe toFollower = new InMemoryStreamTransport.Pipe();
+        RdmaStream followerStream = new InMemoryStreamTransport.Stream(toLeader, toFollower);
+        RdmaStream leaderStream = new InMemoryStreamTransport.Stream(toFollower, toLeader);
+        AtomicReference<SocketChannel> follower = new AtomicReference<>();
+        transport.connectResult = new CompletableFuture<>() {
+            @Override
+            public RdmaStream get(long timeout, TimeUnit unit) throws InterruptedException, ExecutionException {
+                CompletableFuture.runAsync(() -> {
+                    try {
+                        follower.get().close();
+                    } catch (IOException e) {
+                        throw new AssertionError(e);
+                    }
+                }).get();
+                return followerStream;
+            }
+        };
+        try (ServerSocketChannel fake = ServerSocketChannel.open().bind(new InetSocketAddress("127.0.0.1", 0))) {
+            int port = ((InetSocketAddress) fake.getLocalAddress()).getPort();
+            InetSocketAddress leader = new InetSocketAddress("127.0.0.1", port);
+            RdmaSelectorProvider provider = configure(port, transport);
+            CompletableFuture<Void> accepting = CompletableFuture.runAsync(() -> {
+                try (SocketChannel first = fake.accept()) {
+                    readFully(first, ByteBuffer.allocate(Preamble.HELLO_LENGTH));
+                    ByteBuffer accept = Preamble.reply(Preamble.STATUS_ACCEPT, 4791, 2, 77);
+                    while (accept.hasRemaining()) {
+                        first.write(accept);
+                    }
+                    ByteBuffer rest = ByteBuffer.allocate(1);
+                    while (first.read(rest) >= 0) {
+                        rest.clear();
+                    }
+                } catch (Exception e) {
+                    throw new AssertionError(e);
+                }
+            });
+            follower.set(onFetcherThread(provider::openSocketChannel));
+            assertThrows(ClosedChannelException.class, () -> onFetcherThread(() -> follower.get().connect(leader)));
+            accepting.get(10, TimeUnit.SECONDS);
+            assertNull(RdmaReplication.get().plainPeerRetryAt(leader),
+                    "a leader is not left on TCP for the follower's own close");
+            fake.configureBlocking(false);
+            Thread.sleep(200);
+            assertNull(fake.accept(), "a closed follower dialled the leader again");
+            assertEquals(-1, leaderStream.read(ByteBuffer.allocate(1)), "the follower closed the stream it made");
         }
     }
 
