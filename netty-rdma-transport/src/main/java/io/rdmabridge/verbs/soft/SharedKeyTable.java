@@ -9,8 +9,6 @@ import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.PosixFilePermissions;
 import java.util.concurrent.locks.LockSupport;
 
 /**
@@ -89,10 +87,9 @@ final class SharedKeyTable {
     /** Creates the owner's table in {@code file} (owner-only); the caller deletes it at exit. */
     static SharedKeyTable create(Path file) throws IOException {
         Files.deleteIfExists(file);
-        Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
         // The file stays sparse (64 MiB), but every page anyone touches is committed first: a page that tmpfs has to
         // allocate on first touch, in a full directory, faults the toucher (SIGBUS, which JDK 17 reports late).
-        FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        FileChannel ch = SharedMemoryFiles.createOwnerOnly(file);
         try {
             SharedMemoryFiles.commit(ch, 0, entry(INITIAL_SLOTS));
             SharedMemoryFiles.commit(ch, qpEntry(0), SIZE);

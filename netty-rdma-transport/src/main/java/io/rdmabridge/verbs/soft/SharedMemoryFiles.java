@@ -16,6 +16,7 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -156,8 +157,7 @@ final class SharedMemoryFiles {
         FileChannel ch = null;
         MappedByteBuffer map;
         try {
-            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
+            ch = createOwnerOnly(file);
             commit(ch, 0, capacity);
             map = ch.map(FileChannel.MapMode.READ_WRITE, 0, capacity);
         } catch (IOException | RuntimeException e) {
@@ -180,6 +180,16 @@ final class SharedMemoryFiles {
         } catch (IOException e) {
             // Closed either way.
         }
+    }
+
+    /**
+     * Creates {@code file}, owner-only, and opens it in one step ({@code O_CREAT|O_EXCL}): nothing can put a link in
+     * its place between a create and an open, and a link already there fails the create.
+     */
+    static FileChannel createOwnerOnly(Path file) throws IOException {
+        return FileChannel.open(file, Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
+                StandardOpenOption.WRITE), PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString(
+                "rw-------")));
     }
 
     /**
