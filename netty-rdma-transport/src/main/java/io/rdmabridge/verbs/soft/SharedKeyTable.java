@@ -30,7 +30,9 @@ import java.util.concurrent.locks.LockSupport;
  * the count to reach 0, so once a deregistration returns no peer touches the memory, as with a NIC after
  * {@code ibv_dereg_mr}. Both sides use sequentially consistent accesses for this pair. A peer that stops between
  * raising and lowering (killed mid-copy) holds a withdrawal up for at most {@link #WITHDRAW_WAIT_NANOS}, then a
- * WARN names it and the slot is retired: its count can no longer be trusted, so no later registration gets it.
+ * WARN names it and the slot is retired: its count can no longer be trusted, so no later registration gets it. The
+ * owner takes neither field on a peer's word (any peer can write them): the wait does not depend on the key, and a
+ * count below zero retires the slot at once.
  *
  * <h2>Trust</h2>
  * Peers are local processes of the same user, yet every value read from a peer's table is checked before use (see
@@ -177,21 +179,33 @@ final class SharedKeyTable {
     }
 
     /**
-     * Withdraws {@code key} if it is published, then waits until no peer copies under it. Caller holds the key lock.
+     * Withdraws {@code key}, then waits until no peer copies under it. Caller holds the key lock.
      *
-     * @return {@code false} when a peer still held the key after {@link #WITHDRAW_WAIT_NANOS}: the slot's in-use
-     *         count is then spoiled for good (a dead holder never lowers it, a slow one would take it below zero if
-     *         it were reset), and the caller must not give the slot to another registration
+     * <p>Both fields live in a file every same-host peer maps writable, so neither is taken on its word: a key a peer
+     * cleared or changed does not skip the wait (another peer may still be copying under it), and an in-use count
+     * below zero, which no peer that keeps to the protocol makes, spoils the slot.
+     *
+     * @return {@code false} when a peer still held the key after {@link #WITHDRAW_WAIT_NANOS}, or its in-use count is
+     *         below zero: the slot's count is then spoiled for good (a dead holder never lowers it, a slow one would
+     *         take it below zero if it were reset), and the caller must not give the slot to another registration
      */
     boolean withdraw(int key) {
-        int e = entry(key & (REGION_SLOTS - 1));
-        if ((int) INT.getVolatile(map, e + KEY) != key) {
-            return true;
+        int slot = key & (REGION_SLOTS - 1);
+        if (slot >= committed) {
+            return true; // never published: the entry does not exist, and touching it could fault in a full directory
         }
+        int e = entry(slot);
         INT.setVolatile(map, e + KEY, 0);
         long deadline = System.nanoTime() + WITHDRAW_WAIT_NANOS;
         int spins = 0;
-        while ((int) INT.getVolatile(map, e + IN_USE) > 0) {
+        int inUse;
+        while ((inUse = (int) INT.getVolatile(map, e + IN_USE)) != 0) {
+            if (inUse < 0) {
+                SoftEngine.logger.warn("soft0: a same-host peer drove the in-use count of memory key 0x{} below zero "
+                        + "({}), which no peer that keeps to the protocol does; deregistering, and retiring its key "
+                        + "slot", Integer.toHexString(key), inUse);
+                return false;
+            }
             if (System.nanoTime() - deadline > 0) {
                 SoftEngine.logger.warn("soft0: a same-host peer still holds memory key 0x{} after {} ms (killed "
                         + "mid-copy?); deregistering anyway, and retiring its key slot", Integer.toHexString(key),

@@ -3,6 +3,7 @@ package io.rdmabridge.verbs.soft;
 import static io.rdmabridge.verbs.soft.SoftPair.assertCompletion;
 import static io.rdmabridge.verbs.soft.SoftPair.pollOne;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -30,6 +31,8 @@ import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
@@ -172,6 +175,37 @@ class SoftSameHostHostileTest {
             SoftPair.sleepMicros(1000);
         }
         assertTrue(usage.peerMappingsReleased(), usage.toString());
+    }
+
+    /**
+     * The key table is ours, but every same-host peer maps it writable. A peer that clears a key while another peer
+     * copies under it must not make the deregistration return before that copy ends (the memory would go back to the
+     * allocator under the copy); one that drives a key's in-use count below zero spoils the slot, which is retired
+     * with a WARN naming the key. Before, a cleared key skipped the wait, and a negative count was taken for none.
+     */
+    @Test
+    void shouldWaitOutACopyWhoseKeyAPeerClearedAndRetireASlotAPeerDroveBelowZero() throws Exception {
+        SoftProvider provider = new SoftProvider(SoftProvider.PrivateDataMode.DELIVER);
+        try (SoftPair p = SoftPair.tcp(); OwnKeyTable own = new OwnKeyTable()) {
+            Target held = new Target(p.server);
+            int e = own.region(held.mr.rkey());
+            own.table.putInt(e + SharedKeyTable.IN_USE, 1); // a peer's copy under way
+            own.table.putInt(e + SharedKeyTable.KEY, 0); // and another peer clears the key
+            CompletableFuture<Void> deregistered = CompletableFuture.runAsync(held::close);
+            Thread.sleep(300);
+            assertFalse(deregistered.isDone(), "the deregistration returned while a copy held the key");
+            own.table.putInt(e + SharedKeyTable.IN_USE, 0);
+            deregistered.get(10, TimeUnit.SECONDS);
+
+            Target spoiled = new Target(p.server);
+            int rkey = spoiled.mr.rkey();
+            own.table.putInt(own.region(rkey) + SharedKeyTable.IN_USE, -1);
+            try (LogCapture log = new LogCapture()) {
+                spoiled.close();
+                log.assertWarned("0x" + Integer.toHexString(rkey), "below zero (-1)", "retiring its key slot");
+            }
+        }
+        SoftPair.assertResourcesReleased(provider);
     }
 
     @Test
