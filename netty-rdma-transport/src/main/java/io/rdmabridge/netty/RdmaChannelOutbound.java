@@ -75,6 +75,8 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     private long removedEarly;
     // Completed bytes of the file region at the head of the outbound buffer (reported as progress, not removed).
     private long fileSent;
+    // Registered staging memory held by posted operations until they complete (RdmaWriteProcessor bounds it).
+    private long stagedBytes;
     private boolean flushScheduled;
 
     // Flow-control counters of the connection already added to the metrics.
@@ -184,6 +186,11 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         return fileSent;
     }
 
+    /** Registered staging memory that posted operations hold until they complete. */
+    long stagedBytes() {
+        return stagedBytes;
+    }
+
     /** Operation {@code op} was posted: it carries {@code bytes} outbound bytes and holds {@code release}. */
     void record(long op, long bytes, Object release, boolean file) {
         int i = (int) (op & opMask);
@@ -192,6 +199,9 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         opFile[i] = file;
         recorded++;
         postedBytes += bytes;
+        if (release instanceof RegisteredMemory.Block) {
+            stagedBytes += ((RegisteredMemory.Block) release).capacity();
+        }
     }
 
     /** The connection reports operation {@code op} delivered, in posting order: its bytes count as written. */
@@ -341,9 +351,11 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         }
     }
 
-    private static void release(Object o) {
+    private void release(Object o) {
         if (o instanceof RegisteredMemory.Block) {
-            ((RegisteredMemory.Block) o).free();
+            RegisteredMemory.Block b = (RegisteredMemory.Block) o;
+            stagedBytes -= b.capacity();
+            b.free();
         } else {
             ((FileChunkCache.Chunk) o).release();
         }
@@ -369,6 +381,7 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
         }
         postedBytes = 0;
         removedEarly = 0;
+        stagedBytes = 0;
         processor.close();
     }
 }

@@ -36,6 +36,13 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
      * the peer's announcement (a peer announcing 2 GiB with one credit made a 1 GiB heap write pin 1 GiB more).
      */
     static final int MAX_STAGED_PART = 16 * 1024 * 1024;
+    /**
+     * Most staging memory a connection's posted operations hold at a time (two parts): beyond it a copied rendezvous
+     * waits in the outbound buffer, counted against writability, until the peer acknowledges what it holds, as a
+     * socket's bytes wait while the peer's window is closed. The peer's credits and the send queue alone let a peer
+     * that never acknowledges pin 4 GiB per connection, and one flush copy as much on the event loop.
+     */
+    static final long MAX_STAGED_BYTES = 2L * MAX_STAGED_PART;
 
     private final RdmaSocketChannel channel;
     private final RdmaChannelOutbound outbound;
@@ -125,6 +132,15 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         return false;
     }
 
+    /**
+     * Whether {@code bytes} more may be staged within {@link #MAX_STAGED_BYTES}; one part always may, when nothing is
+     * staged. The completions that free staging memory flush again.
+     */
+    private boolean roomToStage(long bytes) {
+        long staged = outbound.stagedBytes();
+        return staged == 0 || staged + bytes <= MAX_STAGED_BYTES;
+    }
+
     private boolean spend() {
         if (budget == 0) {
             yielded = true;
@@ -147,6 +163,10 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                 RegisteredMemory.Block staging = null;
                 if (address == 0 || channel.domain.memory.regions().find(address, part) == null) {
                     part = Math.min(part, MAX_STAGED_PART);
+                    if (!roomToStage(part)) {
+                        unspend();
+                        return false;
+                    }
                     staging = channel.domain.memory.allocate(part);
                     copy(buf, index, part, staging.buffer(), 0);
                     address = staging.address();
@@ -252,6 +272,10 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
             long before = region.transferred();
             int chunk = (int) Math.min(region.count() - before,
                     Math.min(RegisteredMemory.maxPooledSize(), c.maxRendezvousLength()));
+            if (!roomToStage(chunk)) {
+                unspend();
+                return false;
+            }
             RegisteredMemory.Block block = channel.domain.memory.allocate(chunk);
             StagingChannel target = stagingChannel.reset(block.buffer(), chunk);
             try {

@@ -76,6 +76,40 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
         }
     }
 
+    /**
+     * A peer that announces credits for many rendezvous parts and never acknowledges one must not pin a staging copy
+     * per credit: a connection holds at most {@link RdmaWriteProcessor#MAX_STAGED_BYTES} of them, and the rest of the
+     * write waits in the outbound buffer until the peer acknowledges. It used to stage a part per credit, up to the
+     * send queue: 4 GiB a connection with the default settings.
+     */
+    @Test
+    void shouldStageAtMostTwoPartsForAPeerThatNeverAcknowledgesAndGoOnOnceItDoes() throws Exception {
+        try (RawVerbsPeer raw = listenRaw()) {
+            // Six data credits (the raw peer posts 8 receives) and a largest message of 2 GiB.
+            Channel ch = connectAnnouncing(raw, new Handshake(4096, 6, 2, Integer.MAX_VALUE));
+            long before = provider.resourceUsage().registeredBytes();
+            // A heap write of four parts, so each is staged in registered memory.
+            ChannelFuture written = ch.writeAndFlush(Unpooled.wrappedBuffer(
+                    new byte[4 * RdmaWriteProcessor.MAX_STAGED_PART]));
+            assertEquals(FrameHeader.RENDEZVOUS, raw.receivedFrameType(), "the write's first part");
+            assertEquals(FrameHeader.RENDEZVOUS, raw.receivedFrameType(), "the write's second part");
+            Thread.sleep(300); // time to stage more, were it allowed
+            long staged = provider.resourceUsage().registeredBytes() - before;
+            // Each staged part is registered twice (the staging block, and its read-only exposure to the peer).
+            assertTrue(staged <= 2 * RdmaWriteProcessor.MAX_STAGED_BYTES + 2L * 1024 * 1024,
+                    "registered for staging while the peer acknowledges nothing: " + staged + " bytes");
+            assertFalse(written.isDone(), "the write completed before the peer read it");
+
+            assertEquals(WcStatus.SUCCESS, raw.sendCredits(2, 0, 2), "acknowledging the two parts");
+            assertEquals(FrameHeader.RENDEZVOUS, raw.receivedFrameType(), "the write's third part");
+            assertEquals(FrameHeader.RENDEZVOUS, raw.receivedFrameType(), "the write's fourth part");
+            assertEquals(WcStatus.SUCCESS, raw.sendCredits(2, 0, 2), "acknowledging the last two parts");
+            assertTrue(written.await(10, TimeUnit.SECONDS), "the write did not complete once acknowledged");
+            assertTrue(written.isSuccess(), () -> String.valueOf(written.cause()));
+            ch.close().await(5, TimeUnit.SECONDS);
+        }
+    }
+
     @Test
     void shouldRefuseAPeerThatAnnouncesMessagesTooSmallForUsefulRendezvousParts() throws Exception {
         try (RawVerbsPeer raw = listenRaw()) {
