@@ -54,6 +54,8 @@ final class RdmaChannelInbound {
     // Bytes of the loop's parked allowance held for rendezvousTarget instead (landed while no read was pending).
     private int parkedHeld;
     private long budgetSince;
+    // Since when a landed message, unread and not parked (the allowance was full), holds budgetHeld; 0 when none.
+    private long unreadSince;
     private boolean awaitingBudget;
     // A rendezvous waits for room in the send queue for its READ (nothing is reserved for it meanwhile).
     private boolean readAwaitsSendQueue;
@@ -344,9 +346,15 @@ final class RdmaChannelInbound {
      * told at once when it is next ({@link #endOfStreamIfNext}).
      */
     void arrivedWithoutRead(RdmaConnection c) {
-        if (budgetHeld != 0 && !c.isRendezvousReadPosted() && channel.handler.parkRendezvous(this, budgetHeld)) {
-            parkedHeld = budgetHeld;
-            budgetHeld = 0;
+        if (budgetHeld != 0 && !c.isRendezvousReadPosted()) {
+            if (channel.handler.parkRendezvous(this, budgetHeld)) {
+                parkedHeld = budgetHeld;
+                budgetHeld = 0;
+            } else if (unreadSince == 0) {
+                // Past the allowance it keeps its share, and must give it back if others wait too long for it.
+                unreadSince = System.nanoTime() | 1;
+                channel.handler.holdUnread(this);
+            }
         }
         endOfStreamIfNext(c);
     }
@@ -455,6 +463,7 @@ final class RdmaChannelInbound {
         if (budgetHeld != 0) {
             channel.handler.releaseRendezvous(this, budgetHeld);
             budgetHeld = 0;
+            unreadSince = 0;
         }
         if (parkedHeld != 0) {
             channel.handler.unparkRendezvous(parkedHeld);
@@ -482,6 +491,14 @@ final class RdmaChannelInbound {
 
     int budgetBytes() {
         return budgetHeld;
+    }
+
+    /**
+     * Since when this channel's landed message, unread and not parked, holds its share of the budget
+     * ({@link System#nanoTime()}, never 0); 0 when it does not.
+     */
+    long unreadSince() {
+        return unreadSince;
     }
 
     RdmaIoHandle ioHandle() {

@@ -62,6 +62,8 @@ public final class RdmaIoHandler implements IoHandler {
      * one message and reads no other meanwhile. A peer can make some applications pause (Kafka stops reading a
      * connection whose response the peer does not take): without the allowance, paused channels could hold the whole
      * budget and stall every other rendezvous of the loop; with it, a loop commits at most budget plus allowance.
+     * Past the allowance a landed message keeps its share of the budget, and while other channels wait for budget its
+     * channel fails once the message has gone unread for {@link #RENDEZVOUS_READ_TIMEOUT_PROPERTY}.
      */
     public static final String RENDEZVOUS_PARKED_PROPERTY = "rdmabridge.rendezvousParkedBytes";
     static final long DEFAULT_RENDEZVOUS_PARKED = 128L * 1024 * 1024;
@@ -112,6 +114,8 @@ public final class RdmaIoHandler implements IoHandler {
     private boolean budgetReleased;
     // Channels holding budget for a READ, oldest first; swept for READs that outlived the timeout.
     private final ArrayDeque<RdmaChannelInbound> budgetHolders = new ArrayDeque<>();
+    // Channels whose landed message, unread, holds budget because the parked allowance was full; oldest first.
+    private final ArrayDeque<RdmaChannelInbound> unreadHolders = new ArrayDeque<>();
     private final long readTimeoutNanos = Long.getLong(RENDEZVOUS_READ_TIMEOUT_PROPERTY, 30_000L) * 1_000_000L;
     // When stalled READs were last looked for: a loop too busy to sleep looks at most every SWEEP_INTERVAL_NANOS.
     private long lastSweep = System.nanoTime();
@@ -170,7 +174,7 @@ public final class RdmaIoHandler implements IoHandler {
 
     @Override
     public int run(IoHandlerContext context) {
-        if (!budgetHolders.isEmpty()) {
+        if (!budgetHolders.isEmpty() || !unreadHolders.isEmpty()) {
             // Also while the loop never gets to sleep (below): other channels' traffic must not postpone the timeout.
             long now = System.nanoTime();
             if (now - lastSweep >= SWEEP_INTERVAL_NANOS) {
@@ -280,6 +284,9 @@ public final class RdmaIoHandler implements IoHandler {
     void releaseRendezvous(RdmaChannelInbound holder, int length) {
         rendezvousCommitted -= length;
         budgetHolders.remove(holder);
+        if (!unreadHolders.isEmpty()) {
+            unreadHolders.remove(holder);
+        }
         if (!budgetWaiters.isEmpty()) {
             budgetReleased = true;
         }
@@ -297,6 +304,14 @@ public final class RdmaIoHandler implements IoHandler {
         rendezvousParked = parked + length;
         releaseRendezvous(holder, length);
         return true;
+    }
+
+    /**
+     * {@code holder}'s landed, unread message keeps its share of the budget: the parked allowance was full. Swept
+     * while others wait for budget. Loop thread.
+     */
+    void holdUnread(RdmaChannelInbound holder) {
+        unreadHolders.add(holder);
     }
 
     /** Gives back what {@link #parkRendezvous} moved. Loop thread. */
@@ -347,7 +362,10 @@ public final class RdmaIoHandler implements IoHandler {
     /**
      * Fails the channels whose READ has held budget longer than the timeout without completing. One whose READ has
      * landed only leaves the sweep: the message goes up with the next read, or moves to the parked allowance when it
-     * landed with no read pending ({@link RdmaChannelInbound#arrivedWithoutRead}).
+     * landed with no read pending ({@link RdmaChannelInbound#arrivedWithoutRead}). Past the allowance it keeps its
+     * share, and its channel fails once the message has gone unread for the timeout while others wait for budget:
+     * channels whose application does not read (a peer can make some pause) must not stall the loop's other
+     * rendezvous for ever.
      */
     private void sweepStalledReads(long now) {
         lastSweep = now;
@@ -362,11 +380,27 @@ public final class RdmaIoHandler implements IoHandler {
                     + RENDEZVOUS_READ_TIMEOUT_PROPERTY + "): closing the connection so that it releases its share of"
                     + " the event loop's rendezvous budget"));
         }
+        RdmaChannelInbound unread;
+        while (!budgetWaiters.isEmpty() && (unread = unreadHolders.peek()) != null
+                && now - unread.unreadSince() > readTimeoutNanos) {
+            unreadHolders.poll();
+            failed(unread.ioHandle(), new IOException("the application did not read a landed message of "
+                    + unread.budgetBytes() + " bytes within " + readTimeoutNanos / 1_000_000 + " ms ("
+                    + RENDEZVOUS_READ_TIMEOUT_PROPERTY + ") while other connections waited for the event loop's "
+                    + "rendezvous budget, and the loop's allowance for unread messages (" + RENDEZVOUS_PARKED_PROPERTY
+                    + ") was full: closing the connection so that it releases its share (read sooner, or raise "
+                    + RENDEZVOUS_PARKED_PROPERTY + ")"));
+        }
     }
 
     private long nanosUntilReadTimeout(long now) {
         RdmaChannelInbound oldest = budgetHolders.peek();
-        return oldest == null ? Long.MAX_VALUE : Math.max(0, oldest.budgetSince() + readTimeoutNanos - now);
+        long nanos = oldest == null ? Long.MAX_VALUE : Math.max(0, oldest.budgetSince() + readTimeoutNanos - now);
+        RdmaChannelInbound unread = unreadHolders.peek();
+        if (unread != null && !budgetWaiters.isEmpty()) {
+            nanos = Math.min(nanos, Math.max(0, unread.unreadSince() + readTimeoutNanos - now));
+        }
+        return nanos;
     }
 
     private int pollOnce() {

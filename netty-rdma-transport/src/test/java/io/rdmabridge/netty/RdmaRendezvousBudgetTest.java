@@ -313,6 +313,46 @@ class RdmaRendezvousBudgetTest {
     }
 
     /**
+     * Past the parked allowance an unread message keeps its share of the budget, but not for ever while another
+     * connection waits for it: once the message has gone unread for the READ timeout, its channel fails, naming the
+     * allowance, and the other's message goes on. It used to wait until the application read, which a peer can
+     * postpone without end on an application that pauses (12 such connections filled allowance and budget).
+     */
+    @Test
+    @SetSystemProperty(key = RdmaIoHandler.RENDEZVOUS_PARKED_PROPERTY, value = "" + (MESSAGE - 1))
+    void shouldFailAnUnreadMessageBeyondTheAllowanceThatOthersWaitForPastTheReadTimeout() throws Exception {
+        Channel server = bindRecordingServer(null);
+        try (RawVerbsPeer paused = connectRaw(server, 4)) {
+            Channel pausedChild = acceptedChild();
+            byte[] unread = new byte[MESSAGE];
+            Arrays.fill(unread, (byte) 2);
+            landUnread(paused, pausedChild, unread);
+            RdmaIoHandler handler = handlerOf(pausedChild);
+            assertEquals(MESSAGE, handler.rendezvousCommitted(), "the unread message's share of the budget");
+            try (RawVerbsPeer other = connectRaw(server, 4)) {
+                acceptedChild();
+                byte[] contents = new byte[MESSAGE];
+                new Random(11).nextBytes(contents);
+                MemoryRegion region = other.exposeForRead(contents);
+                // Both messages together exceed the budget (BUDGET): the other's waits.
+                assertEquals(WcStatus.SUCCESS, other.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+                Throwable failure = recorder.failures.poll(10, TimeUnit.SECONDS);
+                assertNotNull(failure, "the unread message held its share past the READ timeout while another waited");
+                assertTrue(failure.getMessage().contains("did not read a landed message of " + MESSAGE + " bytes "
+                        + "within 1000 ms") && failure.getMessage().contains(RdmaIoHandler.RENDEZVOUS_PARKED_PROPERTY),
+                        failure::toString);
+                assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "the other connection's message");
+                assertTrue(received.isEmpty(), "the unread message was handed up");
+                assertTrue(pausedChild.closeFuture().await(10, TimeUnit.SECONDS), "the paused channel stays open");
+                assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+            }
+        } finally {
+            provider.faults().reset();
+            server.close().sync();
+        }
+    }
+
+    /**
      * Has {@code raw} advertise {@code contents} to {@code child} and lets the child's READ land after its
      * application stopped reading: the READ reaches the peer 600 ms late, time to turn {@code autoRead} off while it
      * is posted.
