@@ -572,7 +572,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
         private void reject(ChannelHandlerContext ctx, String why, Refusal kind) {
             uncount();
-            refusalLines.get(kind).warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(), why);
+            refusalLines.get(kind).warn("Closing RDMA replication connection: {}: {}", ctx.channel().remoteAddress(),
+                    why);
             ctx.close();
         }
     }
