@@ -66,9 +66,9 @@ final class SourceAdmission {
         int share = shares.maxPerSource();
         int max = shares.max();
         return refusal == SourceShares.Refusal.SHARE
-                ? "more than " + share + " " + what + " from " + SourceShares.describe(source) + " (one address may hold "
-                        + share + " of " + key + "=" + max + "; " + shareFix + ", or allow only the brokers' hosts to "
-                        + "reach the port)"
+                ? "more than " + share + " " + what + " from " + SourceShares.describe(source)
+                        + " (one address may hold " + share + " of " + key + "=" + max + "; " + shareFix
+                        + ", or allow only the brokers' hosts to reach the port)"
                 : "more than " + max + " " + what + " (" + key + "; " + totalFix + ", or allow only the brokers' "
                         + "hosts to reach the port)";
     }

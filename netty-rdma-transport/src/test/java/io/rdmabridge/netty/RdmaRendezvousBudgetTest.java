@@ -258,17 +258,13 @@ class RdmaRendezvousBudgetTest {
         Channel server = bindRecordingServer(null);
         try (RawVerbsPeer paused = connectRaw(server, 4)) {
             Channel pausedChild = acceptedChild();
-            byte[] unread = new byte[MESSAGE];
-            Arrays.fill(unread, (byte) 1);
+            byte[] unread = filled((byte) 1);
             landUnread(paused, pausedChild, unread);
             RdmaIoHandler handler = handlerOf(pausedChild);
             try (RawVerbsPeer other = connectRaw(server, 4)) {
                 acceptedChild();
-                byte[] contents = new byte[MESSAGE];
-                new Random(9).nextBytes(contents);
-                MemoryRegion region = other.exposeForRead(contents);
                 // Both messages together exceed the budget (BUDGET).
-                assertEquals(WcStatus.SUCCESS, other.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+                byte[] contents = advertiseRandom(other, 9);
                 byte[] first = received.poll(10, TimeUnit.SECONDS);
                 assertNotNull(first, "the other connection's message waited for the unread one");
                 assertArrayEquals(contents, first, "the other connection's message");
@@ -324,18 +320,14 @@ class RdmaRendezvousBudgetTest {
         Channel server = bindRecordingServer(null);
         try (RawVerbsPeer paused = connectRaw(server, 4)) {
             Channel pausedChild = acceptedChild();
-            byte[] unread = new byte[MESSAGE];
-            Arrays.fill(unread, (byte) 2);
+            byte[] unread = filled((byte) 2);
             landUnread(paused, pausedChild, unread);
             RdmaIoHandler handler = handlerOf(pausedChild);
             assertEquals(MESSAGE, handler.rendezvousCommitted(), "the unread message's share of the budget");
             try (RawVerbsPeer other = connectRaw(server, 4)) {
                 acceptedChild();
-                byte[] contents = new byte[MESSAGE];
-                new Random(11).nextBytes(contents);
-                MemoryRegion region = other.exposeForRead(contents);
                 // Both messages together exceed the budget (BUDGET): the other's waits.
-                assertEquals(WcStatus.SUCCESS, other.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+                byte[] contents = advertiseRandom(other, 11);
                 Throwable failure = recorder.failures.poll(10, TimeUnit.SECONDS);
                 assertNotNull(failure, "the unread message held its share past the READ timeout while another waited");
                 assertTrue(failure.getMessage().contains("did not read a landed message of " + MESSAGE + " bytes "
@@ -350,6 +342,22 @@ class RdmaRendezvousBudgetTest {
             provider.faults().reset();
             server.close().sync();
         }
+    }
+
+    /** A message of {@link #MESSAGE} bytes, each {@code value}. */
+    private static byte[] filled(byte value) {
+        byte[] b = new byte[MESSAGE];
+        Arrays.fill(b, value);
+        return b;
+    }
+
+    /** Has {@code raw} advertise {@link #MESSAGE} random bytes (from {@code seed}); returns them. */
+    private static byte[] advertiseRandom(RawVerbsPeer raw, long seed) throws Exception {
+        byte[] contents = new byte[MESSAGE];
+        new Random(seed).nextBytes(contents);
+        MemoryRegion region = raw.exposeForRead(contents);
+        assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+        return contents;
     }
 
     /**
@@ -408,10 +416,7 @@ class RdmaRendezvousBudgetTest {
             }
             assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.DATA, new byte[] {42}));
             assertArrayEquals(new byte[] {42}, received.poll(10, TimeUnit.SECONDS));
-            byte[] contents = new byte[MESSAGE];
-            new Random(8).nextBytes(contents);
-            MemoryRegion region = raw.exposeForRead(contents);
-            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), MESSAGE, region.rkey()));
+            byte[] contents = advertiseRandom(raw, 8);
             RdmaChannelInbound inbound = child.inbound;
             deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
             while (!child.eventLoop().submit(inbound::isReadAwaitingSendQueue).get()) {

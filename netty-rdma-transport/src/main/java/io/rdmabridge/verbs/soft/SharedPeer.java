@@ -237,7 +237,8 @@ final class SharedPeer {
         } catch (IOException e) {
             failure = "cannot " + (read ? "read" : "write") + " same-host peer " + peerPid + "'s "
                     + (inodes[f] == 0 ? "memory file " + directory.resolve(filePrefix + numbers[f])
-                    : "mapped file " + PeerText.printable(targets[f].toString())) + " (" + e + "): closing the connection";
+                    : "mapped file " + PeerText.printable(targets[f].toString())) + " (" + e
+                    + "): closing the connection";
             SoftEngine.logger.warn("soft0: {}", failure);
             closed = true;
             return FAILED;
@@ -274,11 +275,11 @@ final class SharedPeer {
                     + "only after deregistering it)";
         } else {
             // A mapped file is anyone's to truncate (a log cut back, say), not necessarily the peer's doing.
-            failure = "the file " + PeerText.printable(targets[f].toString()) + " that same-host peer " + peerPid + " registered a "
-                    + "mapping of (a file region it sends) is now " + size + " bytes, short of the " + needed
-                    + " bytes the registered region needs: it was truncated while registered: closing the connection "
-                    + "(fix the sender: truncate or overwrite a file only after the file regions sent from it are "
-                    + "released, or write a new file and rename it over the old)";
+            failure = "the file " + PeerText.printable(targets[f].toString()) + " that same-host peer " + peerPid
+                    + " registered a mapping of (a file region it sends) is now " + size + " bytes, short of the "
+                    + needed + " bytes the registered region needs: it was truncated while registered: closing the "
+                    + "connection (fix the sender: truncate or overwrite a file only after the file regions sent from "
+                    + "it are released, or write a new file and rename it over the old)";
         }
         SoftEngine.logger.warn("soft0: {}", failure);
         closed = true; // a registration's bytes are gone: nothing more one-sided on this link
