@@ -818,8 +818,8 @@ public final class RdmaConnection {
             for (int i = 0; i < n; i++) {
                 long wrId = wc.wrId(i);
                 if ((wrId & ReceiveBuffers.RECV_TAG) != 0) {
-                    received((int) (wrId & ~ReceiveBuffers.RECV_TAG), wc.status(i), wc.byteLength(i),
-                            wc.vendorError(i));
+                    received((int) (wrId & ~ReceiveBuffers.RECV_TAG), wc.status(i), wc.opcode(i),
+                            wc.byteLength(i), wc.vendorError(i));
                 } else {
                     sendCompleted(wrId, wc.status(i), wc.opcode(i), wc.vendorError(i));
                 }
@@ -834,7 +834,7 @@ public final class RdmaConnection {
         return events;
     }
 
-    private void received(int slot, int status, int byteLength, int vendorError) {
+    private void received(int slot, int status, int opcode, int byteLength, int vendorError) {
         recv.completed(slot);
         if (status != WcStatus.SUCCESS) {
             lost = true;
@@ -847,6 +847,19 @@ public final class RdmaConnection {
             return;
         }
         if (failure != null || slot >= recv.count()) {
+            return;
+        }
+        // Any peer can post an RDMA WRITE with immediate (of 0 bytes it needs no rkey): it takes a receive and
+        // completes it with the slot's old bytes. A device never reports more bytes than the slot holds; a provider
+        // that did would have the frame read past it.
+        if (opcode != WcOpcode.RECV) {
+            protocolError("the peer consumed a receive with " + WcOpcode.name(opcode)
+                    + " (expected: RECV; rdma-bridge peers send frames with SEND only)");
+            return;
+        }
+        if (byteLength > recv.slotSize()) {
+            fail(new RdmaException("the device reported a receive of " + byteLength + " bytes into a slot of "
+                    + recv.slotSize() + " (expected: at most the slot's size; a provider or driver fault)"));
             return;
         }
         FrameHeader h = rxHeader.wrap(recv.littleEndianView(), recv.offset(slot));

@@ -210,6 +210,17 @@ final class RawVerbsPeer implements AutoCloseable {
     }
 
     /**
+     * Posts an RDMA WRITE of no bytes with immediate {@code immediate}: it needs no rkey and takes one of the peer's
+     * receives.
+     *
+     * @return the completion status
+     */
+    int writeWithImmediate(int immediate) {
+        return complete(new SendWorkRequest(1).reset().opcode(WrOpcode.RDMA_WRITE_WITH_IMM)
+                .flags(SendWorkRequest.SIGNALED).wrId(0).immData(immediate));
+    }
+
+    /**
      * RDMA READs {@code length} bytes (at most 4096) at {@code address} of the peer under {@code rkey}.
      *
      * @return the completion status; the bytes are {@link #readBytes(int)}

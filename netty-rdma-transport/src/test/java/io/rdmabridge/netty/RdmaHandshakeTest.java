@@ -211,6 +211,19 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     }
 
     @Test
+    void shouldFailTheConnectionWhenAnRdmaWriteWithImmediateTakesAReceive() throws Exception {
+        // Of no bytes it needs no rkey, and it takes a receive all the same: what the slot holds is no frame.
+        Channel server = echoServer(10_000);
+        Throwable cause = failureOfRawPeer(server, raw -> {
+            raw.sendFrame(FrameHeader.HELLO, hello(new Handshake(4096, 4, 4, 1 << 20)));
+            assertEquals(WcStatus.SUCCESS, raw.writeWithImmediate(7));
+        });
+        assertTrue(cause.getMessage().contains("the peer consumed a receive with RECV_RDMA_WITH_IMM (expected: RECV"),
+                cause.getMessage());
+        assertEchoes(server);
+    }
+
+    @Test
     void shouldFailTheConnectionOnASecondShutdown() throws Exception {
         // With half-closure the channel stays open after the peer's end of stream; each further SHUTDOWN was taken
         // as one more end of stream, told to the application each time.
