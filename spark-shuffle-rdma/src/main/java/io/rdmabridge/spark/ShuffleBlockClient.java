@@ -238,9 +238,18 @@ final class ShuffleBlockClient implements AutoCloseable {
                 lastReadNanos = now;
             }
             for (String blockId : blockIds) {
-                long requestId = nextRequestId++;
+                long requestId = nextRequestId;
+                ByteBuf fetch;
+                try {
+                    fetch = BlockFrame.fetch(ch.alloc(), requestId, blockId);
+                } catch (IllegalArgumentException e) {
+                    // Before it is pending: thrown out of here, the id and those after it never got their callback.
+                    listener.onBlockFetchFailure(blockId, e);
+                    continue;
+                }
+                nextRequestId++;
                 pending.put(requestId, new Pending(blockId, maxBlockLength.applyAsLong(blockId), listener, now));
-                ch.write(BlockFrame.fetch(ch.alloc(), requestId, blockId), ch.voidPromise());
+                ch.write(fetch, ch.voidPromise());
             }
             ch.flush();
         }

@@ -45,8 +45,9 @@ import org.slf4j.LoggerFactory;
  *   until half of them are; the peer's sends then wait for credits, as TCP's would for window. Nothing is refused,
  *   so Spark's own fetcher, which pipelines whatever its flow control allows, is only slowed, never failed.</li>
  *   <li>Time: a connection that has not answered the challenge within {@code authTimeout}, that has nothing
- *   outstanding and sent nothing for {@code idleTimeout}, or whose responses have not progressed for
- *   {@code writeTimeout} (the peer stopped reading) is closed, the last one abortively, releasing its share.</li>
+ *   outstanding and sent nothing for {@code idleTimeout}, or that has not consumed a response within
+ *   {@code writeTimeout} of its sending (the peer stopped reading, or reads too slowly) is closed, the last one
+ *   abortively, releasing its share.</li>
  *   <li>Connections: beyond {@code maxConnections}, or beyond half of them from one source address (so that one host
  *   cannot keep every other reducer out), a new connection gets a failure frame naming the key and is closed.</li>
  * </ul>
@@ -334,10 +335,15 @@ final class ShuffleBlockServer implements AutoCloseable {
         private int outstanding;
         /** Responses handed to the channel and not yet completed. */
         private int writing;
+        /**
+         * When each of those was handed to the channel, oldest at {@code writeHead}: a channel completes its writes in
+         * order. Grows to the most ever in flight, at most {@code maxRequestsPerConnection}.
+         */
+        private long[] writeStarts = new long[8];
+        private int writeHead;
         private boolean paused;
         private long openedNanos;
         private long lastReadNanos;
-        private long lastWriteProgressNanos;
         private ScheduledFuture<?> limitCheck;
 
         ConnectionHandler(Channel channel, InetAddress peerAddress, SourceShares.Refusal refusal) {
@@ -383,9 +389,12 @@ final class ShuffleBlockServer implements AutoCloseable {
             if (!authenticated && now - openedNanos > authTimeoutNanos) {
                 timedOut(ctx, "no answer to the challenge within " + conf.authTimeoutMillis + " ms ("
                         + RdmaShuffleConf.AUTH_TIMEOUT + ")", false);
-            } else if (writing > 0 && now - lastWriteProgressNanos > writeTimeoutNanos) {
-                timedOut(ctx, "the peer has consumed none of the responses sent to it for " + conf.writeTimeoutMillis
-                        + " ms (" + RdmaShuffleConf.WRITE_TIMEOUT + ")", true);
+            } else if (writing > 0 && now - writeStarts[writeHead] > writeTimeoutNanos) {
+                // The oldest response's age, not the time since the last completion: a peer that consumed one
+                // response now and then would otherwise hold its share of pinned memory for as long as it liked.
+                timedOut(ctx, "a response sent to the peer " + TimeUnit.NANOSECONDS.toMillis(now
+                        - writeStarts[writeHead]) + " ms ago is not consumed yet (" + RdmaShuffleConf.WRITE_TIMEOUT
+                        + "=" + conf.writeTimeoutMillis + " ms; the peer stopped reading, or reads too slowly)", true);
             } else if (outstanding == 0 && now - lastReadNanos > idleTimeoutNanos) {
                 timedOut(ctx, "idle for " + conf.idleTimeoutMillis + " ms (" + RdmaShuffleConf.IDLE_TIMEOUT + ")",
                         false);
@@ -478,14 +487,20 @@ final class ShuffleBlockServer implements AutoCloseable {
         }
 
         void writeStarted() {
-            if (writing++ == 0) {
-                lastWriteProgressNanos = System.nanoTime();
+            if (writing == writeStarts.length) {
+                long[] grown = new long[writing * 2];
+                for (int i = 0; i < writing; i++) {
+                    grown[i] = writeStarts[(writeHead + i) % writing];
+                }
+                writeStarts = grown;
+                writeHead = 0;
             }
+            writeStarts[(writeHead + writing++) % writeStarts.length] = System.nanoTime();
         }
 
         void responseCompleted() {
             writing--;
-            lastWriteProgressNanos = System.nanoTime();
+            writeHead = (writeHead + 1) % writeStarts.length;
             outstanding--;
             if (paused && outstanding <= conf.maxRequestsPerConnection / 2 && channel.isActive()) {
                 paused = false;

@@ -3,6 +3,7 @@ package io.rdmabridge.spark;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -14,9 +15,12 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOutboundHandlerAdapter;
+import io.netty.channel.ChannelPromise;
 import io.netty.channel.FileRegion;
 import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.channel.embedded.EmbeddedChannel;
+import io.netty.util.ReferenceCountUtil;
 import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import io.rdmabridge.verbs.ResourceUsage;
@@ -26,12 +30,15 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.Channels;
+import java.nio.channels.ClosedChannelException;
 import java.nio.file.Files;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -557,6 +564,120 @@ class ShuffleBlockServerLimitsTest {
             // Reading nothing, the hostile side cannot see the reset; its own close ends it.
             hostile.close();
             baseline.awaitReturn(server);
+        }
+    }
+
+    @Test
+    void shouldCloseAPeerThatConsumesOneResponseNowAndThenOnceItsOldestIsOlderThanTheWriteTimeout() throws Exception {
+        // Each completion came within the write timeout of the one before, so the connection counted as progressing
+        // and held its share of pinned memory for as long as the peer went on: here one block every 150 ms of 8.
+        try (ShuffleBlockServer server = server(null, RdmaShuffleConf.WRITE_TIMEOUT, "300ms")) {
+            HeldWrites held = new HeldWrites();
+            EmbeddedChannel ch = new EmbeddedChannel(new ChannelInitializer<>() {
+                @Override
+                protected void initChannel(Channel c) {
+                    c.pipeline().addLast(held);
+                    server.initConnection(c);
+                }
+            });
+            ch.writeInbound(BlockFrame.response(ch.alloc(), new byte[BlockFrame.MAC_LENGTH], RawPeer.NONCE));
+            held.passAll(ch);
+            for (Object o; (o = ch.readOutbound()) != null; ) {
+                ReferenceCountUtil.release(o);
+            }
+            ByteBuf fetches = ch.alloc().buffer();
+            for (int i = 0; i < 8; i++) {
+                ByteBuf f = BlockFrame.fetch(ch.alloc(), i, "b_" + i * 1000 + "_1000");
+                fetches.writeBytes(f);
+                f.release();
+            }
+            ch.writeInbound(fetches);
+            ch.runPendingTasks();
+            assertEquals(16, held.size(), "a header and a payload for each of the 8 blocks, all sent");
+            long start = System.nanoTime();
+            int consumed = 0;
+            while (ch.isActive() && consumed < 8) {
+                Thread.sleep(150);
+                held.pass(ch, 2);
+                consumed++;
+                ch.runPendingTasks();
+                ch.runScheduledPendingTasks();
+            }
+            long elapsedMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertFalse(ch.isActive(), "the connection was open after the peer had consumed all 8 responses over "
+                    + elapsedMillis + " ms, one every 150 ms, with a write timeout of 300 ms");
+            assertTrue(consumed < 5, "consumed " + consumed + " of 8 before the connection was closed");
+            assertEquals(1, serverMetrics.connectionsTimedOut.getCount());
+            assertEquals(1, warnings.containing("is not consumed yet (spark.shuffle.rdma.writeTimeout=300 ms").size(),
+                    warnings.lines.toString());
+            waitFor(() -> server.inFlightBytes() == 0 && server.openConnections() == 0);
+            ch.finishAndReleaseAll();
+        }
+    }
+
+    @Test
+    void shouldFailABlockIdTooLongForTheWireOnItsOwnAndFetchTheOthers() throws Exception {
+        // Spark's ids are far shorter; the thrown refusal escaped the event loop's task, and neither that id nor the
+        // ones after it got a callback: Spark's reader waited on them for ever.
+        String tooLong = "b_0_" + "1".repeat(BlockFrame.MAX_BLOCK_ID_LENGTH);
+        try (ShuffleBlockServer server = server("right");
+             ShuffleBlockClient client = client("right")) {
+            Collector c = new Collector(3);
+            client.fetch(EXECUTOR, address(server), new String[] {"b_0_1000", tooLong, "b_5000_3000"}, c);
+            c.await();
+            assertEquals(Set.of(tooLong), c.failures.keySet());
+            assertInstanceOf(IllegalArgumentException.class, c.failures.get(tooLong));
+            assertTrue(c.failures.get(tooLong).getMessage().contains("(expected: at most 256 UTF-8 bytes)"),
+                    c.failures.get(tooLong)::toString);
+            assertArrayEquals(slice(0, 1000), c.received.get("b_0_1000"));
+            assertArrayEquals(slice(5000, 3000), c.received.get("b_5000_3000"));
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+        }
+    }
+
+    /**
+     * Holds the writes that reach it, as a peer that reads nothing holds a channel's, and passes them on when told;
+     * those still held when the channel closes fail, as a closed channel's do.
+     */
+    private static final class HeldWrites extends ChannelOutboundHandlerAdapter {
+        private final ArrayDeque<Object> messages = new ArrayDeque<>();
+        private final ArrayDeque<ChannelPromise> promises = new ArrayDeque<>();
+        private ChannelHandlerContext ctx;
+
+        @Override
+        public void handlerAdded(ChannelHandlerContext ctx) {
+            this.ctx = ctx;
+        }
+
+        @Override
+        public void write(ChannelHandlerContext ctx, Object msg, ChannelPromise promise) {
+            messages.add(msg);
+            promises.add(promise);
+        }
+
+        @Override
+        public void close(ChannelHandlerContext ctx, ChannelPromise promise) {
+            while (!messages.isEmpty()) {
+                ReferenceCountUtil.release(messages.poll());
+                promises.poll().tryFailure(new ClosedChannelException());
+            }
+            ctx.close(promise);
+        }
+
+        int size() {
+            return messages.size();
+        }
+
+        void pass(EmbeddedChannel ch, int count) {
+            for (int i = 0; i < count && !messages.isEmpty(); i++) {
+                ctx.write(messages.poll(), promises.poll());
+            }
+            ctx.flush();
+            ch.runPendingTasks();
+        }
+
+        void passAll(EmbeddedChannel ch) {
+            pass(ch, Integer.MAX_VALUE);
         }
     }
 
