@@ -188,6 +188,20 @@ final class DisniCmId implements RdmaCmId {
                     + " open ones)");
         }
         capabilities.checkAgainst(dev.attributes());
+        if (!disniPd.queuePairStarting()) {
+            throw new RdmaException("createQueuePair with a closed protection domain (expected: an open one)");
+        }
+        try {
+            return createQueuePair(dev, disniPd, disniSendCq, disniRecvCq, capabilities);
+        } catch (RdmaException | RuntimeException | Error e) {
+            disniPd.queuePairClosed();
+            throw e;
+        }
+    }
+
+    private DisniQueuePair createQueuePair(RdmaDevice dev, DisniProtectionDomain disniPd,
+                                           DisniCompletionQueue disniSendCq, DisniCompletionQueue disniRecvCq,
+                                           QpCapabilities capabilities) throws RdmaException {
         IbvQPInitAttr attr = new IbvQPInitAttr();
         attr.setQp_type(IbvQP.IBV_QPT_RC);
         attr.setSend_cq(disniSendCq.cq());
@@ -214,7 +228,7 @@ final class DisniCmId implements RdmaCmId {
         DisniQueuePair created;
         try {
             created = new DisniQueuePair(this, qp, disniPd, disniSendCq, disniRecvCq, capabilities);
-        } catch (RdmaException e) {
+        } catch (RdmaException | RuntimeException | Error e) {
             destroyNativeQueuePair();
             throw e;
         } catch (IOException e) {
@@ -226,7 +240,6 @@ final class DisniCmId implements RdmaCmId {
         if (disniRecvCq != disniSendCq) {
             disniRecvCq.attach(created);
         }
-        disniPd.queuePairCreated();
         channel.disniProvider().usage().queuePairs(1);
         return created;
     }

@@ -54,7 +54,7 @@ final class DisniProtectionDomain implements ProtectionDomain {
         if (address == 0) {
             throw new IllegalArgumentException("address: 0 (expected: the address of allocated memory)");
         }
-        if (closed.get()) {
+        if (!starting(memoryRegions)) {
             throw new RdmaException("register: protection domain is closed (expected: an open protection domain)");
         }
         IbvMr mr;
@@ -66,11 +66,14 @@ final class DisniProtectionDomain implements ProtectionDomain {
                 call.free();
             }
         } catch (IOException e) {
+            memoryRegions.decrementAndGet();
             throw new RdmaException("ibv_reg_mr(0x" + Long.toHexString(address) + ", " + length + " bytes, "
                     + Access.toString(access) + ") on " + device.name() + " failed: " + DisniErrors.registration(e),
                     e);
+        } catch (RuntimeException | Error e) {
+            memoryRegions.decrementAndGet();
+            throw e;
         }
-        memoryRegions.incrementAndGet();
         device.disniProvider().usage().memoryRegistered(length);
         return new DisniMemoryRegion(this, mr, address, length, access);
     }
@@ -79,8 +82,26 @@ final class DisniProtectionDomain implements ProtectionDomain {
         memoryRegions.decrementAndGet();
     }
 
-    void queuePairCreated() {
-        queuePairs.incrementAndGet();
+    /**
+     * Counts a queue pair about to be created on this domain, before the native call, so that {@link #close()} cannot
+     * free the domain under it; {@code false} (nothing counted) when the domain is closed. {@link #queuePairClosed()}
+     * takes it back, also when the creation fails.
+     */
+    boolean queuePairStarting() {
+        return starting(queuePairs);
+    }
+
+    /**
+     * Counts a resource before its native call uses the domain. Counted first, then {@code closed} read, as
+     * {@link #close()} sets {@code closed} and then reads the counts: one of the two sees the other.
+     */
+    private boolean starting(AtomicInteger count) {
+        count.incrementAndGet();
+        if (closed.get()) {
+            count.decrementAndGet();
+            return false;
+        }
+        return true;
     }
 
     void queuePairClosed() {
@@ -93,14 +114,15 @@ final class DisniProtectionDomain implements ProtectionDomain {
 
     @Override
     public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
         int regions = memoryRegions.get();
         int qps = queuePairs.get();
         if (regions != 0 || qps != 0) {
+            closed.set(false);
             throw new IllegalStateException("protection domain still in use: " + regions + " memory regions, " + qps
                     + " queue pairs (expected: close them first)");
-        }
-        if (!closed.compareAndSet(false, true)) {
-            return;
         }
         int result;
         try {

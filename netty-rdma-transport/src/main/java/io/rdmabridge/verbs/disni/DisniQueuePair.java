@@ -122,7 +122,12 @@ final class DisniQueuePair implements QueuePair {
         IbvRecvWR recv = new IbvRecvWR();
         recv.setWr_id(LAYOUT_PROBE);
         recv.setSg_list(emptySges(capabilities.maxRecvSge()));
-        recvCall = qp.postRecv(List.of(recv), null);
+        try {
+            recvCall = qp.postRecv(List.of(recv), null);
+        } catch (IOException | RuntimeException | Error e) {
+            sendCall.free();
+            throw e;
+        }
         recvSgeAddress = ((NatIbvRecvWR) recvCall.getWrMod(0)).getPtr_sge_list();
         recvWrAddress = recvSgeAddress - NatIbvRecvWR.CSIZE;
 
