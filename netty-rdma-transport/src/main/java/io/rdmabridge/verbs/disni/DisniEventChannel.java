@@ -4,6 +4,7 @@ import com.ibm.disni.verbs.RdmaCm;
 import com.ibm.disni.verbs.impl.NatCmaIdPrivate;
 import com.ibm.disni.verbs.impl.NatRdmaEventChannel;
 import com.ibm.disni.verbs.impl.NativeDispatcher;
+import io.rdmabridge.internal.LinuxEpoll;
 import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.DirectMemory;
@@ -27,8 +28,9 @@ import org.slf4j.LoggerFactory;
 /**
  * A connection-manager event channel over DiSNI's {@code RdmaEventChannel}.
  *
- * <p>A daemon thread per channel waits for events ({@code rdma_get_cm_event} behind a {@code poll} with a short
- * timeout, so that it notices {@link #close()}), queues each as a raw triple (type, id, listening id) on a lock-free
+ * <p>A daemon thread per channel waits for events (the channel's descriptor in an epoll set, or, where epoll is not
+ * usable, {@code rdma_get_cm_event} behind a {@code poll}; with a short timeout either way, so that it notices
+ * {@link #close()}), queues each as a raw triple (type, id, listening id) on a lock-free
  * queue and signals the notifier. {@link #poll(CmEvent)} converts them on the owning thread: ids of connect requests
  * are created there, route resolution follows address resolution there, and queue-pair states change there.
  *
@@ -79,9 +81,12 @@ final class DisniEventChannel implements RdmaEventChannel {
     private final Set<DisniCmId> open = ConcurrentHashMap.newKeySet();
     private final Thread eventThread;
     /**
-     * Held by the event thread while it is inside {@code rdma_get_cm_event} (and the poll before it), so that an id's
-     * queue pair can be destroyed while librdmacm cannot be modifying it there ({@link #outsideEventWait}). Fair: a
-     * waiting owner gets it when the current wait ends, not after the next one.
+     * Held by the event thread while it is inside {@code rdma_get_cm_event}, so that an id's queue pair can be
+     * destroyed while librdmacm cannot be modifying it there ({@link #outsideEventWait}). Where epoll is usable the
+     * thread waits for the channel to be readable without it, and holds it only while it takes one event; elsewhere
+     * it also holds it during the poll before (up to {@value #EVENT_WAIT_MILLIS} ms), and a close of a queue pair
+     * whose connect is pending waits that long. Fair: a waiting owner gets it when the current wait ends, not after
+     * the next one.
      */
     private final ReentrantLock eventWait = new ReentrantLock(true);
     private volatile boolean running = true;
@@ -137,32 +142,80 @@ final class DisniEventChannel implements RdmaEventChannel {
     private void waitForEvents() {
         ByteBuffer out = ByteBuffer.allocateDirect(16).order(ByteOrder.nativeOrder());
         long address = DirectMemory.address(out);
-        while (running) {
-            int type;
-            eventWait.lock();
-            try {
-                // Writes the listening id at address and the event's id at address + 8; -1 when none came in time.
-                type = dispatcher._getCmEvent(channelHandle, address, address + 8, EVENT_WAIT_MILLIS);
-                if (answersConnect(type)) {
-                    DisniCmId id = ids.get(out.getLong(8));
-                    if (id != null) {
-                        id.connectPending = false;
+        LinuxEpoll.WakeableSet readable = watchChannel();
+        try {
+            while (running) {
+                if (readable != null) {
+                    try {
+                        if (readable.wait(EVENT_WAIT_MILLIS) == 0) {
+                            continue;
+                        }
+                    } catch (IOException e) {
+                        logger.warn("Waiting for connection-manager events with epoll failed ({}); waiting inside "
+                                + "rdma_get_cm_event from now on", e.toString());
+                        readable.close();
+                        readable = null;
                     }
                 }
-            } catch (RuntimeException e) {
-                logger.warn("Connection-manager events stopped: {}", DisniErrors.clean(e));
-                return;
-            } finally {
-                eventWait.unlock();
+                int type;
+                eventWait.lock();
+                try {
+                    // Writes the listening id at address and the event's id at address + 8; -1 when none came in
+                    // time. Once epoll has seen the channel readable, the event is taken without waiting.
+                    type = dispatcher._getCmEvent(channelHandle, address, address + 8,
+                            readable != null ? 0 : EVENT_WAIT_MILLIS);
+                    if (answersConnect(type)) {
+                        DisniCmId id = ids.get(out.getLong(8));
+                        if (id != null) {
+                            id.connectPending = false;
+                        }
+                    }
+                } catch (RuntimeException e) {
+                    logger.warn("Connection-manager events stopped: {}", DisniErrors.clean(e));
+                    return;
+                } finally {
+                    eventWait.unlock();
+                }
+                if (type < 0) {
+                    continue;
+                }
+                events.add(new RawEvent(type, out.getLong(8), out.getLong(0)));
+                if (notifier != null) {
+                    notifier.signal();
+                }
             }
-            if (type < 0) {
-                continue;
-            }
-            events.add(new RawEvent(type, out.getLong(8), out.getLong(0)));
-            if (notifier != null) {
-                notifier.signal();
+        } finally {
+            if (readable != null) {
+                readable.close();
             }
         }
+    }
+
+    /**
+     * An epoll set watching the channel's descriptor, so that the event thread waits for events outside
+     * {@link #eventWait}; {@code null} where epoll is not usable ({@code sun.nio.ch} not opened: docs/disni.md), and
+     * the thread then waits inside {@code rdma_get_cm_event}, holding it.
+     */
+    private LinuxEpoll.WakeableSet watchChannel() {
+        if (LinuxEpoll.unavailabilityCause() != null) {
+            return null;
+        }
+        // struct rdma_event_channel { int fd; }: the descriptor librdmacm reads the events from.
+        int fd = NativeWords.getInt(channelHandle);
+        try {
+            LinuxEpoll.WakeableSet set = LinuxEpoll.WakeableSet.open(2);
+            int rc = set.ctl(LinuxEpoll.CTL_ADD, fd, LinuxEpoll.EPOLLIN);
+            if (rc == 0) {
+                return set;
+            }
+            set.close();
+            logger.warn("epoll_ctl(ADD) of connection-manager channel {} failed: errno {}; waiting inside "
+                    + "rdma_get_cm_event instead", fd, rc);
+        } catch (IOException e) {
+            logger.warn("No epoll set for connection-manager events ({}); waiting inside rdma_get_cm_event instead",
+                    e.toString());
+        }
+        return null;
     }
 
     /**
@@ -175,8 +228,9 @@ final class DisniEventChannel implements RdmaEventChannel {
     }
 
     /**
-     * Runs {@code action} while the event thread is outside {@code rdma_get_cm_event}; waits at most one event wait
-     * ({@value #EVENT_WAIT_MILLIS} ms). Any thread but the event thread.
+     * Runs {@code action} while the event thread is outside {@code rdma_get_cm_event}; waits while it takes an event,
+     * or, where epoll is not usable, at most one event wait ({@value #EVENT_WAIT_MILLIS} ms). Any thread but the
+     * event thread.
      */
     void outsideEventWait(Runnable action) {
         eventWait.lock();
