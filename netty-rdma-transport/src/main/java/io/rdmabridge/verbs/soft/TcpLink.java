@@ -1527,6 +1527,18 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                 if (seq < head) {
                     return; // about a request already completed: stale, as on a real fabric
                 }
+                // A responder executes requests in order and answers nothing past one it refuses or fails. Taken,
+                // such a refusal rewound the send queue below requests that then completed (a READ before them was
+                // answered), and the RNR timer sent their memory again, with whatever the application, or another
+                // connection, keeps there now.
+                if (seq < ackFloor) {
+                    violation(SoftFrame.name(op) + " psn=" + psn + " for a request it acknowledged already");
+                    return;
+                }
+                if (answeredReadFrom(q, seq, sent)) {
+                    violation(SoftFrame.name(op) + " psn=" + psn + " before an RDMA READ it has answered since");
+                    return;
+                }
                 markAcked(q, head, seq);
                 int i = q.sIndex(seq);
                 if (op == SoftFrame.NAK) {
@@ -1592,6 +1604,20 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         if (end > ackFloor) {
             ackFloor = end;
         }
+    }
+
+    /** Whether the peer has answered, whole or in part, an RDMA READ at or after {@code seq} and before {@code sent}. */
+    private boolean answeredReadFrom(SoftQueuePair q, long seq, long sent) {
+        if (readOffset > 0 && readScan >= seq) {
+            return true; // the READ at readScan is answered in part
+        }
+        for (long s = seq; s < Math.min(readScan, sent); s++) {
+            int i = q.sIndex(s);
+            if (q.sOpcode[i] == WrOpcode.RDMA_READ && q.sDone[i]) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** @return whether a READ completed (the pump may send READs it held back) */

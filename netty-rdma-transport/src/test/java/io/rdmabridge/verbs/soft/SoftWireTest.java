@@ -476,6 +476,58 @@ class SoftWireTest {
     }
 
     /**
+     * An RNR_NAK for a SEND the peer has acknowledged already is a lie too. It used to rewind the send queue to that
+     * SEND, which completed anyway once the RDMA READ before it (still unanswered when the ACK came) was answered, and
+     * the RNR timer then sent its memory again, with whatever had been written there since.
+     */
+    @Test
+    void shouldCloseOnAReceiverNotReadyForASendItAcknowledgedAlready() throws Exception {
+        try (Socket s = connected(6)) {
+            for (int i = 0; i < 64; i++) {
+                memory.put(GUARD + i, (byte) 0x11);
+            }
+            serverQp.postSend(new SendWorkRequest(1).reset().opcode(WrOpcode.RDMA_READ).flags(SendWorkRequest.SIGNALED)
+                    .wrId(8).addSge(region.address() + 512, 64, region.lkey()).remote(0x10000, 7));
+            serverQp.postSend(new SendWorkRequest(1).reset().opcode(WrOpcode.SEND).flags(SendWorkRequest.SIGNALED)
+                    .wrId(9).addSge(region.address(), 64, region.lkey()));
+            assertEquals(SoftFrame.READ_REQUEST, readFrame(s).get(SoftFrame.OPCODE_OFFSET));
+            assertEquals(SoftFrame.SEND, readFrame(s).get(SoftFrame.OPCODE_OFFSET));
+            byte[] ack = frame(SoftFrame.ACK, 0, 1, 0, 0, 0, 0, 0, 0);
+            byte[] refused = frame(SoftFrame.RNR_NAK, 0, 1, 0, 0, 0, 0, 0, 0);
+            byte[] answer = frame(SoftFrame.READ_RESPONSE, SoftFrame.FIRST | SoftFrame.LAST, 0, 64, 64, 0, 0, 0, 64);
+            s.getOutputStream().write(ByteBuffer.allocate(ack.length + refused.length).put(ack).put(refused).array());
+            // Apart, after the engine has handled the refusal (and rewound the send queue to the SEND).
+            Thread.sleep(100);
+            s.getOutputStream().write(answer);
+            WorkCompletions first = SoftPair.pollOne(cq, null);
+            WorkCompletions second = SoftPair.pollOne(cq, null);
+            int sendStatus = second.wrId(0) == 9 ? second.status(0) : first.status(0);
+            // What the application does once a send completes: it uses the memory for something else.
+            for (int i = 0; i < 64; i++) {
+                memory.put(GUARD + i, (byte) 0x99);
+            }
+            s.setSoTimeout(5_000);
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            try {
+                while (true) {
+                    byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+                    in.readFully(header);
+                    ByteBuffer h = ByteBuffer.wrap(header);
+                    byte[] payload = new byte[h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET)];
+                    in.readFully(payload);
+                    for (byte b : payload) {
+                        assertTrue(b != (byte) 0x99, "sent again, after its completion ("
+                                + WcStatus.name(sendStatus) + "): " + SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)));
+                    }
+                }
+            } catch (EOFException | SocketException closed) {
+                // The server closed the connection.
+            }
+        }
+        awaitServerDisconnected();
+    }
+
+    /**
      * From a copy hook: closes the region on another thread, which then runs {@code afterClose}, and sets
      * {@code closedDuringCopy} when that close returns while this copy is still under way (within 200 ms of the key's
      * withdrawal, from which a close that does not wait for the copy completes at once).
