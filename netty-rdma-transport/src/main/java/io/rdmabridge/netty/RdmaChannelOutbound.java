@@ -302,6 +302,11 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
     private void removeSent(ChannelOutboundBuffer in, long bytes) {
         while (bytes > 0) {
             Object msg = in.current();
+            if (msg instanceof FileRegion && ((FileRegion) msg).count() == 0) {
+                // Empty, between two buffers copied into one frame: the frame's bytes go on past it.
+                in.remove();
+                continue;
+            }
             if (!(msg instanceof ByteBuf)) {
                 // Posted bytes are always flushed buffer bytes; only a close (which failed them) gets here.
                 postedBytes -= bytes;

@@ -34,6 +34,7 @@ import java.io.File;
 import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
@@ -870,6 +871,31 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
             byte[] got = t.received.toByteArray();
             assertArrayEquals(t.content, Arrays.copyOfRange(got, 0, size));
             assertArrayEquals(t.content, Arrays.copyOfRange(got, size, 2 * size));
+        }
+    }
+
+    /**
+     * An empty region between two buffers of one flush (an HTTP server's empty file, then the next response): the
+     * buffers are copied into one frame across it. Its completion removed the first buffer, stopped at the region, and
+     * left the second in the outbound buffer as if unsent: it went out again.
+     */
+    @Test
+    @Timeout(30)
+    void shouldSendTheBuffersAroundAnEmptyFileRegionOnce(@TempDir File dir) throws Exception {
+        FileTransfer t = fileTransfer(dir, 1, 9);
+        byte[] before = "before the empty file|".getBytes(StandardCharsets.UTF_8);
+        byte[] after = "|after it".getBytes(StandardCharsets.UTF_8);
+        t.client.write(Unpooled.wrappedBuffer(before));
+        ChannelFuture empty = t.client.write(new DefaultFileRegion(t.file, 0, 0));
+        t.client.writeAndFlush(Unpooled.wrappedBuffer(after)).sync();
+        assertTrue(empty.isSuccess(), () -> "the empty region: " + empty.cause());
+        // Then one more message, so that a duplicate sent later than the second buffer is there to be seen too.
+        byte[] last = "|last".getBytes(StandardCharsets.UTF_8);
+        t.client.writeAndFlush(Unpooled.wrappedBuffer(last)).sync();
+        awaitBytes(t.receivedBytes, before.length + after.length + last.length);
+        Thread.sleep(100);
+        synchronized (t.received) {
+            assertEquals("before the empty file||after it|last", t.received.toString(StandardCharsets.UTF_8));
         }
     }
 
