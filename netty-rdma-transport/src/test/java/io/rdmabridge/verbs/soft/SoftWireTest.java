@@ -450,26 +450,7 @@ class SoftWireTest {
             s.getOutputStream().write(both.array());
             WorkCompletions wc = SoftPair.pollOne(cq, null);
             int status = wc.status(0);
-            // What the application does once a send completes: it uses the memory for something else.
-            for (int i = 0; i < 64; i++) {
-                memory.put(GUARD + i, (byte) 0x99);
-            }
-            DataInputStream in = new DataInputStream(s.getInputStream());
-            try {
-                while (true) {
-                    byte[] header = new byte[SoftFrame.HEADER_LENGTH];
-                    in.readFully(header);
-                    ByteBuffer h = ByteBuffer.wrap(header);
-                    byte[] payload = new byte[h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET)];
-                    in.readFully(payload);
-                    for (byte b : payload) {
-                        assertTrue(b != (byte) 0x99, "sent again, after its completion: "
-                                + SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)));
-                    }
-                }
-            } catch (EOFException | SocketException closed) {
-                // The server closed the connection.
-            }
+            assertNotSentAgainUntilClosed(s, "SEND completed with " + WcStatus.name(status));
             assertTrue(status != WcStatus.SUCCESS, "the refused SEND completed as delivered");
         }
         awaitServerDisconnected();
@@ -502,29 +483,36 @@ class SoftWireTest {
             WorkCompletions first = SoftPair.pollOne(cq, null);
             WorkCompletions second = SoftPair.pollOne(cq, null);
             int sendStatus = second.wrId(0) == 9 ? second.status(0) : first.status(0);
-            // What the application does once a send completes: it uses the memory for something else.
-            for (int i = 0; i < 64; i++) {
-                memory.put(GUARD + i, (byte) 0x99);
-            }
-            s.setSoTimeout(5_000);
-            DataInputStream in = new DataInputStream(s.getInputStream());
-            try {
-                while (true) {
-                    byte[] header = new byte[SoftFrame.HEADER_LENGTH];
-                    in.readFully(header);
-                    ByteBuffer h = ByteBuffer.wrap(header);
-                    byte[] payload = new byte[h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET)];
-                    in.readFully(payload);
-                    for (byte b : payload) {
-                        assertTrue(b != (byte) 0x99, "sent again, after its completion ("
-                                + WcStatus.name(sendStatus) + "): " + SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)));
-                    }
-                }
-            } catch (EOFException | SocketException closed) {
-                // The server closed the connection.
-            }
+            assertNotSentAgainUntilClosed(s, "SEND completed with " + WcStatus.name(sendStatus));
         }
         awaitServerDisconnected();
+    }
+
+    /**
+     * Does what an application does once a SEND from the first 64 bytes of the region completes (it writes something
+     * else there), then reads the frames the server sends until it closes the connection: none may carry those bytes.
+     */
+    private void assertNotSentAgainUntilClosed(Socket s, String completion) throws IOException {
+        for (int i = 0; i < 64; i++) {
+            memory.put(GUARD + i, (byte) 0x99);
+        }
+        s.setSoTimeout(5_000);
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        try {
+            while (true) {
+                byte[] header = new byte[SoftFrame.HEADER_LENGTH];
+                in.readFully(header);
+                ByteBuffer h = ByteBuffer.wrap(header);
+                byte[] payload = new byte[h.getInt(SoftFrame.PAYLOAD_LENGTH_OFFSET)];
+                in.readFully(payload);
+                for (byte b : payload) {
+                    assertTrue(b != (byte) 0x99, "sent again, after its completion (" + completion + "): "
+                            + SoftFrame.name(h.get(SoftFrame.OPCODE_OFFSET)));
+                }
+            }
+        } catch (EOFException | SocketException closed) {
+            // The server closed the connection.
+        }
     }
 
     /**
