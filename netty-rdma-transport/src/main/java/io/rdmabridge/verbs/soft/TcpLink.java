@@ -1606,7 +1606,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
         }
     }
 
-    /** Whether the peer has answered, whole or in part, an RDMA READ at or after {@code seq} and before {@code sent}. */
+    /** Whether the peer has answered, whole or in part, an RDMA READ in {@code [seq, sent)}. */
     private boolean answeredReadFrom(SoftQueuePair q, long seq, long sent) {
         if (readOffset > 0 && readScan >= seq) {
             return true; // the READ at readScan is answered in part
