@@ -479,6 +479,11 @@ public final class RdmaConnection {
         buildPayload += length;
     }
 
+    /** Drops the frame being built, unposted: nothing of it was sent, and control frames may go again. */
+    public void abandonData() {
+        building = false;
+    }
+
     /** Posts the frame being built. @return its operation number */
     public long sendData() {
         building = false;

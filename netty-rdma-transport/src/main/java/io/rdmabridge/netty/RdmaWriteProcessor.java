@@ -410,6 +410,19 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
         endFrame();
     }
 
+    /** Drops the frame being built, unposted, and frees its staging block: a message threw part-way through it. */
+    void abandonFrame() {
+        if (!framing) {
+            return;
+        }
+        framing = false;
+        c.abandonData();
+        if (frameStaging != null) {
+            frameStaging.free();
+            frameStaging = null;
+        }
+    }
+
     /** Whether the last walk stopped on its spin count with work left. */
     boolean yielded() {
         return yielded;
