@@ -854,9 +854,9 @@ public final class RdmaConnection {
         if (failure != null || slot >= recv.count()) {
             return;
         }
-        // Any peer can post an RDMA WRITE with immediate (of 0 bytes it needs no rkey): it takes a receive and
-        // completes it with the slot's old bytes. A device never reports more bytes than the slot holds; a provider
-        // that did would have the frame read past it.
+        // Any peer can post an RDMA WRITE with immediate (of 0 bytes it needs no rkey): it takes a receive whose
+        // slot holds no frame of it. A device never reports more bytes than the slot holds; a provider that did
+        // would have the frame read past it.
         if (opcode != WcOpcode.RECV) {
             protocolError("the peer consumed a receive with " + WcOpcode.name(opcode)
                     + " (expected: RECV; rdma-bridge peers send frames with SEND only)");

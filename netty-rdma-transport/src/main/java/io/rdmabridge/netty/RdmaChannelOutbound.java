@@ -120,19 +120,16 @@ final class RdmaChannelOutbound implements RdmaConnection.Listener {
                 COMPLETE_COPIES_ON_POST && postedBytes == 0);
         try {
             in.forEachFlushedMessage(processor);
+            processor.finish();
         } catch (Throwable t) {
             // A message that threw part-way through a frame (a buffer released while it was queued): the frames
             // before it go out; the one it was being copied into is dropped with its staging block, which was
             // otherwise never freed, and the connection could send no control frame any more.
             processor.abandonFrame();
-            c.flush();
-            if (recorded != recordedBefore) {
-                channel.sendPosted();
-            }
             throw t;
+        } finally {
+            c.flush();
         }
-        processor.finish();
-        c.flush();
         if (c.failure() != null) {
             throw c.failure();
         }
