@@ -11,7 +11,9 @@ import java.util.Arrays;
  * @param responderResources RDMA READs the peer may have outstanding against us
  * @param initiatorDepth     RDMA READs we may have outstanding against the peer
  * @param retryCount         transport retries before {@link WcStatus#RETRY_EXC_ERR}, 0..7
- * @param rnrRetryCount      receiver-not-ready retries before {@link WcStatus#RNR_RETRY_EXC_ERR}, 0..6; the
+ * @param rnrRetryCount      how often the peer retries a SEND that finds none of our receives posted before it
+ *                           completes with {@link WcStatus#RNR_RETRY_EXC_ERR}, 0..6: as rdma_connect(3) and
+ *                           rdma_accept(3) have it, this side's value bounds the peer's sends, not its own; the
  *                           spec's 7 ("retry forever") is refused because an unbounded stall hides a missing receive
  */
 public record ConnectionParameters(byte[] privateData, int responderResources, int initiatorDepth, int retryCount,

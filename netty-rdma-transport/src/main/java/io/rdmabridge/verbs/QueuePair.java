@@ -9,8 +9,8 @@ package io.rdmabridge.verbs;
  *   <li>Receives may be posted from {@link QpState#INIT} on; sends only in {@link QpState#RTS}
  *       (earlier: {@link RdmaException}).</li>
  *   <li>Send completions arrive in posting order; receive completions in the order the peer's SENDs were posted.</li>
- *   <li>A SEND that finds no posted receive is retried by the responder up to
- *       {@link ConnectionParameters#rnrRetryCount()} times, then completes with
+ *   <li>A SEND that finds no posted receive is retried up to the {@link ConnectionParameters#rnrRetryCount()} that
+ *       the responder gave when it connected or accepted, then completes with
  *       {@link WcStatus#RNR_RETRY_EXC_ERR}; later work requests wait behind it (RC order).</li>
  *   <li>An RDMA READ or WRITE naming an unknown or dead rkey, bytes outside the region, or a region without the
  *       needed access completes with {@link WcStatus#REM_ACCESS_ERR} at the initiator and moves both queue pairs to

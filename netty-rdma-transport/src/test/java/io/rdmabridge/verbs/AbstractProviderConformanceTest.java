@@ -65,6 +65,8 @@ import org.junit.jupiter.api.io.TempDir;
 public abstract class AbstractProviderConformanceTest {
     /** How long an operation that should complete at once may take on a loaded 2-core CI machine. */
     protected static final long WAIT_MS = 10_000;
+    /** The receiver-not-ready timer of a queue pair connected through rdma_cm (minimum RNR timer 0: 655.36 ms). */
+    private static final long RNR_TIMER_MS = 655;
     /** Bound on disconnect, flush and peer-death reporting. */
     protected static final long PROMPT_MS = 5_000;
     protected static final int MIB = 1 << 20;
@@ -816,7 +818,8 @@ public abstract class AbstractProviderConformanceTest {
 
     @Test
     public void shouldExhaustReceiverNotReadyRetries() throws Exception {
-        InetSocketAddress addr = listen(Config.accept(4, 0, 64));
+        // The responder's count bounds the retries (rdma_accept(3)); the connect's is the same, so either would do.
+        InetSocketAddress addr = listen(Config.accept(4, 0, 64).withRnrRetryCount(1));
         Connection c = connect(addr, ConnectionParameters.DEFAULT.withRnrRetryCount(1), 16, 16);
         Buffer b = patterned(c, 128, 0, 151);
         long start = System.nanoTime();
@@ -831,6 +834,44 @@ public abstract class AbstractProviderConformanceTest {
         assertEquals(QpState.ERROR, c.qp.state());
         assertTrue(millis < WAIT_MS, "RNR retries exhausted after " + millis + " ms");
         assertEquals(List.of(), peer.takeCompletions(c.peerIndex, 0, 0), "nothing was received");
+    }
+
+    /**
+     * rdma_connect(3) and rdma_accept(3): a side's rnr_retry_count is how often its peer's sends are retried, and the
+     * CM's REQ and REP carry it to the other side's queue pair. So a responder that accepted with none fails the
+     * connecting side's SEND on the first receiver-not-ready NAK, however many retries the connect asked for.
+     */
+    @Test
+    public void shouldFailASendAtOnceWhenTheResponderAcceptedNoReceiverNotReadyRetry() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(4, 0, 64).withRnrRetryCount(0));
+        Connection c = connect(addr, ConnectionParameters.DEFAULT.withRnrRetryCount(6), 16, 16);
+        Buffer b = patterned(c, 64, 0, 152);
+        long start = System.nanoTime();
+        postSend(c, 1, WrOpcode.SEND, b, 0, 64);
+        Wc wc = local.poll(c.sendCq, 1, WAIT_MS).get(0);
+        long millis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        assertStatus(WcStatus.RNR_RETRY_EXC_ERR, wc);
+        // One retry would have waited out the RNR timer of a queue pair connected through rdma_cm (655.36 ms).
+        assertTrue(millis < RNR_TIMER_MS, "the SEND failed after " + millis + " ms, as if it had been retried"
+                + " (expected: at once, on the first receiver-not-ready NAK)");
+    }
+
+    /** The other side of the same rule: a connect that asked for no retries still has its SENDs retried. */
+    @Test
+    public void shouldRetryASendAsOftenAsTheResponderAcceptedWhenTheConnectAskedForNone() throws Exception {
+        InetSocketAddress addr = listen(Config.accept(4, 0, 64).withRnrRetryCount(6));
+        Connection c = connect(addr, ConnectionParameters.DEFAULT.withRnrRetryCount(0), 16, 16);
+        Buffer b = patterned(c, 64, 0, 153);
+        postSend(c, 1, WrOpcode.SEND, b, 0, 64);
+        Thread.sleep(RNR_TIMER_MS / 4);
+        assertEquals(List.of(), local.pollFor(c.sendCq, 0), "the SEND waits for a receive, retried as the responder"
+                + " accepted");
+        peer.postRecvs(c.peerIndex, 1);
+        Wc wc = local.poll(c.sendCq, 1, WAIT_MS).get(0);
+        assertStatus(WcStatus.SUCCESS, wc);
+        Completion p = peerCompletions(c.peerIndex, 1, WAIT_MS).get(0);
+        assertPeerStatus(WcStatus.SUCCESS, p);
+        assertEquals(TestPattern.crc(153, 0, 64), p.crc());
     }
 
     @Test

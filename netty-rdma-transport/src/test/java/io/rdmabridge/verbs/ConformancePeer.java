@@ -32,43 +32,56 @@ interface ConformancePeer extends AutoCloseable {
      * @param autoRepost       repost a receive as soon as its completion is recorded
      * @param echo             send every received message back on the same connection (same bytes, same immediate),
      *                         reposting the receive once that send completes
+     * @param rnrRetryCount    the accept's {@link ConnectionParameters#rnrRetryCount()}: how often the connecting
+     *                         side's SENDs are retried while the peer has no receive posted
      */
     record Config(boolean reject, byte[] replyPrivateData, int recvSlots, int prepost, int recvSize, int recvSges,
-                  boolean autoRepost, boolean echo) {
+                  boolean autoRepost, boolean echo, int rnrRetryCount) {
 
         static Config accept(int recvSlots, int prepost, int recvSize) {
-            return new Config(false, new byte[0], recvSlots, prepost, recvSize, 1, false, false);
+            return new Config(false, new byte[0], recvSlots, prepost, recvSize, 1, false, false,
+                    ConnectionParameters.DEFAULT.rnrRetryCount());
+        }
+
+        Config withRnrRetryCount(int count) {
+            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, recvSges, autoRepost, echo,
+                    count);
         }
 
         Config withReply(byte[] data) {
-            return new Config(reject, data, recvSlots, prepost, recvSize, recvSges, autoRepost, echo);
+            return new Config(reject, data, recvSlots, prepost, recvSize, recvSges, autoRepost, echo,
+                    rnrRetryCount);
         }
 
         Config rejecting(byte[] data) {
-            return new Config(true, data, recvSlots, prepost, recvSize, recvSges, autoRepost, echo);
+            return new Config(true, data, recvSlots, prepost, recvSize, recvSges, autoRepost, echo,
+                    rnrRetryCount);
         }
 
         Config withRecvSges(int sges) {
-            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, sges, autoRepost, echo);
+            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, sges, autoRepost, echo,
+                    rnrRetryCount);
         }
 
         Config autoReposting() {
-            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, recvSges, true, echo);
+            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, recvSges, true, echo,
+                    rnrRetryCount);
         }
 
         Config echoing() {
-            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, recvSges, autoRepost, true);
+            return new Config(reject, replyPrivateData, recvSlots, prepost, recvSize, recvSges, autoRepost, true,
+                    rnrRetryCount);
         }
 
         String encode() {
             return reject + " " + hex(replyPrivateData) + " " + recvSlots + " " + prepost + " " + recvSize + " "
-                    + recvSges + " " + autoRepost + " " + echo;
+                    + recvSges + " " + autoRepost + " " + echo + " " + rnrRetryCount;
         }
 
         static Config decode(String[] f, int i) {
             return new Config(Boolean.parseBoolean(f[i]), unhex(f[i + 1]), Integer.parseInt(f[i + 2]),
                     Integer.parseInt(f[i + 3]), Integer.parseInt(f[i + 4]), Integer.parseInt(f[i + 5]),
-                    Boolean.parseBoolean(f[i + 6]), Boolean.parseBoolean(f[i + 7]));
+                    Boolean.parseBoolean(f[i + 6]), Boolean.parseBoolean(f[i + 7]), Integer.parseInt(f[i + 8]));
         }
     }
 

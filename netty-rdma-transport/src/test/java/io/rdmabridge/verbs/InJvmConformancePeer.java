@@ -471,7 +471,8 @@ final class InJvmConformancePeer implements ConformancePeer {
         for (int i = 0; i < Math.min(cfg.prepost(), cfg.recvSlots()); i++) {
             postSlot(c, i);
         }
-        id.accept(ConnectionParameters.DEFAULT.withPrivateData(cfg.replyPrivateData()));
+        id.accept(ConnectionParameters.DEFAULT.withPrivateData(cfg.replyPrivateData())
+                .withRnrRetryCount(cfg.rnrRetryCount()));
     }
 
     /** Scatter entry {@code j} of a slot: entries lie in reverse order with 64-byte gaps. */

@@ -38,7 +38,8 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <h2>Receiver not ready</h2>
  * A SEND or WRITE_WITH_IMM that finds no posted receive is retried every 655.36 ms, at most
- * {@link ConnectionParameters#rnrRetryCount()} times of the initiator, then completes with
+ * {@link ConnectionParameters#rnrRetryCount()} times of the responder's parameters (the count each side asks of its
+ * peer, as the CM's REQ and REP carry it to the other side's queue pair), then completes with
  * {@link WcStatus#RNR_RETRY_EXC_ERR}: the timer of a real device connected through rdma_cm, which leaves the
  * responder's minimum RNR timer at 0 (655.36 ms in the InfiniBand encoding), so 6 retries give a receiver about 4 s.
  * (A shorter emulated timer gave up within ~126 ms, sooner than any device, and failed peers that were merely slow.)
@@ -551,7 +552,7 @@ final class SoftQueuePair implements QueuePair {
                     }
                     if (r == RNR) {
                         int attempt = ++sRnrCount[i];
-                        if (attempt > localParams.rnrRetryCount()) {
+                        if (attempt > peerParams.rnrRetryCount()) {
                             sStatus[i] = WcStatus.RNR_RETRY_EXC_ERR;
                         } else {
                             peer.rnrWaiter = this;

@@ -1561,7 +1561,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
                     return;
                 }
                 int attempt = ++q.sRnrCount[i];
-                if (attempt > q.localParams.rnrRetryCount()) {
+                if (attempt > q.peerParams.rnrRetryCount()) {
                     q.sStatus[i] = WcStatus.RNR_RETRY_EXC_ERR;
                 } else {
                     long delay = SoftQueuePair.RNR_TIMER_NANOS;
