@@ -53,12 +53,20 @@ public interface ProtectionDomain extends AutoCloseable {
     /**
      * Registers the whole capacity of a direct buffer (position and limit are ignored).
      *
-     * @throws IllegalArgumentException when the buffer is not direct
+     * @throws IllegalArgumentException when the buffer is not direct, or is read-only and {@code access} asks for
+     *         {@link Access#LOCAL_WRITE} or {@link Access#REMOTE_WRITE}
      */
     default MemoryRegion register(ByteBuffer directBuffer, int access) throws RdmaException {
         if (!directBuffer.isDirect()) {
             throw new IllegalArgumentException("buffer: heap ByteBuffer (expected: a direct ByteBuffer;"
                     + " RDMA can only register off-heap memory)");
+        }
+        if (directBuffer.isReadOnly() && (access & (Access.LOCAL_WRITE | Access.REMOTE_WRITE)) != 0) {
+            // ibv_reg_mr refuses write access to a read-only mapping (EFAULT); a software provider would instead
+            // fault when a receive or a peer's RDMA WRITE lands there, and take the process down.
+            throw new IllegalArgumentException("buffer: read-only, but access " + Access.toString(access)
+                    + " lets a receive or a peer write into it (expected: access without LOCAL_WRITE and REMOTE_WRITE"
+                    + ", or a writable buffer)");
         }
         return register(DirectMemory.address(directBuffer), directBuffer.capacity(), access);
     }

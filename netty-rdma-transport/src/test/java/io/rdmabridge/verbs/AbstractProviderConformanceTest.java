@@ -379,9 +379,19 @@ public abstract class AbstractProviderConformanceTest {
                 () -> pd.register(address, 4096, 1 << 5)));
         assertMessageContains("direct", assertThrows(IllegalArgumentException.class,
                 () -> pd.register(ByteBuffer.allocate(64), Access.LOCAL_WRITE)));
+        // ibv_reg_mr refuses write access to read-only memory; a software provider would fault on the write.
+        ByteBuffer readOnly = buf.asReadOnlyBuffer();
+        assertMessageContains("read-only", assertThrows(IllegalArgumentException.class,
+                () -> pd.register(readOnly, Access.LOCAL_WRITE)));
+        assertMessageContains("read-only", assertThrows(IllegalArgumentException.class,
+                () -> pd.register(readOnly, Access.LOCAL_WRITE | Access.REMOTE_WRITE)));
 
         assertEquals(bytesBefore, usage.registeredBytes(), "registeredBytes after refused registrations");
         assertEquals(regionsBefore, usage.memoryRegions(), "memoryRegions after refused registrations");
+        MemoryRegion readable = pd.register(readOnly, Access.REMOTE_READ);
+        assertEquals(4096, readable.length(), "a read-only buffer registers for reading");
+        readable.close();
+        assertEquals(bytesBefore, usage.registeredBytes(), "registeredBytes after closing the read-only region");
     }
 
     private static void assertMessageContains(String word, Throwable t) {

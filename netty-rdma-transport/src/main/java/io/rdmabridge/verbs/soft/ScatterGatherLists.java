@@ -78,10 +78,17 @@ final class ScatterGatherLists {
         copy(i, offset, src, len, true);
     }
 
-    /** Walks slot {@code i}'s entries from byte {@code offset}; the caller has checked the list holds the bytes. */
+    /**
+     * Walks slot {@code i}'s entries from byte {@code offset}; the caller has checked the list holds the bytes. Past
+     * the list's last entry it throws rather than use another work request's entries.
+     */
     private void copy(int i, long offset, long memory, int len, boolean intoList) {
         int base = i * maxSge;
-        for (int j = 0; len > 0; j++) {
+        for (int j = 0, n = numSge[i]; len > 0; j++) {
+            if (j == n) {
+                throw new IllegalStateException("scatter/gather list " + i + " is " + len + " bytes short of a copy"
+                        + " its caller checked (a provider bug)");
+            }
             int l = length[base + j];
             if (offset >= l) {
                 offset -= l;
