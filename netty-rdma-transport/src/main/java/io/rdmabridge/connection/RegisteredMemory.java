@@ -120,6 +120,18 @@ public final class RegisteredMemory implements AutoCloseable {
         return 1 << MAX_BLOCK_SHIFT;
     }
 
+    /**
+     * The bytes an {@link #allocate}{@code (size)} takes: its pooled block's size class (a power of two), or
+     * {@code size} itself above {@link #maxPooledSize()}.
+     */
+    public static int blockCapacity(int size) {
+        return size > maxPooledSize() ? size : 1 << blockShift(size);
+    }
+
+    private static int blockShift(int size) {
+        return Math.max(MIN_BLOCK_SHIFT, 32 - Integer.numberOfLeadingZeros(Math.max(1, size) - 1));
+    }
+
     public boolean isClosed() {
         return closed;
     }
@@ -149,8 +161,7 @@ public final class RegisteredMemory implements AutoCloseable {
         if (size > maxPooledSize()) {
             return dedicated(size);
         }
-        int shift = Math.max(MIN_BLOCK_SHIFT, 32 - Integer.numberOfLeadingZeros(Math.max(1, size) - 1));
-        return classes[shift - MIN_BLOCK_SHIFT].allocate();
+        return classes[blockShift(size) - MIN_BLOCK_SHIFT].allocate();
     }
 
     private Block dedicated(int size) throws RdmaException {

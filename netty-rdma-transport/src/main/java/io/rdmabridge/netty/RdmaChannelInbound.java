@@ -8,6 +8,7 @@ import io.netty.channel.socket.ChannelInputShutdownReadComplete;
 import io.netty.util.concurrent.SingleThreadEventExecutor;
 import io.rdmabridge.connection.RdmaConnection;
 import io.rdmabridge.connection.ReceiveBuffers;
+import io.rdmabridge.connection.RegisteredMemory;
 import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.RdmaException;
 
@@ -305,15 +306,18 @@ final class RdmaChannelInbound {
         }
         readAwaitsSendQueue = false;
         int length = c.inboundLength();
-        // Memory is granted, never taken: the advertisement waits until the loop's budget allows.
-        if (!channel.handler.reserveRendezvous(this, length)) {
+        // Memory is granted, never taken: the advertisement waits until the loop's budget allows. The budget counts
+        // the block the READ lands in, which a pooled size class rounds up to a power of two (else lengths just
+        // above one would hold twice the budget).
+        int reserved = RegisteredMemory.blockCapacity(length);
+        if (!channel.handler.reserveRendezvous(this, reserved)) {
             if (!awaitingBudget) {
                 awaitingBudget = true;
                 channel.handler.awaitRendezvousBudget(this);
             }
             return false;
         }
-        budgetHeld = length;
+        budgetHeld = reserved;
         budgetSince = System.nanoTime();
         RdmaDomain domain = channel.domain;
         ByteBuf target;

@@ -118,6 +118,39 @@ class RdmaRendezvousBudgetTest {
     }
 
     /**
+     * The budget counts the block a READ lands in: a pooled size class rounds a length just above a power of two up
+     * to the next, so counting the advertised length let such lengths hold twice the budget.
+     */
+    @Test
+    void shouldCountTheBlockAReadLandsInAgainstTheBudget() throws Exception {
+        int length = 512 * 1024 + 1;
+        Channel server = bindRecordingServer(null);
+        RawVerbsPeer raw = connectRaw(server, 4);
+        try {
+            // The READ reaches its target 300 ms late, so the budget is held long enough to be seen.
+            provider.faults().delaySends(300_000_000L);
+            byte[] contents = new byte[length];
+            new Random(7).nextBytes(contents);
+            MemoryRegion region = raw.exposeForRead(contents);
+            assertEquals(WcStatus.SUCCESS, raw.sendRendezvous(region.address(), length, region.rkey()));
+            RdmaIoHandler handler = handlerOf(recorder.children.poll(10, TimeUnit.SECONDS));
+            long held = 0;
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (held == 0 && received.isEmpty() && System.nanoTime() < deadline) {
+                held = handler.rendezvousCommitted();
+                Thread.sleep(1);
+            }
+            assertEquals(1024 * 1024, held, "budget held by a READ of " + length + " bytes");
+            assertArrayEquals(contents, received.poll(10, TimeUnit.SECONDS), "message");
+            assertEquals(0, handler.rendezvousCommitted(), "budget not returned");
+        } finally {
+            provider.faults().reset();
+            raw.close();
+            server.close().sync();
+        }
+    }
+
+    /**
      * Also while other work keeps the loop from ever sleeping (a task that queues itself again, as busy channels
      * do): the timeout was looked at only before the loop slept, so under load a stalled READ held its budget for
      * as long as the load lasted.
