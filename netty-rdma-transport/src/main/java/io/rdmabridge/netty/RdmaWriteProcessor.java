@@ -168,7 +168,14 @@ final class RdmaWriteProcessor implements ChannelOutboundBuffer.MessageProcessor
                         return false;
                     }
                     staging = channel.domain.memory.allocate(part);
-                    copy(buf, index, part, staging.buffer(), 0);
+                    try {
+                        copy(buf, index, part, staging.buffer(), 0);
+                    } catch (RuntimeException e) {
+                        // A buffer the application released while it was queued: nothing was posted.
+                        staging.free();
+                        unspend();
+                        throw e;
+                    }
                     address = staging.address();
                     copied(part);
                 }

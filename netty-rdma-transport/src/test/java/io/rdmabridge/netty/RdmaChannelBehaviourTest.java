@@ -951,6 +951,44 @@ class RdmaChannelBehaviourTest extends AbstractSoftChannelTest {
         }
     }
 
+    /**
+     * The same above the rendezvous threshold: a heap buffer is copied into a staging block for the peer to READ;
+     * released by the application while it was queued, its copy threw and the block was never freed.
+     */
+    @Test
+    @Timeout(30)
+    void shouldFreeTheStagingBlockOfARendezvousWhoseBufferWasReleasedWhileQueued() throws Exception {
+        CompletableFuture<Void> peerSawTheEnd = new CompletableFuture<>();
+        RdmaSocketChannel client = connectedClient(new ChannelInboundHandlerAdapter() {
+            @Override
+            public void channelRead(ChannelHandlerContext ctx, Object msg) {
+                ReferenceCountUtil.release(msg);
+            }
+
+            @Override
+            public void channelInactive(ChannelHandlerContext ctx) {
+                peerSawTheEnd.complete(null);
+            }
+        }, true);
+        int size = 2 * client.config().getOption(RdmaChannelOption.RENDEZVOUS_THRESHOLD);
+        ByteBuf broken = Unpooled.buffer(size).writeZero(size);
+        ChannelFuture write = client.eventLoop().submit(() -> {
+            ChannelFuture f = client.write(broken);
+            broken.release();
+            client.flush();
+            return f;
+        }).get(10, TimeUnit.SECONDS);
+        assertTrue(write.await(10, TimeUnit.SECONDS), "the write did not complete");
+        assertInstanceOf(IllegalReferenceCountException.class, write.cause().getCause(),
+                () -> "the write: " + write.cause());
+        // The staging block's return is checked after the test, with every other registered byte.
+        try {
+            peerSawTheEnd.get(10, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            fail("the peer never heard of the shutdown of output within 10 s");
+        }
+    }
+
     /** A file of {@code size} random bytes, a server that collects what it reads, and a client connected to it. */
     private record FileTransfer(File file, byte[] content, ByteArrayOutputStream received, AtomicLong receivedBytes,
                                 RdmaSocketChannel client) {
