@@ -16,14 +16,15 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Registered, memory-mapped chunks of files, so file bytes go to the device without passing through the heap (or
- * any copy). Chunks are {@link #CHUNK_SIZE} bytes of a file at aligned offsets, mapped read-only and registered
- * without write access; where the kernel refuses that (Linux before 6.2), each chunk is read into registered memory
- * instead (one copy per byte, {@link Chunk#isCopy()}); at most
- * {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
+ * any copy). Chunks lie within {@link #CHUNK_SIZE}-byte pieces of a file at aligned offsets and hold only the pages
+ * the region being sent needs there (registering pins every page, and reads it from disk if it is not cached, so a
+ * small region pins a page or two, not the whole piece). They are mapped read-only and registered without write
+ * access; where the kernel refuses that (Linux before 6.2), each chunk is read into registered memory instead (one
+ * copy per byte, {@link Chunk#isCopy()}); at most {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
  * {@link #acquire} answers {@code null} and the caller waits for completions. A file that grew since its last chunk
  * was mapped (a log being appended to) gets that chunk mapped again for the bytes past its old end.
  *
- * <p>Chunks are shared by the parts of one file region, not across regions ({@link #startRegion()}): the file may
+ * <p>Chunks are shared by the parts of one file region, not across regions ({@link #retireChunks()}): the file may
  * have changed in between. A copy keeps the bytes it read, and a device's registration pins the pages it found, which
  * a truncation detaches from the file; a socket would send what the file holds when the region is written.
  *
@@ -33,6 +34,7 @@ public final class FileChunkCache implements AutoCloseable {
     private static final Logger logger = LoggerFactory.getLogger(FileChunkCache.class);
     private static final AtomicBoolean REFUSAL_LOGGED = new AtomicBoolean();
     public static final int CHUNK_SIZE = 4 * 1024 * 1024;
+    private static final int PAGE_SIZE = 4096;
 
     private final RegisteredMemory memory;
     private final int maxChunks;
@@ -50,15 +52,17 @@ public final class FileChunkCache implements AutoCloseable {
 
     /**
      * The registered chunk holding {@code file[offset]}, with one more user; give it back with
-     * {@link Chunk#release()}.
+     * {@link Chunk#release()}. A new chunk holds the pages of {@code [offset, end)} within the piece of the file
+     * {@code offset} lies in.
      *
+     * @param end the end of the region being sent (exclusive), past {@code offset}
      * @return {@code null} when every chunk slot is in use
      */
-    public Chunk acquire(FileChannel file, long offset) throws IOException {
+    public Chunk acquire(FileChannel file, long offset, long end) throws IOException {
         long index = offset / CHUNK_SIZE;
         for (int i = 0; i < chunks.size(); i++) {
             Chunk c = chunks.get(i);
-            if (c.file == file && c.index == index && !c.retired) {
+            if (c.file == file && c.index == index && !c.retired && offset >= c.fileOffset) {
                 if (offset < c.fileOffset + c.length) {
                     c.users++;
                     return c;
@@ -73,13 +77,16 @@ public final class FileChunkCache implements AutoCloseable {
         if (chunks.size() >= maxChunks && !evictOne()) {
             return null;
         }
-        long start = index * CHUNK_SIZE;
+        long pieceStart = index * CHUNK_SIZE;
         long size = file.size();
         if (offset >= size) {
             throw new IOException("file offset " + offset + " is beyond the end of the file (" + size
                     + " bytes); was it truncated while being sent?");
         }
-        int length = (int) Math.min(CHUNK_SIZE, size - start);
+        long pieceEnd = Math.min(pieceStart + CHUNK_SIZE, size);
+        long start = Math.max(pieceStart, offset - offset % PAGE_SIZE);
+        long regionEnd = Math.max(end, offset + 1);
+        int length = (int) (Math.min(pieceEnd, regionEnd + (PAGE_SIZE - regionEnd % PAGE_SIZE) % PAGE_SIZE) - start);
         Chunk c = mappingRefused ? copy(file, index, start, length) : map(file, index, start, length);
         c.users = 1;
         chunks.add(c);
@@ -142,10 +149,11 @@ public final class FileChunkCache implements AutoCloseable {
     }
 
     /**
-     * A new file region starts: what earlier regions mapped or copied is not used for it. Idle chunks are unmapped
-     * now, busy ones once their last user releases them.
+     * No later file region uses the chunks mapped or copied so far (the file may change in between): idle ones are
+     * unmapped now, busy ones once their last user releases them. For a region that starts, and one posted whole,
+     * so that a connection left idle after a transfer keeps no file pages pinned.
      */
-    public void startRegion() {
+    public void retireChunks() {
         for (int i = chunks.size() - 1; i >= 0; i--) {
             Chunk c = chunks.get(i);
             if (c.users == 0) {

@@ -50,7 +50,7 @@ final class RdmaFileWriter {
         }
         region.open();
         if (offset == 0) {
-            cache.startRegion();
+            cache.retireChunks();
         }
         FileChannel file = (FileChannel) FILE.get(region);
         long position = region.position() + offset;
@@ -59,7 +59,7 @@ final class RdmaFileWriter {
             if (!sink.canSend()) {
                 return false;
             }
-            FileChunkCache.Chunk chunk = cache.acquire(file, position);
+            FileChunkCache.Chunk chunk = cache.acquire(file, position, end);
             if (chunk == null) {
                 sink.unspend();
                 return false;
@@ -72,7 +72,13 @@ final class RdmaFileWriter {
             sink.send(address, length, chunk, rendezvous);
             position += length;
         }
+        cache.retireChunks();
         return true;
+    }
+
+    /** Chunks of files mapped (or copied) now. */
+    int mappedChunks() {
+        return cache.size();
     }
 
     void close() {

@@ -74,14 +74,14 @@ class FileChunkCacheTest {
         try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE);
              FileChunkCache cache = new FileChunkCache(memory, 2)) {
             provider.faults().failRegistrations(1);
-            FileChunkCache.Chunk first = cache.acquire(channel, 0);
+            FileChunkCache.Chunk first = cache.acquire(channel, 0, SIZE);
             assertTrue(first.isCopy());
             first.release();
             byte[] rewritten = new byte[4096];
             new Random(8).nextBytes(rewritten);
             channel.write(java.nio.ByteBuffer.wrap(rewritten), 0);
-            cache.startRegion();
-            FileChunkCache.Chunk second = cache.acquire(channel, 0);
+            cache.retireChunks();
+            FileChunkCache.Chunk second = cache.acquire(channel, 0, SIZE);
             byte[] bytes = new byte[rewritten.length];
             DirectMemory.copyToArray(second.address(), bytes, 0, bytes.length);
             assertArrayEquals(rewritten, bytes, "a region written after the file was rewritten sent its old bytes");
@@ -90,9 +90,40 @@ class FileChunkCacheTest {
         }
     }
 
+    /**
+     * Registering pins every page (and reads it from disk if it is not cached): a small region gets the pages it
+     * lies in, not its whole 4 MiB piece of the file.
+     */
+    @Test
+    void shouldMapOnlyThePagesOfTheRegionWithinItsPiece() throws Exception {
+        try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ);
+             FileChunkCache cache = new FileChunkCache(memory, 4)) {
+            long before = provider.resourceUsage().registeredBytes();
+            FileChunkCache.Chunk small = cache.acquire(channel, 100_000, 100_100);
+            assertEquals(98_304, small.fileOffset(), "the region's page");
+            assertEquals(4096, small.length());
+            assertEquals(before + 4096, provider.resourceUsage().registeredBytes(), "registered for 100 bytes");
+            byte[] bytes = new byte[100];
+            DirectMemory.copyToArray(small.address() + 100_000 - 98_304, bytes, 0, bytes.length);
+            assertArrayEquals(Arrays.copyOfRange(content, 100_000, 100_100), bytes);
+
+            FileChunkCache.Chunk across = cache.acquire(channel, 4000 + 2 * 4096, 4200 + 2 * 4096);
+            assertEquals(2 * 4096, across.fileOffset());
+            assertEquals(2 * 4096, across.length(), "a region across a page boundary gets both pages");
+
+            long last = FileChunkCache.CHUNK_SIZE + 5;
+            FileChunkCache.Chunk tail = cache.acquire(channel, last, SIZE + 1000);
+            assertEquals(FileChunkCache.CHUNK_SIZE, tail.fileOffset());
+            assertEquals(SIZE - FileChunkCache.CHUNK_SIZE, tail.length(), "up to the end of the file");
+            small.release();
+            across.release();
+            tail.release();
+        }
+    }
+
     private void assertChunks(FileChunkCache cache, FileChannel channel, boolean copies) throws Exception {
         for (long offset : new long[] {0, FileChunkCache.CHUNK_SIZE + 5}) {
-            FileChunkCache.Chunk chunk = cache.acquire(channel, offset);
+            FileChunkCache.Chunk chunk = cache.acquire(channel, offset, SIZE);
             assertEquals(copies, chunk.isCopy(), "chunk at " + offset + " read into registered memory");
             byte[] bytes = new byte[chunk.length()];
             DirectMemory.copyToArray(chunk.address(), bytes, 0, bytes.length);
