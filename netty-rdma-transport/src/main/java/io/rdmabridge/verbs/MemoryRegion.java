@@ -32,7 +32,12 @@ public interface MemoryRegion extends AutoCloseable {
         return length >= 0 && address >= address() && address - address() <= length() - length;
     }
 
-    /** Deregisters ({@code ibv_dereg_mr}); idempotent. */
+    /**
+     * Deregisters ({@code ibv_dereg_mr}); idempotent. Once it returns, no peer's RDMA READ or WRITE touches the
+     * memory. Deregister memory that local work requests still use (a posted receive, a SEND not yet complete) only
+     * after destroying their queue pair: a device then fails those work requests, while the soft provider may still
+     * complete a copy into or out of the memory that had begun.
+     */
     @Override
     void close();
 }

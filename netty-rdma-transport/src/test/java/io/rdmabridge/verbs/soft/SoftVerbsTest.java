@@ -37,6 +37,8 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.nio.ByteBuffer;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -168,6 +170,52 @@ class SoftVerbsTest {
             dst.assertFilled(1000, 50, 7, 540);
             assertEquals(0, dst.get(1050), "nothing beyond the message");
         }
+    }
+
+    /**
+     * ibv_destroy_qp(3): once it returns, the device touches none of the queue pair's buffers, and their owner frees
+     * them. A SEND that was landing in a receive buffer (copied by the peer's posting thread in-JVM, by the engine
+     * over TCP) went on landing after close() had returned.
+     */
+    @ParameterizedTest(name = "tcp={0}")
+    @ValueSource(booleans = {false, true})
+    void shouldLandNothingInAReceiveBufferOnceItsQueuePairIsClosed(boolean tcp) throws Exception {
+        int size = 128 << 20;
+        try (SoftPair p = SoftPair.of(tcp)) {
+            SoftPair.Buffer src = p.buffer(p.client, size);
+            SoftPair.Buffer dst = p.buffer(p.server, size);
+            for (int i = 0; i < size; i += Long.BYTES) {
+                src.buf().putLong(i, i + 1L);
+            }
+            p.server.qp.postRecv(rwr.reset().wrId(1).addSge(dst.address(), size, dst.mr().lkey()));
+            // In-JVM the posting thread copies the SEND into the receive: post on a thread of its own.
+            CompletableFuture<Void> posted = CompletableFuture.runAsync(() -> {
+                try {
+                    p.client.qp.postSend(new SendWorkRequest(1).wrId(2).opcode(WrOpcode.SEND)
+                            .flags(SendWorkRequest.SIGNALED).addSge(src.address(), size, src.mr().lkey()));
+                } catch (RdmaException e) {
+                    throw new CompletionException(e);
+                }
+            });
+            long deadline = System.nanoTime() + SoftPair.TIMEOUT_NANOS;
+            while (dst.buf().getLong(0) == 0 && System.nanoTime() < deadline) {
+                Thread.onSpinWait();
+            }
+            assertEquals(1L, dst.buf().getLong(0), "the SEND started landing");
+            p.server.qp.close();
+            long atClose = checksum(dst.buf());
+            Thread.sleep(300);
+            assertEquals(atClose, checksum(dst.buf()), "bytes landed after the queue pair was closed");
+            posted.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    private static long checksum(ByteBuffer b) {
+        long h = 0;
+        for (int i = 0; i < b.capacity(); i += Long.BYTES) {
+            h = 31 * h + b.getLong(i);
+        }
+        return h;
     }
 
     @ParameterizedTest(name = "tcp={0}")
