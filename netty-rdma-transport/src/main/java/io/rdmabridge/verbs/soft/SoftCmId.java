@@ -312,20 +312,39 @@ final class SoftCmId implements RdmaCmId {
         SoftProtectionDomain spd = (SoftProtectionDomain) pd;
         SoftCompletionQueue scq = (SoftCompletionQueue) sendCq;
         SoftCompletionQueue rcq = (SoftCompletionQueue) recvCq;
-        if (spd.isClosed() || scq.isClosed() || rcq.isClosed()) {
-            throw new RdmaException("createQueuePair with a closed protection domain or completion queue");
-        }
-        synchronized (this) {
-            if (phase != Phase.RESOLVED && phase != Phase.REQUESTED) {
-                throw new RdmaException("createQueuePair in phase " + phase
-                        + " (expected: after ADDR_RESOLVED, or on a CONNECT_REQUEST's id)");
+        // Counted before the queue pair exists, so that a close of any of the three on another thread either sees
+        // it or is seen: the domain and queues are never closed under it.
+        spd.queuePairStarting();
+        int counted = 1;
+        boolean created = false;
+        try {
+            scq.userStarting();
+            counted = 2;
+            rcq.userStarting();
+            counted = 3;
+            synchronized (this) {
+                if (phase != Phase.RESOLVED && phase != Phase.REQUESTED) {
+                    throw new RdmaException("createQueuePair in phase " + phase
+                            + " (expected: after ADDR_RESOLVED, or on a CONNECT_REQUEST's id)");
+                }
+                if (qp != null) {
+                    throw new RdmaException("this id already has queue pair " + qp.qpn
+                            + " (expected: one queue pair per id)");
+                }
+                qp = new SoftQueuePair(engine, this, spd, scq, rcq, capabilities);
+                created = true;
+                return qp;
             }
-            if (qp != null) {
-                throw new RdmaException("this id already has queue pair " + qp.qpn
-                        + " (expected: one queue pair per id)");
+        } finally {
+            if (!created) {
+                spd.queuePairGone();
+                if (counted >= 2) {
+                    scq.users.decrementAndGet();
+                }
+                if (counted == 3) {
+                    rcq.users.decrementAndGet();
+                }
             }
-            qp = new SoftQueuePair(engine, this, spd, scq, rcq, capabilities);
-            return qp;
         }
     }
 

@@ -3,6 +3,7 @@ package io.rdmabridge.verbs.soft;
 import io.rdmabridge.verbs.CompletionQueue;
 import io.rdmabridge.verbs.EventNotifier;
 import io.rdmabridge.verbs.RdmaDevice;
+import io.rdmabridge.verbs.RdmaException;
 import io.rdmabridge.verbs.WorkCompletions;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -215,16 +216,31 @@ final class SoftCompletionQueue implements CompletionQueue {
         return p;
     }
 
+    /**
+     * Counts a queue pair role about to use this queue, or refuses it when the queue is closed: counted before the
+     * look at {@code closed}, which {@link #close()} sets before it reads the count, so one always sees the other.
+     */
+    void userStarting() throws RdmaException {
+        users.incrementAndGet();
+        if (closed.get()) {
+            users.decrementAndGet();
+            throw new RdmaException("createQueuePair with a closed completion queue (expected: create queue pairs"
+                    + " before closing it)");
+        }
+    }
+
     @Override
     public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
         int u = users.get();
         if (u != 0) {
+            closed.set(false);
             throw new IllegalStateException("completion queue still used by " + u
                     + " queue pair role(s) (expected: close its queue pairs first)");
         }
-        if (closed.compareAndSet(false, true)) {
-            engine.usage.completionQueues(-1);
-        }
+        engine.usage.completionQueues(-1);
     }
 
     boolean isClosed() {

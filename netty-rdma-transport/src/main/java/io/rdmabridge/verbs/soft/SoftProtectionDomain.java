@@ -71,8 +71,7 @@ final class SoftProtectionDomain implements ProtectionDomain {
             throw new IllegalArgumentException("fileOffset: " + fileOffset + " (expected: >= 0)");
         }
         SoftMemoryRegion mr = new SoftMemoryRegion(this);
-        engine.register(mr, address, length, 0, fileOffset);
-        memoryRegions.incrementAndGet();
+        open(mr, address, length, 0, fileOffset);
         return mr;
     }
 
@@ -97,9 +96,6 @@ final class SoftProtectionDomain implements ProtectionDomain {
             throw new IllegalArgumentException("address: 0x" + Long.toHexString(address) + " with length " + length
                     + " (expected: a non-null native address whose range does not wrap)");
         }
-        if (closed.get()) {
-            throw new RdmaException("protection domain is closed (expected: register before closing it)");
-        }
         if (engine.faults.takeRegistrationFailure()) {
             throw new RdmaException("injected fault: registration of " + length
                     + " bytes refused (SoftFaults.failRegistrations)");
@@ -107,21 +103,57 @@ final class SoftProtectionDomain implements ProtectionDomain {
     }
 
     private void open(SoftMemoryRegion mr, long address, long length, int access) throws RdmaException {
-        engine.register(mr, address, length, access, -1);
+        open(mr, address, length, access, -1);
+    }
+
+    /**
+     * Counts the region before it looks at {@code closed}, as {@link #close()} marks the domain closed before it
+     * reads the counts: of a registration and a close on two threads, one always sees the other.
+     */
+    private void open(SoftMemoryRegion mr, long address, long length, int access, long fileOffset)
+            throws RdmaException {
         memoryRegions.incrementAndGet();
+        try {
+            if (closed.get()) {
+                throw new RdmaException("protection domain is closed (expected: register before closing it)");
+            }
+            engine.register(mr, address, length, access, fileOffset);
+        } catch (RdmaException | RuntimeException e) {
+            memoryRegions.decrementAndGet();
+            throw e;
+        }
+    }
+
+    /**
+     * Counts a queue pair about to be created on this domain, or refuses it when the domain is closed ({@link
+     * #open(SoftMemoryRegion, long, long, int, long)}'s order); {@link #queuePairGone()} undoes it.
+     */
+    void queuePairStarting() throws RdmaException {
+        queuePairs.incrementAndGet();
+        if (closed.get()) {
+            queuePairs.decrementAndGet();
+            throw new RdmaException("createQueuePair with a closed protection domain (expected: create queue pairs"
+                    + " before closing it)");
+        }
+    }
+
+    void queuePairGone() {
+        queuePairs.decrementAndGet();
     }
 
     @Override
     public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
         int mrs = memoryRegions.get();
         int qps = queuePairs.get();
         if (mrs != 0 || qps != 0) {
+            closed.set(false);
             throw new IllegalStateException("protection domain still has " + mrs + " memory region(s) and " + qps
                     + " queue pair(s) (expected: close them before the protection domain)");
         }
-        if (closed.compareAndSet(false, true)) {
-            engine.usage.protectionDomains(-1);
-        }
+        engine.usage.protectionDomains(-1);
     }
 
     boolean isClosed() {

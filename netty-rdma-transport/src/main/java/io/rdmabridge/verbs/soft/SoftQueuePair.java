@@ -142,9 +142,6 @@ final class SoftQueuePair implements QueuePair {
         rWrId = new long[rqSize];
         rSges = new ScatterGatherLists(rqSize, caps.maxRecvSge());
         rLength = new long[rqSize];
-        pd.queuePairs.incrementAndGet();
-        sendCq.users.incrementAndGet();
-        recvCq.users.incrementAndGet();
         engine.usage.queuePairs(1);
     }
 
@@ -730,7 +727,7 @@ final class SoftQueuePair implements QueuePair {
         if (l != null) {
             l.disconnect("queue pair " + qpn + " destroyed");
         }
-        pd.queuePairs.decrementAndGet();
+        pd.queuePairGone();
         sendCq.users.decrementAndGet();
         recvCq.users.decrementAndGet();
         engine.usage.queuePairs(-1);

@@ -427,8 +427,9 @@ class SoftVerbsTest {
     @ParameterizedTest(name = "tcp={0}")
     @ValueSource(booleans = {false, true})
     void shouldBoundReceiverNotReadyRetries(boolean tcp) throws Exception {
-        try (SoftPair p = new SoftPair(tcp, ConnectionParameters.DEFAULT.withRnrRetryCount(2),
-                ConnectionParameters.DEFAULT)) {
+        // The responder's accept bounds the retries of the sends it receives (rdma_accept(3)).
+        try (SoftPair p = new SoftPair(tcp, ConnectionParameters.DEFAULT,
+                ConnectionParameters.DEFAULT.withRnrRetryCount(2))) {
             SoftPair.Buffer src = p.buffer(p.client, 4096);
             long start = System.nanoTime();
             p.client.qp.postSend(swr.reset().wrId(8).flags(SendWorkRequest.SIGNALED)
