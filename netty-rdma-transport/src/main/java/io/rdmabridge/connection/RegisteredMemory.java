@@ -6,6 +6,8 @@ import io.rdmabridge.verbs.MemoryRegion;
 import io.rdmabridge.verbs.ProtectionDomain;
 import io.rdmabridge.verbs.RdmaException;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -51,6 +53,15 @@ public final class RegisteredMemory implements AutoCloseable {
     static final int MIN_BLOCK_SHIFT = 8;   // 256 B
     static final int MAX_BLOCK_SHIFT = 20;  // 1 MiB
     private static final int SLAB_TARGET = 1024 * 1024;
+    private static final VarHandle HELD;
+
+    static {
+        try {
+            HELD = MethodHandles.lookup().findVarHandle(Block.class, "held", boolean.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
     /** System property: milliseconds a slab stays registered with none of its blocks used; 0 keeps slabs for ever. */
     public static final String IDLE_RELEASE_PROPERTY = "rdmabridge.memory.idleReleaseMillis";
     public static final long DEFAULT_IDLE_RELEASE_MILLIS = 30_000;
@@ -286,7 +297,7 @@ public final class RegisteredMemory implements AutoCloseable {
             if (b != null && b.capacity() >= size && b.capacity() <= 2L * size
                     && spareLarge.compareAndSet(i, b, null)) {
                 spareBytes.addAndGet(-b.capacity());
-                return b;
+                return b.hold();
             }
         }
         return null;
@@ -483,7 +494,7 @@ public final class RegisteredMemory implements AutoCloseable {
                 return null;
             }
             touched = true;
-            return blocks[i];
+            return blocks[i].hold();
         }
 
         /** Under the class lock: frees this slab if nothing uses it, for good; {@code false} if something does. */
@@ -541,6 +552,9 @@ public final class RegisteredMemory implements AutoCloseable {
         private Object attachment;
         // A kept large block: set when it is kept, cleared by each trim; a racy hint, as a slab's.
         boolean touched;
+        // Whether someone holds the block: a second free() would hand it to two owners (their bytes mixed, maybe
+        // two connections'), so it throws instead.
+        private volatile boolean held;
 
         Block(Slab slab, int index, ByteBuffer buffer, MemoryRegion mr) {
             this.slab = slab;
@@ -548,6 +562,16 @@ public final class RegisteredMemory implements AutoCloseable {
             this.buffer = buffer;
             this.mr = mr;
             address = DirectMemory.address(buffer);
+            held = slab == null;
+        }
+
+        /** Hands the block out of a free list or the kept blocks. */
+        Block hold() {
+            if (!HELD.compareAndSet(this, false, true)) {
+                throw new IllegalStateException("registered block at 0x" + Long.toHexString(address)
+                        + " handed out while held (a bug: it was freed twice)");
+            }
+            return this;
         }
 
         /** The block's memory, position 0, limit = capacity; big-endian, as a fresh direct buffer. */
@@ -581,6 +605,10 @@ public final class RegisteredMemory implements AutoCloseable {
          * per allocation.
          */
         public void free() {
+            if (!HELD.compareAndSet(this, true, false)) {
+                throw new IllegalStateException("registered block at 0x" + Long.toHexString(address)
+                        + " freed twice (expected: one free() per allocation)");
+            }
             if (slab != null) {
                 slab.give(index);
             } else if (!keepSpare(this)) {
