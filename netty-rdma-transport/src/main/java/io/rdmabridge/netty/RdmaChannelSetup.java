@@ -82,6 +82,9 @@ final class RdmaChannelSetup {
     private boolean acceptAbandoned;
     /** Whether this accepted channel counts against its listener's backlog: from its read until active or closed. */
     private final AtomicBoolean handshakeCounted = new AtomicBoolean();
+    // The receive buffers an accepted channel took from its loop's handshake memory, until the handshake ends.
+    private long handshakeMemory;
+    private RdmaIoHandler handshakeLoop;
     private InetSocketAddress requestedRemote;
 
     /** For an unconnected channel ({@code id} {@code null}), or an accepted one whose id {@code idOwner} owns. */
@@ -256,6 +259,15 @@ final class RdmaChannelSetup {
         if (recvDepth > attributes.maxQpWr()) {
             throw new RdmaException("RECEIVE_QUEUE_DEPTH: " + connectionConfig.receiveQueueDepth() + " (expected: <= "
                     + (attributes.maxQpWr() - CONTROL_CREDITS) + ", the limit of device " + attributes.name() + ")");
+        }
+        if (channel.parent() != null) {
+            long bytes = (long) recvDepth * connectionConfig.receiveBufferSize();
+            String refusal = channel.handler.reserveHandshake(bytes);
+            if (refusal != null) {
+                throw new RdmaException("cannot accept the connection from " + channel.remote + ": " + refusal);
+            }
+            handshakeMemory = bytes;
+            handshakeLoop = channel.handler;
         }
         cq = d.device.createCompletionQueue(sendDepth + recvDepth, channel.handler.notifier());
         recv = new ReceiveBuffers(d.memory, connectionConfig.receiveBufferSize(), recvDepth);
@@ -495,10 +507,17 @@ final class RdmaChannelSetup {
         }
     }
 
-    /** The handshake ended (the channel is active, or closed): the listener may take one more request. */
+    /**
+     * The handshake ended (the channel is active, or closed): the listener may take one more request, and the
+     * receive buffers are the connection's, no longer the loop's handshake memory. Loop thread, as the reservation.
+     */
     void handshakeEnded() {
         if (handshakeCounted.compareAndSet(true, false)) {
             ((RdmaServerSocketChannel) channel.parent()).handshakeEnded();
+        }
+        if (handshakeMemory != 0) {
+            handshakeLoop.releaseHandshake(handshakeMemory);
+            handshakeMemory = 0;
         }
     }
 

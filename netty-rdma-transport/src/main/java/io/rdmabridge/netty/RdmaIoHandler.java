@@ -68,6 +68,16 @@ public final class RdmaIoHandler implements IoHandler {
     public static final String RENDEZVOUS_PARKED_PROPERTY = "rdmabridge.rendezvousParkedBytes";
     static final long DEFAULT_RENDEZVOUS_PARKED = 128L * 1024 * 1024;
     /**
+     * System property: bytes of receive buffers one event loop commits to accepted channels whose handshake has not
+     * completed (default 64 MiB; a child with the default options takes about 1.5 MiB). An accepted channel posts its
+     * receive buffers before it accepts, and a peer that connects and never sends its handshake holds them until
+     * {@code CONNECT_TIMEOUT_MILLIS} at no cost to itself: without a bound, enough such peers (each within
+     * {@code SO_BACKLOG}) exhausted direct memory and stalled every loop in the JDK's wait for it. Past the budget an
+     * accepted connection is rejected and closed, naming it; one is always allowed.
+     */
+    public static final String HANDSHAKE_MEMORY_PROPERTY = "rdmabridge.handshakeMemoryBytes";
+    static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
+    /**
      * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
      * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport
      * retries; this bounds a peer that stalls its answers (a user-space peer can) so that it cannot hold the loop's
@@ -107,6 +117,8 @@ public final class RdmaIoHandler implements IoHandler {
     private final long rendezvousBudget = positiveProperty(RENDEZVOUS_BUDGET_PROPERTY, DEFAULT_RENDEZVOUS_BUDGET);
     private volatile long rendezvousCommitted;
     private final long parkedAllowance = positiveProperty(RENDEZVOUS_PARKED_PROPERTY, DEFAULT_RENDEZVOUS_PARKED);
+    private final long handshakeMemory = positiveProperty(HANDSHAKE_MEMORY_PROPERTY, DEFAULT_HANDSHAKE_MEMORY);
+    private volatile long handshakeCommitted;
     private volatile long rendezvousParked;
     private final ArrayDeque<RdmaChannelInbound> budgetWaiters = new ArrayDeque<>();
     // The waiter being retried: the only reservation that may go ahead of the queue.
@@ -262,6 +274,35 @@ public final class RdmaIoHandler implements IoHandler {
             throw new IllegalArgumentException(name + ": " + value + " (expected: > 0)");
         }
         return value;
+    }
+
+    /**
+     * Commits {@code bytes} of this loop's handshake memory to an accepted channel's receive buffers, if the budget
+     * allows (one channel always may). Loop thread.
+     *
+     * @return {@code null} when committed, to be given back with {@link #releaseHandshake}; otherwise why not
+     */
+    String reserveHandshake(long bytes) {
+        long committed = handshakeCommitted;
+        if (committed > 0 && committed + bytes > handshakeMemory) {
+            return committed + " of the " + handshakeMemory + " bytes of receive buffers this event loop gives"
+                    + " accepted connections that have not completed their handshake are taken (peers that connect"
+                    + " and never send theirs hold them until CONNECT_TIMEOUT_MILLIS); for bursts of connections"
+                    + " raise " + HANDSHAKE_MEMORY_PROPERTY + ", or lower the child's RECEIVE_QUEUE_DEPTH or"
+                    + " RECEIVE_BUFFER_SIZE";
+        }
+        handshakeCommitted = committed + bytes;
+        return null;
+    }
+
+    /** Gives back what {@link #reserveHandshake} committed. Loop thread. */
+    void releaseHandshake(long bytes) {
+        handshakeCommitted -= bytes;
+    }
+
+    /** Bytes of handshake memory committed now (tests). */
+    long handshakeCommitted() {
+        return handshakeCommitted;
     }
 
     /**

@@ -16,6 +16,7 @@ import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.verbs.CmEventType;
+import org.junitpioneer.jupiter.SetSystemProperty;
 import io.rdmabridge.verbs.WcStatus;
 import org.junit.jupiter.api.Test;
 
@@ -58,7 +59,11 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
     }
 
     private Channel echoServer(int handshakeTimeoutMillis, boolean halfClosure) throws InterruptedException {
-        return listen(new ServerBootstrap()
+        return listen(echoBootstrap(handshakeTimeoutMillis, halfClosure));
+    }
+
+    private ServerBootstrap echoBootstrap(int handshakeTimeoutMillis, boolean halfClosure) {
+        return new ServerBootstrap()
                 .childOption(ChannelOption.CONNECT_TIMEOUT_MILLIS, handshakeTimeoutMillis)
                 .childOption(ChannelOption.ALLOW_HALF_CLOSURE, halfClosure)
                 .childHandler(new ChannelInboundHandlerAdapter() {
@@ -82,7 +87,7 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
                     public boolean isSharable() {
                         return true;
                     }
-                }));
+                });
     }
 
     /** A good client still gets its echo: the listener and its loop survived. */
@@ -289,6 +294,34 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
             }
         } while (outcome != CmEventType.ESTABLISHED && System.nanoTime() < deadline);
         assertEquals(CmEventType.ESTABLISHED, outcome, "the listener stayed full");
+    }
+
+    /**
+     * An accepted channel posts its receive buffers (about 1.5 MiB with the default options) before it accepts, and a
+     * peer that never sends its HELLO holds them until the handshake times out: within SO_BACKLOG, enough such peers
+     * exhausted direct memory and stalled every loop. With 2 MiB of handshake memory the children's loop takes one.
+     */
+    @Test
+    @SetSystemProperty(key = RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, value = "2097152")
+    void shouldRejectAcceptedConnectionsPastTheLoopsHandshakeMemory() throws Exception {
+        EventLoopGroup children = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(provider));
+        try {
+            Channel server = listen(echoBootstrap(30_000, false), children);
+            InetSocketAddress address = (InetSocketAddress) server.localAddress();
+            try (RawVerbsPeer silent = RawVerbsPeer.connect(provider, address);
+                 RawVerbsPeer next = RawVerbsPeer.attempt(provider, address, () -> { })) {
+                assertEquals(CmEventType.REJECTED, next.outcome(), "a second connection was accepted while the"
+                        + " first held the loop's handshake memory");
+                Throwable cause = childFailures.poll(10, TimeUnit.SECONDS);
+                assertNotNull(cause, "the refused child reported no failure");
+                assertTrue(cause.getMessage().contains(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY), cause.getMessage());
+            }
+            // The silent peer is gone, and its child with it: its handshake memory came back, or this client's
+            // child would be refused too.
+            assertEchoes(server);
+        } finally {
+            children.shutdownGracefully(0, 5, TimeUnit.SECONDS).sync();
+        }
     }
 
     @Test
