@@ -110,6 +110,9 @@ public final class FileChunkCache implements AutoCloseable {
                         + " cache itself", e.getMessage());
             }
             return copy(file, index, start, length);
+        } catch (RuntimeException e) {
+            DirectMemory.free(map);
+            throw e;
         }
         return new Chunk(file, index, start, length, map, mr, null);
     }

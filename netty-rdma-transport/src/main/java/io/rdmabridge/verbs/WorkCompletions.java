@@ -73,7 +73,7 @@ public final class WorkCompletions {
         return (flags[i] & WITH_IMM) != 0;
     }
 
-    /** A provider-specific detail for errors (hardware vendor syndrome; for the soft provider, a reason code). */
+    /** A provider-specific detail for errors (a hardware vendor syndrome); always 0 from the soft provider. */
     public int vendorError(int i) {
         return vendorErr[i];
     }

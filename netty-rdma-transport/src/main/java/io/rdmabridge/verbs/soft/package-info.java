@@ -47,6 +47,24 @@
  *       ring frames (below).</li>
  * </ul>
  *
+ * <h2>Where soft0 differs from a device (a review against real verbs, 2026-11-30)</h2>
+ * The conformance suite runs every case on rxe as well (docs/disni.md); these differences are known and left, because
+ * nothing above the SPI relies on either behaviour:
+ * <ul>
+ *   <li>A failed work request ends the link: both queue pairs go to ERROR and both ids see DISCONNECTED. A device
+ *       moves only the queue pairs the error class names, and raises no connection-manager event until someone calls
+ *       {@code rdma_disconnect}; the channel disconnects on every failure itself.</li>
+ *   <li>A send-queue slot is free again once its work request completes, signaled or not, as on rxe; mlx5 frees
+ *       slots only when a later signaled completion is polled. The channel signals and polls within the queue's
+ *       depth.</li>
+ *   <li>The active side reaches RTS before the passive one; a send posted before ESTABLISHED can be flushed. The
+ *       channel sends only after ESTABLISHED.</li>
+ *   <li>{@code maxQp} is advertised, not enforced, and queue pair numbers wrap at 2^24 without skipping live ones.</li>
+ *   <li>Deregistering memory that a local copy (a receive landing, a SEND's gather) has begun to use lets that copy
+ *       finish ({@link io.rdmabridge.verbs.MemoryRegion#close()}); a peer's RDMA READ or WRITE is waited out.</li>
+ *   <li>{@code vendorError} is always 0.</li>
+ * </ul>
+ *
  * <h2>Same-host path (issue 13): what is done, what is next</h2>
  * Done (on by default since the hardening below; {@code -Drdmabridge.soft.sameHost=tcp} turns it off):
  * <ul>
