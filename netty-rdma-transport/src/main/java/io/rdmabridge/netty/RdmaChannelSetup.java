@@ -120,7 +120,13 @@ final class RdmaChannelSetup {
         try {
             loop.execute(() -> {
                 eventsInFlight.decrementAndGet();
-                connectEvent(event);
+                try {
+                    connectEvent(event);
+                } catch (Throwable t) {
+                    // Out of direct memory while the connection is set up, say: this channel fails alone, as it
+                    // does when its poll meets the error (rather than wait for its handshake timeout).
+                    ((RdmaIoHandle) channel.unsafe()).failed(t);
+                }
             });
         } catch (RejectedExecutionException e) {
             // Shutting down: the loop's destroy releases everything.
@@ -370,16 +376,18 @@ final class RdmaChannelSetup {
                 established();
                 return;
             case REJECTED:
-                failConnect(connectException("connection refused: " + requestedRemote
+                failConnect(connectException("connection refused: " + peer()
                         + (event.detail() != null ? " (" + event.detail() + ")" : ""), null));
                 return;
             case UNREACHABLE:
-                failConnect(new ConnectTimeoutException("connection timed out: " + requestedRemote
+                // On an accepted channel: the peer never confirmed the accept (the connection manager's RTU).
+                failConnect(new ConnectTimeoutException("connection timed out: " + peer()
+                        + (channel.parent() != null ? ", which never confirmed the accept" : "")
                         + (event.detail() != null ? " (" + event.detail() + ")" : "")));
                 return;
             case ADDR_ERROR:
             case CONNECT_ERROR:
-                failConnect(connectException("cannot connect to " + requestedRemote + ": " + event.describe(), null));
+                failConnect(connectException("cannot connect to " + peer() + ": " + event.describe(), null));
                 return;
             case DISCONNECTED:
             case DEVICE_REMOVAL:
@@ -399,6 +407,11 @@ final class RdmaChannelSetup {
             default:
                 logger.debug("Unexpected connection-manager event on {}: {}", channel, event.describe());
         }
+    }
+
+    /** The address connected to, or for an accepted channel the peer's. */
+    private SocketAddress peer() {
+        return requestedRemote != null ? requestedRemote : channel.remote;
     }
 
     private static ConnectException connectException(String message, Throwable cause) {
