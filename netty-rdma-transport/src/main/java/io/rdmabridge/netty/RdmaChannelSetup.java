@@ -52,6 +52,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class RdmaChannelSetup {
     // Logs under the channel's name, the one users configure.
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
+    /** An accepted channel's handshake timeout when its CONNECT_TIMEOUT_MILLIS is 0: Netty's default for it. */
+    static final int DEFAULT_HANDSHAKE_TIMEOUT_MILLIS = 30_000;
     static final int CONTROL_CREDITS = 8;
 
     private final RdmaSocketChannel channel;
@@ -306,17 +308,18 @@ final class RdmaChannelSetup {
         CompletionQueue completionQueue = cq;
         ReceiveBuffers receiveBuffers = recv;
         acceptIssued = true;
-        int timeout = channel.config().getConnectTimeoutMillis();
-        if (timeout > 0) {
-            // A peer that connects and never sends its HELLO must not hold a queue pair for ever.
-            connectTimeoutFuture = channel.eventLoop().schedule(() -> {
-                if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
-                    failConnect(new ConnectTimeoutException("no rdma-bridge handshake from " + channel.remote
-                            + " within " + timeout + " ms (CONNECT_TIMEOUT_MILLIS of the server's child options): "
-                            + "closing the accepted connection; is the peer an rdma-bridge endpoint?"));
-                }
-            }, timeout, TimeUnit.MILLISECONDS);
-        }
+        // A peer that connects and never sends its HELLO must not hold a queue pair and the loop's handshake memory
+        // for ever: a child's CONNECT_TIMEOUT_MILLIS of 0 ("none" for a connect) stands for Netty's default here.
+        int configured = channel.config().getConnectTimeoutMillis();
+        int timeout = configured > 0 ? configured : DEFAULT_HANDSHAKE_TIMEOUT_MILLIS;
+        connectTimeoutFuture = channel.eventLoop().schedule(() -> {
+            if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+                failConnect(new ConnectTimeoutException("no rdma-bridge handshake from " + channel.remote
+                        + " within " + timeout + " ms (CONNECT_TIMEOUT_MILLIS of the server's child options"
+                        + (configured > 0 ? "" : ", 0 standing for the default") + "): closing the accepted"
+                        + " connection; is the peer an rdma-bridge endpoint?"));
+            }
+        }, timeout, TimeUnit.MILLISECONDS);
         RdmaCmId passive = id;
         runOnIdOwner(() -> {
             synchronized (acceptLock) {
