@@ -76,6 +76,8 @@ public final class RdmaIoHandler implements IoHandler {
      * accepted connection is rejected and closed, naming it; one is always allowed.
      */
     public static final String HANDSHAKE_MEMORY_PROPERTY = "rdmabridge.handshakeMemoryBytes";
+    /** Connection-manager events one round of the loop handles; the rest wait for the next round. */
+    static final int MAX_CM_EVENTS_PER_ROUND = 64;
     static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
     /**
      * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
@@ -447,7 +449,9 @@ public final class RdmaIoHandler implements IoHandler {
     private int pollOnce() {
         int handled = 0;
         try {
-            while (eventChannel.poll(cmEvent)) {
+            // At most a round's worth, as a listener reads at most maxMessagesPerRead a turn: a flood of connect
+            // requests waits for later rounds instead of starving the loop's completions and tasks.
+            while (handled < MAX_CM_EVENTS_PER_ROUND && eventChannel.poll(cmEvent)) {
                 handled++;
                 dispatch(cmEvent);
             }
