@@ -84,6 +84,8 @@ final class RdmaChannelSetup {
     private boolean acceptAbandoned;
     /** Whether this accepted channel counts against its listener's backlog: from its read until active or closed. */
     private final AtomicBoolean handshakeCounted = new AtomicBoolean();
+    // What ended this accepted channel's request before it had a loop (set on the listener's loop), or null.
+    private volatile String endedBeforeRegistration;
     // The receive buffers an accepted channel took from its loop's handshake memory, until the handshake ends.
     private long handshakeMemory;
     private RdmaIoHandler handshakeLoop;
@@ -141,8 +143,32 @@ final class RdmaChannelSetup {
         return acceptIssued;
     }
 
+    /**
+     * A connection-manager event for this accepted channel before it was registered with a loop (listener's loop).
+     * Before the accept only an end can come (a device's peer that gave up its request gets a REJECTED, a
+     * DISCONNECTED or an UNREACHABLE on the passive id): it is kept, and the channel closes when it is registered,
+     * where its pipeline can hear why. Firing it here threw ("not registered"), the event was lost, and the channel
+     * was accepted later anyway.
+     */
+    void eventBeforeRegistration(RdmaCmIoEvent event) {
+        if (endedBeforeRegistration == null) {
+            endedBeforeRegistration = event.describe();
+        }
+        EventLoop loop = channel.firstLoop();
+        if (loop != null) {
+            // Registered meanwhile, maybe after registered() looked: the loop handles the event too.
+            handOver(loop, event);
+        }
+    }
+
     /** Registered, with the handlers in: an accepted channel (the only kind with an id by now) accepts now. */
     void registered() {
+        String ended = endedBeforeRegistration;
+        if (ended != null && channel.state == RdmaSocketChannel.STATE_CONNECTING) {
+            rejectAndClose(new IOException("connection from " + channel.remote + " ended before it was accepted ("
+                    + ended + "): the peer gave up its connection request while it waited in the listener's backlog"));
+            return;
+        }
         if (id != null && channel.connection == null && qp == null
                 && channel.state == RdmaSocketChannel.STATE_CONNECTING) {
             if (!eventChannelRetained) {

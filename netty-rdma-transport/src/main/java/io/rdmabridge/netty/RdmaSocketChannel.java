@@ -495,7 +495,12 @@ public final class RdmaSocketChannel extends AbstractRdmaChannel implements Sock
             RdmaCmIoEvent e = (RdmaCmIoEvent) event;
             // Registered or not (deregister() leaves the channel with its first loop), that loop owns the channel.
             EventLoop loop = firstLoop();
-            if (loop != null && !loop.inEventLoop()) {
+            if (loop == null) {
+                // Accepted, not registered yet (waiting in the listener's backlog): its pipeline cannot run here.
+                setup.eventBeforeRegistration(e);
+                return;
+            }
+            if (!loop.inEventLoop()) {
                 setup.handOver(loop, e);
                 return;
             }

@@ -324,6 +324,30 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
         }
     }
 
+    /**
+     * A peer that gives up its connect request while the request waits in the listener's backlog (autoRead off): on a
+     * device the passive id gets REJECTED before the channel has a loop. Handling it there threw (the pipeline of an
+     * unregistered channel cannot run), the event was lost, and the channel was accepted once read.
+     */
+    @Test
+    void shouldCloseAnAcceptedChannelWhosePeerGaveUpWhileItWaitedInTheBacklog() throws Exception {
+        Channel server = listen(echoBootstrap(30_000, false).option(ChannelOption.AUTO_READ, false));
+        provider.faults().abandonConnectRequests(1);
+        ChannelFuture connecting = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 2000).handler(new ChannelInboundHandlerAdapter())
+                .connect(server.localAddress());
+        channels.add(connecting.channel());
+        // The request and its end reach the listener before it reads.
+        Thread.sleep(300);
+        server.read();
+        Throwable cause = childFailures.poll(10, TimeUnit.SECONDS);
+        assertNotNull(cause, "the child whose peer gave up reported nothing");
+        assertTrue(cause.getMessage().contains("ended before it was accepted"), cause.getMessage());
+        assertNotNull(childrenClosed.poll(10, TimeUnit.SECONDS), "the child did not close");
+        assertTrue(connecting.await(10, TimeUnit.SECONDS), "the connect did not end");
+        assertFalse(connecting.isSuccess(), "the connection was accepted after its peer gave it up");
+    }
+
     @Test
     void shouldCountAcceptedConnectionsAgainstSoBacklogWhileTheirOwnLoopIsBusy() throws Exception {
         // Children on a loop of their own: between the listener's read and their registration there, a burst of

@@ -91,6 +91,15 @@ final class SoftCmId implements RdmaCmId {
         channel.emit(type, this, type == CmEventType.CONNECT_REQUEST ? listenId : null, privateData, status, detail);
     }
 
+    /** Reports this passive id's connect request to its listener ({@link SoftFaults#abandonConnectRequests}). */
+    void requested(byte[] privateData) {
+        emit(CmEventType.CONNECT_REQUEST, privateData, 0, null);
+        if (engine.faults.takeAbandonedConnectRequest()) {
+            emit(CmEventType.REJECTED, null, 0, "injected fault: the peer gave up its connect request"
+                    + " (SoftFaults.abandonConnectRequests)");
+        }
+    }
+
     // ------------------------------------------------------------------ passive
 
     @Override
@@ -389,7 +398,7 @@ final class SoftCmId implements RdmaCmId {
                 }
             }
             if (passive != null) {
-                passive.emit(CmEventType.CONNECT_REQUEST, parameters.privateData(), 0, null);
+                passive.requested(parameters.privateData());
                 connectTimeout = engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
                 return;
             }

@@ -14,6 +14,7 @@ public final class SoftFaults {
     private final AtomicInteger failReceivePosts = new AtomicInteger();
     private final AtomicInteger failAccepts = new AtomicInteger();
     private final AtomicInteger failNotifyRequests = new AtomicInteger();
+    private final AtomicInteger abandonConnectRequests = new AtomicInteger();
     private final AtomicReference<QueuePair> lateMappingFault = new AtomicReference<>();
     private volatile long sendDelayNanos;
     private volatile long sendCompletionDelayNanos;
@@ -45,6 +46,15 @@ public final class SoftFaults {
      */
     public void failAccepts(int count) {
         failAccepts.set(checkCount(count));
+    }
+
+    /**
+     * Makes the peers of the next {@code count} connect requests give them up as soon as they arrive: each passive id
+     * gets REJECTED right after its CONNECT_REQUEST, as rdma_cm reports on a device when the connecting side
+     * destroys its id before the request is answered.
+     */
+    public void abandonConnectRequests(int count) {
+        abandonConnectRequests.set(checkCount(count));
     }
 
     /**
@@ -170,6 +180,7 @@ public final class SoftFaults {
         failReceivePosts.set(0);
         failAccepts.set(0);
         failNotifyRequests.set(0);
+        abandonConnectRequests.set(0);
         lateMappingFault.set(null);
         sendDelayNanos = 0;
         sendCompletionDelayNanos = 0;
@@ -183,6 +194,11 @@ public final class SoftFaults {
 
     Runnable beforeRemoteWriteCopy() {
         return beforeRemoteWriteCopy;
+    }
+
+    /** Whether this connect request's peer gives it up at once; consumes one injected fault. */
+    boolean takeAbandonedConnectRequest() {
+        return take(abandonConnectRequests);
     }
 
     /** Whether this registration must fail; consumes one injected failure. */

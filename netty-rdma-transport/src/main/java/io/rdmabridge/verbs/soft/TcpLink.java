@@ -1217,7 +1217,7 @@ final class TcpLink extends SoftLink implements SoftEngine.Handler {
             SoftCmId p = SoftCmId.passive(l, localAddress, remoteAddress, params);
             p.tcpLink = this;
             id = p;
-            p.emit(CmEventType.CONNECT_REQUEST, data, 0, null);
+            p.requested(data);
             return false;
         }
         SoftCmId i = id;
