@@ -20,9 +20,10 @@ import org.slf4j.LoggerFactory;
  * the region being sent needs there (registering pins every page, and reads it from disk if it is not cached, so a
  * small region pins a page or two, not the whole piece). They are mapped read-only and registered without write
  * access; where the kernel refuses that (Linux before 6.2), each chunk is read into registered memory instead (one
- * copy per byte, {@link Chunk#isCopy()}); at most {@code maxChunks} are mapped at once. A chunk in use by posted work is never unmapped; when all are in use,
- * {@link #acquire} answers {@code null} and the caller waits for completions. A file that grew since its last chunk
- * was mapped (a log being appended to) gets that chunk mapped again for the bytes past its old end.
+ * copy per byte, {@link Chunk#isCopy()}); at most {@code maxChunks} are mapped at once. A chunk in use by posted
+ * work is never unmapped; when all are in use, {@link #acquire} answers {@code null} and the caller waits for
+ * completions. A file that grew since its last chunk was mapped (a log being appended to) gets that chunk mapped again
+ * for the bytes past its old end.
  *
  * <p>Chunks are shared by the parts of one file region, not across regions ({@link #retireChunks()}): the file may
  * have changed in between. A copy keeps the bytes it read, and a device's registration pins the pages it found, which

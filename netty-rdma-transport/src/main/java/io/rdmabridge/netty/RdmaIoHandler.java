@@ -76,9 +76,9 @@ public final class RdmaIoHandler implements IoHandler {
      * accepted connection is rejected and closed, naming it; one is always allowed.
      */
     public static final String HANDSHAKE_MEMORY_PROPERTY = "rdmabridge.handshakeMemoryBytes";
+    static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
     /** Connection-manager events one round of the loop handles; the rest wait for the next round. */
     static final int MAX_CM_EVENTS_PER_ROUND = 64;
-    static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
     /**
      * System property: milliseconds a posted rendezvous READ may go unanswered while it holds its share of the
      * budget before its channel fails (default 30000). A device gives up on an unanswered READ after its transport

@@ -49,7 +49,7 @@
  *
  * <h2>Where soft0 differs from a device (a review against real verbs, 2026-11-30)</h2>
  * The conformance suite runs every case on rxe as well (docs/disni.md); these differences are known and left, because
- * nothing above the SPI relies on either behaviour:
+ * nothing above the SPI relies on any of them:
  * <ul>
  *   <li>A failed work request ends the link: both queue pairs go to ERROR and both ids see DISCONNECTED. A device
  *       moves only the queue pairs the error class names, and raises no connection-manager event until someone calls
