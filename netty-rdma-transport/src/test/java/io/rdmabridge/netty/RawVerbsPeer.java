@@ -25,6 +25,7 @@ import io.rdmabridge.verbs.WrOpcode;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 
@@ -39,7 +40,9 @@ import static org.junit.jupiter.api.Assertions.fail;
  * other connections' memory would). Single-threaded; closes everything it made.
  */
 final class RawVerbsPeer implements AutoCloseable {
-    private static final long TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(10);
+    /** 10 s on the host, stretched on a slow machine ({@link DeviceUnderTest#scaled}). */
+    private static final long TIMEOUT_NANOS = DeviceUnderTest.scaled(Duration.ofSeconds(10)).toNanos();
+    private static final String WITHIN = " within " + TimeUnit.NANOSECONDS.toSeconds(TIMEOUT_NANOS) + " s";
     private static final int SLOT = 4096;
     private static final int RECEIVES = 8;
 
@@ -130,7 +133,7 @@ final class RawVerbsPeer implements AutoCloseable {
             long deadline = System.nanoTime() + TIMEOUT_NANOS;
             while (!peer.events.poll(peer.event)) {
                 if (System.nanoTime() > deadline) {
-                    fail("no connection-manager event within 10 s");
+                    fail("no connection-manager event" + WITHIN);
                 }
                 LockSupport.parkNanos(100_000);
             }
@@ -272,7 +275,7 @@ final class RawVerbsPeer implements AutoCloseable {
             }
             LockSupport.parkNanos(100_000);
         }
-        return fail("no completion for the raw work request within 10 s");
+        return fail("no completion for the raw work request" + WITHIN);
     }
 
     /** Registers {@code contents} (copied into direct memory) for remote READ; its region goes with {@link #close()}. */
@@ -319,7 +322,7 @@ final class RawVerbsPeer implements AutoCloseable {
             }
             LockSupport.parkNanos(100_000);
         }
-        return fail("no frame received within 10 s");
+        return fail("no frame received" + WITHIN);
     }
 
     /** Waits for the next connection-manager event, which must be {@code type}. */
@@ -332,7 +335,7 @@ final class RawVerbsPeer implements AutoCloseable {
             }
             LockSupport.parkNanos(100_000);
         }
-        return fail("no " + type + " within 10 s");
+        return fail("no " + type + WITHIN);
     }
 
     @Override

@@ -19,6 +19,7 @@ import java.net.Inet4Address;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A connection-manager id over DiSNI's {@code RdmaCmId}. Every operation returns at once; outcomes arrive as events
@@ -64,6 +65,12 @@ final class DisniCmId implements RdmaCmId {
     private boolean connectIssued;
     /** Made for a peer's connect request (the passive side). */
     private boolean requested;
+    /** A listener's backlog: how many connect requests the event thread may queue for the owner's poll. */
+    private volatile int listenBacklog;
+    /** A listener's bound address, for the event thread's messages (which must not call into the native id). */
+    private volatile InetSocketAddress listening;
+    /** A listener's connect requests queued by the event thread and not yet polled. */
+    private final AtomicInteger unpolledRequests = new AtomicInteger();
 
     DisniCmId(DisniEventChannel channel, com.ibm.disni.verbs.RdmaCmId id, long handle) {
         this.channel = channel;
@@ -95,13 +102,42 @@ final class DisniCmId implements RdmaCmId {
                     + " (expected: a free port on a local IPv4 address served by an RDMA device, or 0.0.0.0)", e);
         }
         bound = address;
+        listenBacklog = backlog;
         try {
             id.listen(backlog);
         } catch (IOException e) {
             throw new RdmaException("rdma_listen(" + address + ") failed: " + DisniErrors.clean(e), e);
         }
-        InetSocketAddress bound = localAddress();
-        return bound != null ? bound : address;
+        InetSocketAddress actual = localAddress();
+        listening = actual != null ? actual : address;
+        return listening;
+    }
+
+    /**
+     * Event thread: takes a place for a connect request to this listener in the queue the owner polls, or answers
+     * {@code false} when as many as its backlog wait there. The kernel counts the requests not yet taken from an
+     * event channel against the backlog of {@code rdma_listen}; the event thread takes each at once, so this count
+     * keeps that bound.
+     */
+    boolean takeRequestPlace() {
+        if (unpolledRequests.incrementAndGet() > listenBacklog) {
+            unpolledRequests.decrementAndGet();
+            return false;
+        }
+        return true;
+    }
+
+    /** The owner polled a connect request that {@link #takeRequestPlace} admitted. */
+    void requestPolled() {
+        unpolledRequests.decrementAndGet();
+    }
+
+    int listenBacklog() {
+        return listenBacklog;
+    }
+
+    InetSocketAddress listeningAddress() {
+        return listening;
     }
 
     /** {@code rdma_bind_addr} on an active id; {@link #resolve} passes no source address, so rdma_cm uses this one. */

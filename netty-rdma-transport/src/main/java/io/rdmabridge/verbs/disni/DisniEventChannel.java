@@ -9,6 +9,7 @@ import io.rdmabridge.verbs.CmEvent;
 import io.rdmabridge.verbs.CmEventType;
 import io.rdmabridge.verbs.DirectMemory;
 import io.rdmabridge.verbs.EventNotifier;
+import io.rdmabridge.verbs.RateLimitedWarning;
 import io.rdmabridge.verbs.RdmaCmId;
 import io.rdmabridge.verbs.RdmaEventChannel;
 import io.rdmabridge.verbs.RdmaException;
@@ -30,9 +31,13 @@ import org.slf4j.LoggerFactory;
  *
  * <p>A daemon thread per channel waits for events (the channel's descriptor in an epoll set, or, where epoll is not
  * usable, {@code rdma_get_cm_event} behind a {@code poll}; with a short timeout either way, so that it notices
- * {@link #close()}), queues each as a raw triple (type, id, listening id) on a lock-free
- * queue and signals the notifier. {@link #poll(CmEvent)} converts them on the owning thread: ids of connect requests
- * are created there, route resolution follows address resolution there, and queue-pair states change there.
+ * {@link #close()}), queues each as a raw triple (type, id, listening id) on a lock-free queue and signals the
+ * notifier. {@link #poll(CmEvent)} converts them on the owning thread: ids of connect requests are created there,
+ * route resolution follows address resolution there, and queue-pair states change there.
+ *
+ * <p>A connect request past its listener's backlog, counting those queued and not yet polled, is rejected on the
+ * event thread, as the kernel rejects one past the backlog while it has not been taken from it: a listener whose loop
+ * is busy cannot be flooded with native ids.
  *
  * <p>The thread calls DiSNI's native dispatcher directly rather than {@code RdmaEventChannel.getCmEvent}: that
  * method allocates per call and reads and writes a plain {@code HashMap} of ids that {@code createId} writes from
@@ -66,8 +71,11 @@ final class DisniEventChannel implements RdmaEventChannel {
     private static final int DISCONNECTED = 10;
     private static final int DEVICE_REMOVAL = 11;
 
-    private record RawEvent(int type, long id, long listenId) {
+    /** {@code listener}: the listener whose backlog a connect request counts against, else {@code null}. */
+    private record RawEvent(int type, long id, long listenId, DisniCmId listener) {
     }
+
+    private static final RateLimitedWarning REFUSALS = new RateLimitedWarning(logger, 10_000);
 
     private final DisniProvider provider;
     private final NativeDispatcher dispatcher;
@@ -179,7 +187,15 @@ final class DisniEventChannel implements RdmaEventChannel {
                 if (type < 0) {
                     continue;
                 }
-                events.add(new RawEvent(type, out.getLong(8), out.getLong(0)));
+                DisniCmId listener = null;
+                if (type == CONNECT_REQUEST) {
+                    listener = ids.get(out.getLong(0));
+                    if (listener != null && !listener.takeRequestPlace()) {
+                        refuse(out.getLong(8), listener);
+                        continue;
+                    }
+                }
+                events.add(new RawEvent(type, out.getLong(8), out.getLong(0), listener));
                 if (notifier != null) {
                     notifier.signal();
                 }
@@ -188,6 +204,21 @@ final class DisniEventChannel implements RdmaEventChannel {
             if (readable != null) {
                 readable.close();
             }
+        }
+    }
+
+    /**
+     * Event thread: rejects a connect request past its listener's backlog by destroying the request's id, which makes
+     * the kernel reject it, as it rejects one past the backlog that has not left the kernel.
+     */
+    private void refuse(long requestId, DisniCmId listener) {
+        REFUSALS.warn("Refused a connection request to {}: {} requests wait for the listener's loop to take them, its"
+                + " backlog (raise SO_BACKLOG for bursts of connections, or keep the listener's event loop free of"
+                + " long tasks)", listener.listeningAddress(), listener.listenBacklog());
+        int rc = dispatcher._destroyCmId(requestId);
+        if (rc != 0) {
+            logger.warn("rdma_destroy_id of a refused connect request failed ({}); its peer waits for its connect"
+                    + " timeout", rc);
         }
     }
 
@@ -332,6 +363,9 @@ final class DisniEventChannel implements RdmaEventChannel {
     }
 
     private boolean connectRequest(RawEvent raw, CmEvent out) {
+        if (raw.listener() != null) {
+            raw.listener().requestPolled();
+        }
         DisniCmId listener = ids.get(raw.listenId());
         NatCmaIdPrivate nat;
         try {

@@ -20,6 +20,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A connection-manager id of the software device: a listener (a real TCP port), or one end of a connection.
@@ -64,7 +65,11 @@ final class SoftCmId implements RdmaCmId {
     SoftCmId directPeer;
     TcpLink tcpLink;
     /** A listener's accepted sockets still waiting for their connect request (see TcpLink.accepted). */
-    final java.util.concurrent.atomic.AtomicInteger pendingHandshakes = new java.util.concurrent.atomic.AtomicInteger();
+    final AtomicInteger pendingHandshakes = new AtomicInteger();
+    /** A listener's backlog: how many of its connect requests may wait for the owner's poll ({@link #requested}). */
+    private volatile int listenBacklog;
+    /** A listener's connect requests reported on its channel and not yet polled. */
+    private final AtomicInteger unpolledRequests = new AtomicInteger();
     // The connect timeout, cancelled once the attempt ends so that the timer does not keep this id (and its link).
     private volatile java.util.concurrent.ScheduledFuture<?> connectTimeout;
 
@@ -91,13 +96,36 @@ final class SoftCmId implements RdmaCmId {
         channel.emit(type, this, type == CmEventType.CONNECT_REQUEST ? listenId : null, privateData, status, detail);
     }
 
-    /** Reports this passive id's connect request to its listener ({@link SoftFaults#abandonConnectRequests}). */
-    void requested(byte[] privateData) {
+    /**
+     * Reports this passive id's connect request to its listener ({@link SoftFaults#abandonConnectRequests}), or, when
+     * as many requests as the listener's backlog wait for its owner's poll, rejects it and closes this id: the
+     * kernel's rdma_cm counts the connect requests not yet taken from an event channel against the backlog given to
+     * {@code rdma_listen} and refuses the rest, so a listener whose owner is busy cannot be flooded.
+     *
+     * @return whether the request was reported
+     */
+    boolean requested(byte[] privateData) {
+        SoftCmId listener = listenId;
+        int backlog = listener.listenBacklog;
+        if (listener.unpolledRequests.incrementAndGet() > backlog) {
+            listener.unpolledRequests.decrementAndGet();
+            TcpLink.REFUSALS.warn("soft0: refusing a connection request from {} to {}: {} requests wait for the"
+                    + " listener's owner to poll them, its backlog (raise the backlog, e.g. SO_BACKLOG, or keep the"
+                    + " thread that polls the listener's events free)", remote, listener.local, backlog);
+            closeId();
+            return false;
+        }
         emit(CmEventType.CONNECT_REQUEST, privateData, 0, null);
         if (engine.faults.takeAbandonedConnectRequest()) {
             emit(CmEventType.REJECTED, null, 0, "injected fault: the peer gave up its connect request"
                     + " (SoftFaults.abandonConnectRequests)");
         }
+        return true;
+    }
+
+    /** The owner polled a connect request for this listener: it no longer counts against the backlog. */
+    void requestPolled() {
+        unpolledRequests.decrementAndGet();
     }
 
     // ------------------------------------------------------------------ passive
@@ -107,16 +135,20 @@ final class SoftCmId implements RdmaCmId {
         if (address == null) {
             throw new IllegalArgumentException("address: null (expected: a local address; port 0 picks one)");
         }
+        if (backlog <= 0) {
+            throw new IllegalArgumentException("backlog: " + backlog + " (expected: > 0)");
+        }
         synchronized (this) {
             if (phase != Phase.IDLE) {
                 throw new RdmaException("listen in phase " + phase + " (expected: a fresh id)");
             }
         }
+        listenBacklog = backlog;
         ServerSocketChannel ssc = null;
         try {
             ssc = ServerSocketChannel.open();
             ssc.setOption(StandardSocketOptions.SO_REUSEADDR, true);
-            ssc.bind(address, Math.max(backlog, 0));
+            ssc.bind(address, backlog);
             ssc.configureBlocking(false);
             InetSocketAddress bound = (InetSocketAddress) ssc.getLocalAddress();
             synchronized (this) {
@@ -398,8 +430,9 @@ final class SoftCmId implements RdmaCmId {
                 }
             }
             if (passive != null) {
-                passive.requested(parameters.privateData());
-                connectTimeout = engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
+                if (passive.requested(parameters.privateData())) {
+                    connectTimeout = engine.schedule(this::connectTimedOut, timeoutMillis * 1_000_000L);
+                }
                 return;
             }
         }

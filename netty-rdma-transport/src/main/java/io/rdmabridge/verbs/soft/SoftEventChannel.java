@@ -76,6 +76,9 @@ final class SoftEventChannel implements RdmaEventChannel {
         if (e == null) {
             return false;
         }
+        if (e.type == CmEventType.CONNECT_REQUEST) {
+            ((SoftCmId) e.listenId).requestPolled();
+        }
         event.set(e.type, e.id, e.listenId, e.privateData, e.status, e.detail);
         return true;
     }
