@@ -16,8 +16,9 @@ public final class RdmaChannelOption<T> extends ChannelOption<T> {
     public static final ChannelOption<Integer> RECEIVE_QUEUE_DEPTH = valueOf(RdmaChannelOption.class,
             "RECEIVE_QUEUE_DEPTH");
     /**
-     * Bytes of each posted receive buffer, frame header included: the largest eager frame (default 64 KiB). Frames
-     * this side sends are at most the smaller of its own and the peer's size, so a peer cannot make it stage more.
+     * Bytes of each posted receive buffer, frame header included: the largest eager frame, 1 KiB to 16 MiB (default
+     * 64 KiB). Frames this side sends are at most the smaller of its own and the peer's size, so a peer cannot make it
+     * stage more; a peer announcing less than 1 KiB is refused at the handshake.
      */
     public static final ChannelOption<Integer> RECEIVE_BUFFER_SIZE = valueOf(RdmaChannelOption.class,
             "RECEIVE_BUFFER_SIZE");

@@ -4,6 +4,7 @@ import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelPromise;
 import io.netty.channel.ConnectTimeoutException;
 import io.netty.channel.EventLoop;
+import io.netty.util.internal.SystemPropertyUtil;
 import io.netty.util.internal.logging.InternalLogger;
 import io.netty.util.internal.logging.InternalLoggerFactory;
 import io.rdmabridge.connection.ConnectionConfig;
@@ -52,7 +53,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class RdmaChannelSetup {
     // Logs under the channel's name, the one users configure.
     private static final InternalLogger logger = InternalLoggerFactory.getInstance(RdmaSocketChannel.class);
-    /** An accepted channel's handshake timeout when its CONNECT_TIMEOUT_MILLIS is 0: Netty's default for it. */
+    /**
+     * System property: how long a channel whose {@code CONNECT_TIMEOUT_MILLIS} is 0 waits for the peer's handshake
+     * (HELLO) once the connection manager has connected it (default 30 s, Netty's default connect timeout). A peer
+     * that connects and never speaks must not hold a queue pair and its receive buffers for ever, on either side.
+     */
+    static final String HANDSHAKE_TIMEOUT_PROPERTY = "rdmabridge.handshakeTimeoutMillis";
     static final int DEFAULT_HANDSHAKE_TIMEOUT_MILLIS = 30_000;
     static final int CONTROL_CREDITS = 8;
 
@@ -263,14 +269,7 @@ final class RdmaChannelSetup {
         }
         connectPromise = promise;
         if (timeout > 0) {
-            connectTimeoutFuture = channel.eventLoop().schedule(() -> {
-                ChannelPromise p = connectPromise;
-                if (p != null && !p.isDone() && p.tryFailure(new ConnectTimeoutException(
-                        "connection timed out after " + timeout + " ms: " + target))) {
-                    connectPromise = null;
-                    channel.unsafe().close(channel.voidPromise());
-                }
-            }, timeout, TimeUnit.MILLISECONDS);
+            scheduleConnectTimeout(timeout, true);
         }
         promise.addListener((ChannelFutureListener) future -> {
             if (future.isCancelled()) {
@@ -279,6 +278,35 @@ final class RdmaChannelSetup {
                 channel.unsafe().close(channel.voidPromise());
             }
         });
+    }
+
+    /**
+     * Fails the connect after {@code timeout} ms; {@code configured}: the channel's {@code CONNECT_TIMEOUT_MILLIS}
+     * rather than the handshake's default. The message says whether the connection manager had connected.
+     */
+    private void scheduleConnectTimeout(int timeout, boolean configured) {
+        InetSocketAddress target = requestedRemote;
+        connectTimeoutFuture = channel.eventLoop().schedule(() -> {
+            ChannelPromise p = connectPromise;
+            if (p == null || p.isDone()) {
+                return;
+            }
+            String limit = timeout + " ms (" + (configured ? "CONNECT_TIMEOUT_MILLIS" : "CONNECT_TIMEOUT_MILLIS is 0: "
+                    + HANDSHAKE_TIMEOUT_PROPERTY) + ")";
+            String message = channel.connection == null ? "connection timed out after " + limit + ": " + target
+                    : "connected to " + target + ", but no rdma-bridge handshake came within " + limit
+                    + "; is the peer an rdma-bridge endpoint, and is its event loop responsive?";
+            if (p.tryFailure(new ConnectTimeoutException(message))) {
+                connectPromise = null;
+                channel.unsafe().close(channel.voidPromise());
+            }
+        }, timeout, TimeUnit.MILLISECONDS);
+    }
+
+    /** The handshake timeout of a channel whose {@code CONNECT_TIMEOUT_MILLIS} is 0 (see the property). */
+    static int defaultHandshakeTimeoutMillis() {
+        int millis = SystemPropertyUtil.getInt(HANDSHAKE_TIMEOUT_PROPERTY, DEFAULT_HANDSHAKE_TIMEOUT_MILLIS);
+        return millis > 0 ? millis : DEFAULT_HANDSHAKE_TIMEOUT_MILLIS;
     }
 
     /** Creates the completion queue, receive buffers and queue pair on {@code cmId}; posts the receives. */
@@ -337,13 +365,13 @@ final class RdmaChannelSetup {
         // A peer that connects and never sends its HELLO must not hold a queue pair and the loop's handshake memory
         // for ever: a child's CONNECT_TIMEOUT_MILLIS of 0 ("none" for a connect) stands for Netty's default here.
         int configured = channel.config().getConnectTimeoutMillis();
-        int timeout = configured > 0 ? configured : DEFAULT_HANDSHAKE_TIMEOUT_MILLIS;
+        int timeout = configured > 0 ? configured : defaultHandshakeTimeoutMillis();
         connectTimeoutFuture = channel.eventLoop().schedule(() -> {
             if (channel.state == RdmaSocketChannel.STATE_CONNECTING) {
                 failConnect(new ConnectTimeoutException("no rdma-bridge handshake from " + channel.remote
                         + " within " + timeout + " ms (CONNECT_TIMEOUT_MILLIS of the server's child options"
-                        + (configured > 0 ? "" : ", 0 standing for the default") + "): closing the accepted"
-                        + " connection; is the peer an rdma-bridge endpoint?"));
+                        + (configured > 0 ? "" : "; 0 stands for " + HANDSHAKE_TIMEOUT_PROPERTY)
+                        + "): closing the accepted connection; is the peer an rdma-bridge endpoint?"));
             }
         }, timeout, TimeUnit.MILLISECONDS);
         RdmaCmId passive = id;
@@ -468,6 +496,11 @@ final class RdmaChannelSetup {
             failConnect(connectException("cannot set up the connection to " + channel.remote + ": "
                     + e.getMessage(), e));
             return;
+        }
+        if (channel.parent() == null && connectTimeoutFuture == null) {
+            // Connected with no connect timeout: a server that never sends its HELLO must not hold this side's queue
+            // pair and receive buffers for ever, nor keep channelActive (and idle handlers) from ever running.
+            scheduleConnectTimeout(defaultHandshakeTimeoutMillis(), false);
         }
         // The peer's HELLO (and frames after it) may have landed before the event reached this loop.
         channel.pollConnection();

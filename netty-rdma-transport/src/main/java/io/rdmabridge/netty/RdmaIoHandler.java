@@ -119,7 +119,7 @@ public final class RdmaIoHandler implements IoHandler {
     private final long rendezvousBudget = positiveProperty(RENDEZVOUS_BUDGET_PROPERTY, DEFAULT_RENDEZVOUS_BUDGET);
     private volatile long rendezvousCommitted;
     private final long parkedAllowance = positiveProperty(RENDEZVOUS_PARKED_PROPERTY, DEFAULT_RENDEZVOUS_PARKED);
-    private final long handshakeMemory = positiveProperty(HANDSHAKE_MEMORY_PROPERTY, DEFAULT_HANDSHAKE_MEMORY);
+    private final long handshakeMemory;
     private volatile long handshakeCommitted;
     private volatile long rendezvousParked;
     private final ArrayDeque<RdmaChannelInbound> budgetWaiters = new ArrayDeque<>();
@@ -138,6 +138,8 @@ public final class RdmaIoHandler implements IoHandler {
     private RdmaIoHandler(Factory factory, ThreadAwareExecutor executor) throws RdmaException {
         this.executor = Objects.requireNonNull(executor, "executor");
         this.factory = factory;
+        handshakeMemory = factory.handshakeMemory > 0 ? factory.handshakeMemory
+                : positiveProperty(HANDSHAKE_MEMORY_PROPERTY, DEFAULT_HANDSHAKE_MEMORY);
         domain = factory.acquire();
         try {
             eventChannel = domain.provider.createEventChannel(notifier);
@@ -149,17 +151,31 @@ public final class RdmaIoHandler implements IoHandler {
 
     /** A factory using the provider chosen by {@link Rdma} ({@code rdmabridge.provider}). */
     public static IoHandlerFactory newFactory() {
-        return new Factory(null);
+        return new Factory(null, 0);
     }
 
     /** A factory using {@code provider}, which must be available. */
     public static IoHandlerFactory newFactory(RdmaProvider provider) {
+        return newFactory(provider, 0);
+    }
+
+    /**
+     * A factory using {@code provider}, which must be available, whose loops each commit up to
+     * {@code handshakeMemoryBytes} to accepted channels whose handshake has not completed, in place of
+     * {@value #HANDSHAKE_MEMORY_PROPERTY}: for an application that bounds its handshakes in progress itself and must
+     * fit them all (0: the property).
+     */
+    public static IoHandlerFactory newFactory(RdmaProvider provider, long handshakeMemoryBytes) {
         Objects.requireNonNull(provider, "provider");
+        if (handshakeMemoryBytes < 0) {
+            throw new IllegalArgumentException("handshakeMemoryBytes: " + handshakeMemoryBytes
+                    + " (expected: >= 0, 0 for " + HANDSHAKE_MEMORY_PROPERTY + ")");
+        }
         if (!provider.isAvailable()) {
             throw new IllegalArgumentException("provider: " + provider.name() + " is unavailable ("
                     + provider.unavailabilityCause() + ")");
         }
-        return new Factory(provider);
+        return new Factory(provider, handshakeMemoryBytes);
     }
 
     RdmaDomain domain() {
@@ -679,11 +695,14 @@ public final class RdmaIoHandler implements IoHandler {
     /** Creates handlers that share one {@link RdmaDomain}, opened with the first and closed with the last. */
     static final class Factory implements IoHandlerFactory {
         private final RdmaProvider provider;
+        /** Each loop's handshake memory; 0: {@value #HANDSHAKE_MEMORY_PROPERTY}. */
+        private final long handshakeMemory;
         private RdmaDomain domain;
         private int handlers;
 
-        Factory(RdmaProvider provider) {
+        Factory(RdmaProvider provider, long handshakeMemory) {
             this.provider = provider;
+            this.handshakeMemory = handshakeMemory;
         }
 
         @Override

@@ -30,10 +30,10 @@ class HandshakeTest {
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(wire))
                 .getMessage().startsWith("protocol version: 1 (expected: 3"));
         byte[] small = new Handshake(16384, 32, 8, 1 << 20).encode();
-        small[8] = 1;
-        small[9] = 0;
+        small[8] = (byte) 0xFF; // 1023: one byte below the smallest receive buffer a peer may announce
+        small[9] = 3;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(small))
-                .getMessage().contains("receiveBufferSize: 1 (expected: 32..16777216)"));
+                .getMessage().contains("receiveBufferSize: 1023 (expected: 1024..16777216)"));
         byte[] control = new Handshake(16384, 32, 8, 1 << 20).encode();
         control[14] = 1;
         assertTrue(assertThrows(Handshake.HandshakeException.class, () -> Handshake.decode(control))

@@ -16,9 +16,9 @@ import io.netty.channel.SimpleChannelInboundHandler;
 import io.rdmabridge.connection.FrameHeader;
 import io.rdmabridge.connection.Handshake;
 import io.rdmabridge.verbs.CmEventType;
-import org.junitpioneer.jupiter.SetSystemProperty;
 import io.rdmabridge.verbs.WcStatus;
 import org.junit.jupiter.api.Test;
+import org.junitpioneer.jupiter.SetSystemProperty;
 
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
@@ -258,6 +258,27 @@ class RdmaHandshakeTest extends AbstractSoftChannelTest {
                     .handler(new ChannelInboundHandlerAdapter()), raw);
             assertTrue(connecting.await(10, TimeUnit.SECONDS));
             assertInstanceOf(ConnectTimeoutException.class, connecting.cause());
+            assertTrue(connecting.cause().getMessage().contains(
+                    ", but no rdma-bridge handshake came within 300 ms (CONNECT_TIMEOUT_MILLIS)"),
+                    connecting.cause()::toString);
+            assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");
+        }
+    }
+
+    @Test
+    @SetSystemProperty(key = RdmaChannelSetup.HANDSHAKE_TIMEOUT_PROPERTY, value = "300")
+    void shouldFailAConnectWithoutTimeoutOnceConnectedToAServerThatNeverSendsItsHello() throws Exception {
+        // CONNECT_TIMEOUT_MILLIS 0 waits as long as the connection manager takes, as NIO waits for the kernel's
+        // connect; once connected, the handshake is bounded, as the accepted side's is.
+        try (RawVerbsPeer raw = listenRaw()) {
+            ChannelFuture connecting = connectToRaw(new Bootstrap().option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 0)
+                    .handler(new ChannelInboundHandlerAdapter()), raw);
+            assertTrue(connecting.await(10, TimeUnit.SECONDS),
+                    "a connect without a timeout waited for ever for a HELLO that never came");
+            assertInstanceOf(ConnectTimeoutException.class, connecting.cause());
+            assertTrue(connecting.cause().getMessage().contains(", but no rdma-bridge handshake came within 300 ms"
+                    + " (CONNECT_TIMEOUT_MILLIS is 0: rdmabridge.handshakeTimeoutMillis)"),
+                    connecting.cause()::toString);
             assertTrue(connecting.channel().closeFuture().await(10, TimeUnit.SECONDS), "the channel did not close");
         }
     }

@@ -62,7 +62,8 @@ class RdmaListenerBacklogTest extends AbstractChannelTest {
         List<Future<RawVerbsPeer>> attempts = new ArrayList<>();
         try {
             for (int i = 0; i < CONNECTORS; i++) {
-                attempts.add(clients.submit(() -> RawVerbsPeer.attempt(DeviceUnderTest.provider(), address, () -> { })));
+                attempts.add(clients.submit(() -> RawVerbsPeer.attempt(DeviceUnderTest.provider(), address,
+                        () -> { })));
             }
             // The refused ones end while the listener's loop is still busy; the admitted ones wait for it.
             long deadline = System.nanoTime() + DeviceUnderTest.scaled(Duration.ofSeconds(8)).toNanos();

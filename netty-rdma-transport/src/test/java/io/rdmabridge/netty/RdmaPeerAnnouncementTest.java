@@ -124,4 +124,19 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
                     connecting.cause()::toString);
         }
     }
+
+    @Test
+    void shouldRefuseAPeerThatAnnouncesReceiveBuffersTooSmallForUsefulFrames() throws Exception {
+        try (RawVerbsPeer raw = listenRaw()) {
+            ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
+            // Receive buffers of 32 bytes, which hold a HELLO: every eager write would go as a SEND per 20 bytes.
+            byte[] hello = new Handshake(4096, 6, 2, 1 << 20).encode();
+            ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(8, 32);
+            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, hello));
+            assertTrue(connecting.await(10, TimeUnit.SECONDS), "connect neither failed nor succeeded");
+            assertFalse(connecting.isSuccess(), "connected to a peer that announces 32-byte receive buffers");
+            assertTrue(connecting.cause().getMessage().contains("receiveBufferSize: 32 (expected: 1024.."),
+                    connecting.cause()::toString);
+        }
+    }
 }
