@@ -3,6 +3,7 @@ package io.rdmabridge.verbs;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Supplier;
 
 /**
  * Live verbs resources of a provider. Providers update it as resources come and go; anyone may read it from any
@@ -29,6 +30,8 @@ public final class ResourceUsage {
     private final AtomicLong peerKeyTables = new AtomicLong();
     private final AtomicLong peerBytes = new AtomicLong();
     private final AtomicLong sameHostConnections = new AtomicLong();
+    /** What the provider can say of its live resources, for {@link #toString()} while any are left. */
+    private volatile Supplier<String> liveResources;
 
     public long registeredBytes() {
         return registeredBytes.get();
@@ -167,9 +170,19 @@ public final class ResourceUsage {
 
     @Override
     public String toString() {
+        Supplier<String> live = liveResources;
         return "registeredBytes=" + registeredBytes() + ", memoryRegions=" + memoryRegions() + ", queuePairs="
                 + queuePairs() + ", completionQueues=" + completionQueues() + ", protectionDomains="
                 + protectionDomains() + ", cmIds=" + cmIds() + ", eventChannels=" + eventChannels() + ", peerFiles="
-                + peerFiles() + ", peerKeyTables=" + peerKeyTables() + ", peerBytes=" + peerBytes();
+                + peerFiles() + ", peerKeyTables=" + peerKeyTables() + ", peerBytes=" + peerBytes()
+                + (live != null && !isZero() ? "; live: " + live.get() : "");
+    }
+
+    /**
+     * Provider side: describes the live resources (who made them, in what state) when a test finds some left, so that
+     * a leak names its maker.
+     */
+    public void describeLiveResourcesWith(Supplier<String> description) {
+        liveResources = description;
     }
 }

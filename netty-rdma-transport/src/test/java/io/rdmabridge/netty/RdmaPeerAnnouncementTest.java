@@ -112,31 +112,26 @@ class RdmaPeerAnnouncementTest extends AbstractSoftChannelTest {
 
     @Test
     void shouldRefuseAPeerThatAnnouncesMessagesTooSmallForUsefulRendezvousParts() throws Exception {
-        try (RawVerbsPeer raw = listenRaw()) {
-            ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
-            // A largest message of 1 byte: a 16 MiB write would go as 16 million rendezvous parts.
-            byte[] hello = new Handshake(4096, 6, 2, 1 << 20).encode();
-            ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(16, 1);
-            assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, hello));
-            assertTrue(connecting.await(10, TimeUnit.SECONDS), "connect neither failed nor succeeded");
-            assertFalse(connecting.isSuccess(), "connected to a peer that accepts 1-byte messages");
-            assertTrue(connecting.cause().getMessage().contains("maxMessageSize: 1 (expected: >= 4096)"),
-                    connecting.cause()::toString);
-        }
+        // A largest message of 1 byte: a 16 MiB write would go as 16 million rendezvous parts.
+        assertRefusesHelloWith(16, 1, "maxMessageSize: 1 (expected: >= 4096)");
     }
 
     @Test
     void shouldRefuseAPeerThatAnnouncesReceiveBuffersTooSmallForUsefulFrames() throws Exception {
+        // Receive buffers of 32 bytes, which hold a HELLO: every eager write would go as a SEND per 20 bytes.
+        assertRefusesHelloWith(8, 32, "receiveBufferSize: 32 (expected: 1024..");
+    }
+
+    /** A peer's HELLO with the int at {@code offset} set to {@code value} fails the connect, naming {@code cause}. */
+    private void assertRefusesHelloWith(int offset, int value, String cause) throws Exception {
         try (RawVerbsPeer raw = listenRaw()) {
             ChannelFuture connecting = connectToRaw(new Bootstrap().handler(new ChannelInboundHandlerAdapter()), raw);
-            // Receive buffers of 32 bytes, which hold a HELLO: every eager write would go as a SEND per 20 bytes.
             byte[] hello = new Handshake(4096, 6, 2, 1 << 20).encode();
-            ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(8, 32);
+            ByteBuffer.wrap(hello).order(ByteOrder.LITTLE_ENDIAN).putInt(offset, value);
             assertEquals(WcStatus.SUCCESS, raw.sendFrame(FrameHeader.HELLO, hello));
             assertTrue(connecting.await(10, TimeUnit.SECONDS), "connect neither failed nor succeeded");
-            assertFalse(connecting.isSuccess(), "connected to a peer that announces 32-byte receive buffers");
-            assertTrue(connecting.cause().getMessage().contains("receiveBufferSize: 32 (expected: 1024.."),
-                    connecting.cause()::toString);
+            assertFalse(connecting.isSuccess(), "connected to a peer announcing " + cause);
+            assertTrue(connecting.cause().getMessage().contains(cause), connecting.cause()::toString);
         }
     }
 }

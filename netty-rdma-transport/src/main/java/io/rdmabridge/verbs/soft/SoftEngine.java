@@ -68,7 +68,11 @@ final class SoftEngine {
     private volatile Thread thread;
     private volatile ScheduledThreadPoolExecutor timer;
 
+    /** Event channels not yet closed, for {@link ResourceUsage#toString()}'s account of a leak. */
+    final Set<SoftEventChannel> liveEventChannels = ConcurrentHashMap.newKeySet();
+
     private SoftEngine() {
+        usage.describeLiveResourcesWith(() -> liveEventChannels.toString());
     }
 
     /**

@@ -32,6 +32,8 @@ final class SoftEventChannel implements RdmaEventChannel {
     private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
     final Set<SoftCmId> ids = ConcurrentHashMap.newKeySet();
     private final AtomicBoolean closed = new AtomicBoolean();
+    /** The thread that made this channel: an event loop's, or an application's (in a leak report). */
+    private final String maker = Thread.currentThread().getName();
 
     SoftEventChannel(SoftProvider provider, SoftDevice device, SoftEngine engine, EventNotifier notifier) {
         this.provider = provider;
@@ -39,6 +41,7 @@ final class SoftEventChannel implements RdmaEventChannel {
         this.engine = engine;
         this.notifier = notifier;
         engine.usage.eventChannels(1);
+        engine.liveEventChannels.add(this);
     }
 
     void emit(CmEventType type, RdmaCmId id, RdmaCmId listenId, byte[] privateData, int status, String detail) {
@@ -99,10 +102,11 @@ final class SoftEventChannel implements RdmaEventChannel {
         }
         events.clear();
         engine.usage.eventChannels(-1);
+        engine.liveEventChannels.remove(this);
     }
 
     @Override
     public String toString() {
-        return "SoftEventChannel{ids=" + ids.size() + '}';
+        return "SoftEventChannel{made on " + maker + ", ids=" + ids + '}';
     }
 }

@@ -109,6 +109,20 @@ class SoftVerbsTest {
     }
 
     @Test
+    void shouldNameTheMakerOfALiveIdInTheResourceReport() throws Exception {
+        // A leak report names who made what is left, so that a test's leftover can be traced to its maker.
+        RdmaEventChannel channel = provider.createEventChannel(null);
+        try (RdmaCmId id = channel.createId()) {
+            String report = provider.resourceUsage().toString();
+            assertTrue(report.contains("live: [SoftEventChannel{made on " + Thread.currentThread().getName()
+                    + ", ids=[SoftCmId{IDLE"), report);
+        } finally {
+            channel.close();
+        }
+        assertFalse(provider.resourceUsage().toString().contains("live:"), provider.resourceUsage()::toString);
+    }
+
+    @Test
     @RestoreSystemProperties
     void shouldReadThePrivateDataModeWhenCreated() {
         System.setProperty(SoftProvider.PRIVATE_DATA_PROPERTY, "none");
