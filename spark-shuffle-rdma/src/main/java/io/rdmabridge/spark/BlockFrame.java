@@ -103,8 +103,8 @@ final class BlockFrame {
                 return holdBack.getAsBoolean() ? null : super.decode(ctx, in);
             }
         };
-        // Compose received buffers instead of merging them: a block stays in the buffers it arrived in.
-        decoder.setCumulator(LengthFieldBasedFrameDecoder.COMPOSITE_CUMULATOR);
+        // A peer's one-byte sends are merged, not kept one buffer each while a frame is incomplete.
+        decoder.setCumulator(new AdaptiveCumulator());
         return decoder;
     }
 
@@ -114,37 +114,51 @@ final class BlockFrame {
      * cannot make the receiver hold bytes it would refuse. A refused header fails the connection; nothing after it is
      * decoded.
      */
-    static LengthFieldBasedFrameDecoder newFrameDecoder(HeaderCheck check) {
-        LengthFieldBasedFrameDecoder decoder = new LengthFieldBasedFrameDecoder(Integer.MAX_VALUE, 0,
-                LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true) {
-            @Override
-            protected Object decode(ChannelHandlerContext ctx, ByteBuf in) throws Exception {
-                if (in.readableBytes() < LENGTH_FIELD_LENGTH + TYPE_LENGTH) {
+    static CheckedFrameDecoder newFrameDecoder(HeaderCheck check) {
+        return new CheckedFrameDecoder(check);
+    }
+
+    /** The decoder of {@link #newFrameDecoder(HeaderCheck)}; it tells how many received bytes it holds undecoded. */
+    static final class CheckedFrameDecoder extends LengthFieldBasedFrameDecoder {
+        private final HeaderCheck check;
+
+        private CheckedFrameDecoder(HeaderCheck check) {
+            super(Integer.MAX_VALUE, 0, LENGTH_FIELD_LENGTH, 0, LENGTH_FIELD_LENGTH, true);
+            this.check = check;
+            // Small received buffers are merged, large ones composed: a block stays in the buffers it arrived in.
+            setCumulator(new AdaptiveCumulator());
+        }
+
+        /** Received bytes not yet decoded into a frame: the start of the next one. Event loop only. */
+        int bufferedBytes() {
+            return actualReadableBytes();
+        }
+
+        @Override
+        protected Object decode(ChannelHandlerContext ctx, ByteBuf in) throws Exception {
+            if (in.readableBytes() < LENGTH_FIELD_LENGTH + TYPE_LENGTH) {
+                return null;
+            }
+            int start = in.readerIndex();
+            int length = in.getInt(start);
+            byte type = in.getByte(start + LENGTH_FIELD_LENGTH);
+            boolean hasRequestId = type == BLOCK || type == FAILURE;
+            try {
+                int minLength = TYPE_LENGTH + (hasRequestId ? REQUEST_ID_LENGTH : 0);
+                if (length < minLength) {
+                    throw new CorruptedFrameException("frame length=" + length + " of type=" + type
+                            + " (expected: at least " + minLength + ")");
+                }
+                if (hasRequestId && in.readableBytes() < BLOCK_HEADER_LENGTH) {
                     return null;
                 }
-                int start = in.readerIndex();
-                int length = in.getInt(start);
-                byte type = in.getByte(start + LENGTH_FIELD_LENGTH);
-                boolean hasRequestId = type == BLOCK || type == FAILURE;
-                try {
-                    int minLength = TYPE_LENGTH + (hasRequestId ? REQUEST_ID_LENGTH : 0);
-                    if (length < minLength) {
-                        throw new CorruptedFrameException("frame length=" + length + " of type=" + type
-                                + " (expected: at least " + minLength + ")");
-                    }
-                    if (hasRequestId && in.readableBytes() < BLOCK_HEADER_LENGTH) {
-                        return null;
-                    }
-                    check.check(length, type, hasRequestId ? in.getLong(start + LENGTH_FIELD_LENGTH + TYPE_LENGTH) : 0);
-                } catch (CorruptedFrameException e) {
-                    in.skipBytes(in.readableBytes());
-                    throw e;
-                }
-                return super.decode(ctx, in);
+                check.check(length, type, hasRequestId ? in.getLong(start + LENGTH_FIELD_LENGTH + TYPE_LENGTH) : 0);
+            } catch (CorruptedFrameException e) {
+                in.skipBytes(in.readableBytes());
+                throw e;
             }
-        };
-        decoder.setCumulator(LengthFieldBasedFrameDecoder.COMPOSITE_CUMULATOR);
-        return decoder;
+            return super.decode(ctx, in);
+        }
     }
 
     /** Checks a frame's header before its body is buffered. */

@@ -87,7 +87,8 @@ public final class BlockServerProbe {
         // Takes what a reducer with Spark's default settings would.
         RdmaShuffleConf defaults = new RdmaShuffleConf(new SparkConf(false));
         try (ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 10_000,
-                30_000, defaults::maxFetchedBlockLength, new RdmaShuffleMetrics())) {
+                30_000, defaults::maxFetchedBlockLength, defaults.maxFetchedBytesPerConnection,
+                new RdmaShuffleMetrics())) {
             BlockFetchingListener listener = new BlockFetchingListener() {
                 @Override
                 public void onBlockFetchSuccess(String id, ManagedBuffer data) {

@@ -4,18 +4,28 @@ import io.netty.buffer.ByteBuf;
 import io.netty.buffer.ByteBufInputStream;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.spark.network.buffer.ManagedBuffer;
 
 /**
  * A fetched block handed to Spark without a copy: a view of the transport's receive buffers (registered memory on an
  * RDMA channel). Spark's retain/release drive the buffer's reference count; the last release returns the memory to the
- * transport. Thread-safe as far as the underlying buffer's reference counting is.
+ * transport, and tells the fetch client, which counts the bytes Spark holds against its budget. Thread-safe as far as
+ * the underlying buffer's reference counting is.
  */
 final class FetchedBlockBuffer extends ManagedBuffer {
     private final ByteBuf buf;
+    /**
+     * References held through this buffer: a view shares its reference count with the whole cumulation it was cut
+     * from, whose count does not say when this block is released.
+     */
+    private final AtomicInteger references = new AtomicInteger(1);
+    private final Runnable onReleased;
 
-    FetchedBlockBuffer(ByteBuf buf) {
+    /** @param onReleased runs once, on the thread of the release that drops the last reference */
+    FetchedBlockBuffer(ByteBuf buf, Runnable onReleased) {
         this.buf = buf;
+        this.onReleased = onReleased;
     }
 
     @Override
@@ -37,12 +47,17 @@ final class FetchedBlockBuffer extends ManagedBuffer {
     @Override
     public ManagedBuffer retain() {
         buf.retain();
+        references.incrementAndGet();
         return this;
     }
 
     @Override
     public ManagedBuffer release() {
+        // First: a release too many throws here, and counts nothing.
         buf.release();
+        if (references.decrementAndGet() == 0) {
+            onReleased.run();
+        }
         return this;
     }
 

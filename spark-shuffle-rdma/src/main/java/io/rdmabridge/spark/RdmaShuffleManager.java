@@ -234,7 +234,7 @@ public final class RdmaShuffleManager implements org.apache.spark.shuffle.Shuffl
                         ExecutorTransport::openShuffleBlock, authenticator, rdmaConf, metrics);
                 ShuffleBlockClient client = new ShuffleBlockClient(transport, authenticator,
                         rdmaConf.connectTimeoutMillis, rdmaConf.fetchTimeoutMillis, rdmaConf::maxFetchedBlockLength,
-                        metrics);
+                        rdmaConf.maxFetchedBytesPerConnection, metrics);
                 metrics.watchCopies(transport::copiedOnSendBytes, transport::copiedOnReceiveBytes);
                 metrics.watchPath(transport::sameHostConnections);
                 InetSocketAddress address = new InetSocketAddress(host, server.localAddress().getPort());

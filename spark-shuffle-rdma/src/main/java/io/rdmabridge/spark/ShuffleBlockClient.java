@@ -20,7 +20,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Predicate;
 import java.util.function.ToLongFunction;
 import org.apache.spark.network.client.ChunkFetchFailureException;
@@ -36,8 +38,13 @@ import org.slf4j.LoggerFactory;
  * {@link RoutingBlockStoreClient}); a block the server reports it cannot serve fails alone, with a
  * {@link ChunkFetchFailureException}, which they do not. Each frame's header is checked as soon as it arrives, so a
  * peer cannot make this side buffer a frame it would refuse, nor a block larger than Spark would fetch into memory.
+ * Nor can it make this side hold much more than a budget per connection (received bytes, and blocks Spark has not
+ * released yet): once past it, by about a block, the client stops reading the connection, so that the transport's
+ * credits hold the server back as a full TCP window would, and reads again once Spark has released enough. Spark
+ * counts its fetches in flight by the sizes it asked for, and a server may answer each with far more.
  *
- * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop.
+ * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop, but
+ * for the bytes of its blocks, which Spark releases on its own threads.
  */
 final class ShuffleBlockClient implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ShuffleBlockClient.class);
@@ -53,18 +60,24 @@ final class ShuffleBlockClient implements AutoCloseable {
     private final RdmaShuffleMetrics metrics;
     private final long fetchTimeoutNanos;
     private final ToLongFunction<String> maxBlockLength;
+    private final long maxHeldBytes;
     private final Map<Target, Future<Channel>> connections = new ConcurrentHashMap<>();
     /** Servers that refused a connection for their cap, until when ({@link System#nanoTime}) they are not dialled. */
     private final Map<Target, Long> busyUntil = new ConcurrentHashMap<>();
 
-    /** @param maxBlockLength the largest block taken for a block id, {@link RdmaShuffleConf#maxFetchedBlockLength} */
+    /**
+     * @param maxBlockLength the largest block taken for a block id, {@link RdmaShuffleConf#maxFetchedBlockLength}
+     * @param maxHeldBytes the budget of each connection, {@link RdmaShuffleConf#maxFetchedBytesPerConnection}
+     */
     ShuffleBlockClient(BlockTransport transport, PeerAuthenticator authenticator, int connectTimeoutMillis,
-                       long fetchTimeoutMillis, ToLongFunction<String> maxBlockLength, RdmaShuffleMetrics metrics) {
+                       long fetchTimeoutMillis, ToLongFunction<String> maxBlockLength, long maxHeldBytes,
+                       RdmaShuffleMetrics metrics) {
         this.transport = transport;
         this.authenticator = authenticator;
         this.metrics = metrics;
         this.fetchTimeoutNanos = TimeUnit.MILLISECONDS.toNanos(fetchTimeoutMillis);
         this.maxBlockLength = maxBlockLength;
+        this.maxHeldBytes = maxHeldBytes;
         bootstrap = transport.newBootstrap()
                 .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, connectTimeoutMillis);
     }
@@ -155,7 +168,7 @@ final class ShuffleBlockClient implements AutoCloseable {
             protected void initChannel(Channel ch) {
                 transport.track(ch);
                 ConnectionHandler handler = new ConnectionHandler(server, ready);
-                ch.pipeline().addLast(BlockFrame.newFrameDecoder(handler::checkHeader), handler);
+                ch.pipeline().addLast(handler.decoder, handler);
             }
         }).connect(server.address());
         connected.addListener(f -> {
@@ -204,10 +217,17 @@ final class ShuffleBlockClient implements AutoCloseable {
         }
     }
 
-    /** One connection to a block server; confined to its event loop. */
+    /** One connection to a block server; confined to its event loop, but for {@link #blockReleased}. */
     private final class ConnectionHandler extends SimpleChannelInboundHandler<ByteBuf> {
         private final Target server;
         private final Promise<Channel> ready;
+        final BlockFrame.CheckedFrameDecoder decoder = BlockFrame.newFrameDecoder(this::checkHeader);
+        /** Bytes of the blocks handed to Spark that it has not released yet; they go down on its threads. */
+        private final AtomicLong blockBytes = new AtomicLong();
+        /** Set while reading is stopped for the budget; read by the threads that release blocks. */
+        private volatile boolean paused;
+        private long pausedNanos;
+        private boolean pauseWarned;
         private final Map<Long, Pending> pending = new HashMap<>();
         private long nextRequestId;
         private long lastReadNanos = System.nanoTime();
@@ -268,6 +288,17 @@ final class ShuffleBlockClient implements AutoCloseable {
                             + " within " + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms ("
                             + RdmaShuffleConf.FETCH_TIMEOUT + "): it is not an rdma-bridge block server, or it is "
                             + "stalled"));
+                } else if (paused) {
+                    // Silence is this side's own doing, not the server's: no timeout while paused.
+                    if (!pauseWarned && now - pausedNanos > fetchTimeoutNanos) {
+                        pauseWarned = true;
+                        LOG.warn("Not reading shuffle block server {} for {} ms: Spark holds {} bytes of its blocks, "
+                                + "and {} bytes have arrived undecoded, past {}={} with {} fetches outstanding; if "
+                                + "tasks wait for them meanwhile, raise it", server,
+                                TimeUnit.NANOSECONDS.toMillis(now - pausedNanos), blockBytes.get(),
+                                decoder.bufferedBytes(), RdmaShuffleConf.MAX_FETCHED_BYTES_PER_CONNECTION,
+                                maxHeldBytes, pending.size());
+                    }
                 } else if (!pending.isEmpty() && now - lastReadNanos > fetchTimeoutNanos) {
                     exceptionCaught(ctx, new IOException("no data from shuffle block server " + server + " for "
                             + TimeUnit.NANOSECONDS.toMillis(fetchTimeoutNanos) + " ms with " + pending.size()
@@ -364,7 +395,9 @@ final class ShuffleBlockClient implements AutoCloseable {
                 ready.trySuccess(ctx.channel());
             } else if (type == BlockFrame.BLOCK) {
                 Pending p = pending.remove(BlockFrame.readRequestId(frame));
-                FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice());
+                long size = frame.readableBytes();
+                blockBytes.addAndGet(size);
+                FetchedBlockBuffer block = new FetchedBlockBuffer(frame.retainedSlice(), () -> blockReleased(size));
                 metrics.blocksFetched.inc();
                 metrics.bytesFetched.inc(block.size());
                 metrics.fetchWaitNanos.inc(lastReadNanos - p.sentNanos);
@@ -374,6 +407,7 @@ final class ShuffleBlockClient implements AutoCloseable {
                     // Spark retained what it keeps; this releases the transport's own reference.
                     block.release();
                 }
+                pauseIfOverBudget(ctx.channel());
             } else {
                 long requestId = BlockFrame.readRequestId(frame);
                 String message = BlockFrame.readMessage(frame);
@@ -391,6 +425,52 @@ final class ShuffleBlockClient implements AutoCloseable {
                 // Not an IOException: Spark retries those, and a block the server cannot serve stays unservable.
                 p.listener.onBlockFetchFailure(p.blockId, new ChunkFetchFailureException("shuffle block server "
                         + server + ": " + message));
+            }
+        }
+
+        /** Bytes held for this connection: blocks Spark has not released, and what arrived of the next frame. */
+        private long heldBytes() {
+            return blockBytes.get() + decoder.bufferedBytes();
+        }
+
+        /**
+         * Stops reading once the connection holds more than its budget. Only while Spark holds some of it: otherwise
+         * all of it is the next frame, not complete before more is read, and nothing released would ever resume.
+         */
+        private void pauseIfOverBudget(Channel ch) {
+            if (paused || heldBytes() <= maxHeldBytes || blockBytes.get() == 0) {
+                return;
+            }
+            paused = true;
+            // A block released meanwhile on another thread may not have seen paused set: look again.
+            if (heldBytes() <= maxHeldBytes || blockBytes.get() == 0) {
+                paused = false;
+                return;
+            }
+            pausedNanos = System.nanoTime();
+            pauseWarned = false;
+            ch.config().setAutoRead(false);
+        }
+
+        /** On the thread of Spark's last release of a block: resumes reading, on the event loop, if it was paused. */
+        private void blockReleased(long size) {
+            blockBytes.addAndGet(-size);
+            Channel ch = ready.getNow();
+            if (paused && ch != null && ch.isActive()) {
+                try {
+                    ch.eventLoop().execute(() -> resumeWithinBudget(ch));
+                } catch (RejectedExecutionException e) {
+                    // The event loop has shut down, and the connection with it: nothing to resume.
+                }
+            }
+        }
+
+        private void resumeWithinBudget(Channel ch) {
+            if (paused && ch.isActive() && (heldBytes() <= maxHeldBytes || blockBytes.get() == 0)) {
+                paused = false;
+                // The server could not send while this side did not read: its silence counts from now.
+                lastReadNanos = System.nanoTime();
+                ch.config().setAutoRead(true);
             }
         }
 

@@ -38,6 +38,9 @@ class RoutingBlockStoreClientTest {
     private final List<String> forgotten = new CopyOnWriteArrayList<>();
     private BlockStoreClient sparkClient;
     private final LinkedBlockingQueue<Throwable> failures = new LinkedBlockingQueue<>();
+    /** A reducer's limits with Spark's default settings. */
+    private static final RdmaShuffleConf DEFAULTS = new RdmaShuffleConf(new SparkConf(false));
+
     private BlockTransport transport;
     private ShuffleBlockClient blockClient;
     private RoutingBlockStoreClient routing;
@@ -47,7 +50,7 @@ class RoutingBlockStoreClientTest {
         transport = BlockTransport.open(BlockTransport.SOFT, 1, RdmaShuffleConf.DEFAULT_SEND_QUEUE_DEPTH,
                 RdmaShuffleConf.DEFAULT_RECV_QUEUE_DEPTH, "test-routing");
         blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000, 10_000,
-                new RdmaShuffleConf(new SparkConf(false))::maxFetchedBlockLength, metrics);
+                DEFAULTS::maxFetchedBlockLength, DEFAULTS.maxFetchedBytesPerConnection, metrics);
         sparkClient = new BlockStoreClient() {
             @Override
             public void fetchBlocks(String host, int port, String execId, String[] blockIds,
@@ -248,7 +251,7 @@ class RoutingBlockStoreClientTest {
         routing.close();
         blockClient.close();
         blockClient = new ShuffleBlockClient(transport, new PeerAuthenticator("secret"), 5_000, 10_000,
-                new RdmaShuffleConf(new SparkConf(false))::maxFetchedBlockLength, metrics);
+                DEFAULTS::maxFetchedBlockLength, DEFAULTS.maxFetchedBytesPerConnection, metrics);
         routing = routing(true, 2);
         RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
         RdmaShuffleMetrics otherMetrics = new RdmaShuffleMetrics();

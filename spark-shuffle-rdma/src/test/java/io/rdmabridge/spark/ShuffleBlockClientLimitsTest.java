@@ -1,5 +1,6 @@
 package io.rdmabridge.spark;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -12,13 +13,19 @@ import io.netty.channel.SimpleChannelInboundHandler;
 import io.netty.channel.embedded.EmbeddedChannel;
 import io.rdmabridge.spark.ShuffleBlockPipelineTest.Collector;
 import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Map;
+import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
+import java.util.function.BooleanSupplier;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
+import java.util.stream.IntStream;
 import org.apache.spark.SparkConf;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -131,7 +138,7 @@ class ShuffleBlockClientLimitsTest {
                 ch.writeAndFlush(ch.alloc().buffer().writeZero(size));
             }
         })); ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000,
-                LONG_FETCH_TIMEOUT_MILLIS, conf::maxFetchedBlockLength, metrics)) {
+                LONG_FETCH_TIMEOUT_MILLIS, conf::maxFetchedBlockLength, conf.maxFetchedBytesPerConnection, metrics)) {
             Collector c = new Collector(2);
             client.fetch("1", server.address(), new String[] {"shuffle_0_1_0_3", "shuffle_0_2_0"}, c);
             assertTrue(c.done.await(5, TimeUnit.SECONDS), "both fetches got their callbacks within 5 s");
@@ -265,13 +272,141 @@ class ShuffleBlockClientLimitsTest {
         }
     }
 
+    /**
+     * Sends a block's body one byte per SEND, each written once the last has gone, so that each arrives as a buffer of
+     * its own. Netty's composite cumulator kept every one until the block was complete, most in a registered block of
+     * 256 bytes (the channel copies out of its receive buffers while the application holds most of them): 64 KiB of
+     * block took some 16 MiB of registered memory, a 200 MiB one about 50 GiB.
+     */
+    @Test
+    void shouldHoldAboutTheBlocksBytesWhenItsBodyArrivesOneBytePerSend() throws Exception {
+        int size = 64 * 1024;
+        byte[] body = blockBytes("b_0_10", size);
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                ch.writeAndFlush(BlockFrame.blockHeader(ch.alloc(), frame.requestId, size))
+                        .addListener(f -> sendOneByOne(ch, body, 0));
+            }
+        })); ShuffleBlockClient client = client(LONG_FETCH_TIMEOUT_MILLIS)) {
+            long registeredBefore = transport.provider().resourceUsage().registeredBytes();
+            long copiedBefore = transport.copiedOnReceiveBytes();
+            Collector c = new Collector(1);
+            client.fetch("1", server.address(), new String[] {"b_0_10"}, c);
+            assertTrue(c.done.await(60, TimeUnit.SECONDS), "the fetch got its callback within 60 s");
+            assertArrayEquals(body, c.received.get("b_0_10"), () -> "failures: " + c.failures);
+            // The channel copies a SEND out of its receive buffer, into a registered block of its own, only while the
+            // application holds most receive buffers: the cumulation held one per byte.
+            long copied = transport.copiedOnReceiveBytes() - copiedBefore;
+            assertTrue(copied < size / 16, copied + " bytes copied out of receive buffers, each into a registered "
+                    + "block (expected: almost none: each byte merged into the cumulation and its buffer released)");
+            // Slabs stay registered a while once free: this is the most taken at once, both sides' queue pairs (32
+            // receive buffers of 64 KiB each) and the allocator's size classes (a slab each) included.
+            long registered = transport.provider().resourceUsage().registeredBytes() - registeredBefore;
+            assertTrue(registered < size * 256L, registered + " bytes of registered memory taken for a block of "
+                    + size + " bytes (expected: less than a block of 256 bytes per byte)");
+            c.buffers.values().forEach(FetchedBlockBuffer::release);
+        }
+    }
+
+    /** Writes {@code body} from {@code index} on, one byte per write, each once the one before it has gone. */
+    private static void sendOneByOne(Channel ch, byte[] body, int index) {
+        if (index < body.length && ch.isActive()) {
+            ch.writeAndFlush(ch.alloc().buffer(1).writeByte(body[index])).addListener(f -> {
+                if (f.isSuccess()) {
+                    // Through the loop's queue: a copied write completes at once, and a listener of a done future
+                    // runs inline, which would recurse once per byte.
+                    ch.eventLoop().execute(() -> sendOneByOne(ch, body, index + 1));
+                }
+            });
+        }
+    }
+
+    /**
+     * Answers each small fetch with a 256 KiB block, as a hostile server can: past its budget (1 MiB here) the client
+     * stops reading, so the transport's credits hold the server back and what the client holds stays within the
+     * budget and a block, until Spark releases blocks. The pause outlasts the fetch timeout, which must not take it
+     * for the server's silence. Before, the client took every block the server sent, as fast as it sent them.
+     */
+    @Test
+    void shouldStopReadingPastTheBudgetUntilSparkReleasesBlocks() throws Exception {
+        int size = 256 * 1024;
+        int blocks = 40;
+        long budget = 1 << 20;
+        long fetchTimeoutMillis = 1_000;
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false)
+                .set(RdmaShuffleConf.MAX_FETCHED_BYTES_PER_CONNECTION, Long.toString(budget)));
+        AtomicInteger sent = new AtomicInteger();
+        try (FakeServer server = new FakeServer(FakeServer::challenge, FakeServer.provingWithoutSecret((ch, frame) -> {
+            if (frame.type == BlockFrame.FETCH) {
+                String blockId = new String(frame.body, 2, frame.body.length - 2, StandardCharsets.UTF_8);
+                ch.write(BlockFrame.blockHeader(ch.alloc(), frame.requestId, size));
+                ch.writeAndFlush(ch.alloc().buffer(size).writeBytes(blockBytes(blockId, size))).addListener(f -> {
+                    if (f.isSuccess()) {
+                        sent.incrementAndGet();
+                    }
+                });
+            }
+        })); ShuffleBlockClient client = new ShuffleBlockClient(transport, new PeerAuthenticator(null), 5_000,
+                fetchTimeoutMillis, conf::maxFetchedBlockLength, conf.maxFetchedBytesPerConnection, metrics)) {
+            Collector c = new Collector(blocks);
+            String[] blockIds = IntStream.range(0, blocks).mapToObj(i -> "b_0_" + i).toArray(String[]::new);
+            client.fetch("1", server.address(), blockIds, c);
+            waitFor(() -> c.received.size() * (long) size > budget, () -> c.received.size() + " blocks received");
+            Thread.sleep(2 * fetchTimeoutMillis + 500);
+            int held = c.received.size();
+            assertTrue(held * (long) size <= budget + size, held + " blocks of " + size + " bytes held (expected: at "
+                    + "most the budget of " + budget + " bytes and one block)");
+            int sentWhilePaused = sent.get();
+            assertTrue(sentWhilePaused < blocks, "the server sent all " + blocks + " blocks while the client held "
+                    + held);
+            assertEquals(Map.of(), c.failures, "no fetch failed while the client did not read");
+            Thread.sleep(200);
+            assertEquals(sentWhilePaused, sent.get(), "the server's writes stopped completing");
+            // Spark consumes and releases blocks: the client reads on, a budget at a time.
+            while (c.done.getCount() > 0) {
+                assertEquals(Map.of(), c.failures);
+                releaseAll(c);
+                Thread.sleep(10);
+            }
+            for (String blockId : blockIds) {
+                assertArrayEquals(blockBytes(blockId, size), c.received.get(blockId), blockId);
+            }
+            releaseAll(c);
+            assertEquals(Map.of(), c.failures);
+        }
+    }
+
+    private static void releaseAll(Collector c) {
+        for (String blockId : c.buffers.keySet()) {
+            FetchedBlockBuffer buffer = c.buffers.remove(blockId);
+            if (buffer != null) {
+                buffer.release();
+            }
+        }
+    }
+
+    /** A block's bytes, the same for the same id. */
+    private static byte[] blockBytes(String blockId, int size) {
+        byte[] bytes = new byte[size];
+        new Random(blockId.hashCode()).nextBytes(bytes);
+        return bytes;
+    }
+
+    private static void waitFor(BooleanSupplier condition, Supplier<String> message) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!condition.getAsBoolean() && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertTrue(condition.getAsBoolean(), message);
+    }
+
     private ShuffleBlockClient client(long fetchTimeoutMillis) {
         return client(null, fetchTimeoutMillis);
     }
 
     private ShuffleBlockClient client(String secret, long fetchTimeoutMillis) {
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, fetchTimeoutMillis,
-                DEFAULTS::maxFetchedBlockLength, metrics);
+                DEFAULTS::maxFetchedBlockLength, DEFAULTS.maxFetchedBytesPerConnection, metrics);
     }
 
     /** Fetches one block, which must fail within a few seconds; returns why. */

@@ -89,8 +89,9 @@ class ShuffleBlockPipelineTest {
     }
 
     private ShuffleBlockClient client(String secret) {
+        RdmaShuffleConf conf = new RdmaShuffleConf(new org.apache.spark.SparkConf(false));
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000,
-                new RdmaShuffleConf(new org.apache.spark.SparkConf(false))::maxFetchedBlockLength, clientMetrics);
+                conf::maxFetchedBlockLength, conf.maxFetchedBytesPerConnection, clientMetrics);
     }
 
     @Test

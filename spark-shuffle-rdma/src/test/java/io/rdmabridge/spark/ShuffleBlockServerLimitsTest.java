@@ -713,8 +713,9 @@ class ShuffleBlockServerLimitsTest {
     }
 
     private ShuffleBlockClient client(String secret) {
+        RdmaShuffleConf conf = new RdmaShuffleConf(new SparkConf(false));
         return new ShuffleBlockClient(transport, new PeerAuthenticator(secret), 5_000, 10_000,
-                new RdmaShuffleConf(new SparkConf(false))::maxFetchedBlockLength, clientMetrics);
+                conf::maxFetchedBlockLength, conf.maxFetchedBytesPerConnection, clientMetrics);
     }
 
     /** Block "b_OFFSET_LENGTH" is that segment of the data file. */
