@@ -41,12 +41,17 @@ final class FollowerHandshake {
     }
 
     /**
-     * @param tcp       a connected socket channel in blocking mode; left in blocking mode
-     * @param deadline  {@link System#nanoTime()} by which the exchange ends, whatever its outcome
-     * @param timeoutMs {@code rdma.handshake.timeout.ms}, which set the deadline, for the messages
+     * @param tcp            a connected socket channel in blocking mode; left in blocking mode
+     * @param leaderBrokerId the broker whose plugin answered the probe: the reply and the stream's acknowledgement
+     *                       must name it
+     * @param rdmaPort       where that plugin answered the probe (the leader's inter-broker port +
+     *                       {@code rdma.port.offset}): the only port the reply may offer the stream at
+     * @param deadline       {@link System#nanoTime()} by which the exchange ends, whatever its outcome
+     * @param timeoutMs      {@code rdma.handshake.timeout.ms}, which set the deadline, for the messages
      */
     static Outcome negotiate(SocketChannel tcp, int localBrokerId, RdmaStreamTransport transport,
-                             InetSocketAddress leader, long deadline, long timeoutMs) {
+                             InetSocketAddress leader, int leaderBrokerId, int rdmaPort, long deadline,
+                             long timeoutMs) {
         ByteBuffer reply = ByteBuffer.allocate(Preamble.REPLY_LENGTH);
         try {
             ByteBuffer hello = Preamble.hello(localBrokerId);
@@ -80,28 +85,33 @@ final class FollowerHandshake {
         }
         int leaderId = reply.getInt(Preamble.REPLY_BROKER_ID_OFFSET);
         byte status = reply.get(Preamble.REPLY_STATUS_OFFSET);
+        int port = reply.getInt(Preamble.REPLY_PORT_OFFSET);
+        String cause = untrusted(leader, leaderId, status, port, leaderBrokerId, rdmaPort);
         if (status != Preamble.STATUS_ACCEPT) {
+            if (cause != null) {
+                // On TCP as after any decline, but the wrong broker's "busy" is not asked again.
+                return new Outcome(Kind.TCP, null, leaderId, cause);
+            }
             return new Outcome(status == Preamble.STATUS_DECLINE_BUSY ? Kind.BUSY : Kind.TCP, null, leaderId,
                     "leader " + leaderId + " " + Preamble.statusName(status));
         }
-        int port = reply.getInt(Preamble.REPLY_PORT_OFFSET);
         long token = reply.getLong(Preamble.REPLY_TOKEN_OFFSET);
         RdmaStream stream = null;
-        String cause;
-        var future = transport.connect(new InetSocketAddress(leader.getAddress(), port), token);
-        try {
-            stream = future.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            cause = null;
-        } catch (TimeoutException e) {
-            abandon(future);
-            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within the upgrade's "
-                    + timeoutMs + " ms (rdma.handshake.timeout.ms)";
-        } catch (ExecutionException e) {
-            cause = "RDMA connect to " + leader.getAddress() + ":" + port + " failed: " + e.getCause();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            abandon(future);
-            cause = "interrupted while connecting RDMA to " + leader.getAddress() + ":" + port;
+        if (cause == null) {
+            var future = transport.connect(new InetSocketAddress(leader.getAddress(), port), token, leaderBrokerId);
+            try {
+                stream = future.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                abandon(future);
+                cause = "RDMA connect to " + leader.getAddress() + ":" + port + " did not complete within the "
+                        + "upgrade's " + timeoutMs + " ms (rdma.handshake.timeout.ms)";
+            } catch (ExecutionException e) {
+                cause = "RDMA connect to " + leader.getAddress() + ":" + port + " failed: " + e.getCause();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                abandon(future);
+                cause = "interrupted while connecting RDMA to " + leader.getAddress() + ":" + port;
+            }
         }
         try {
             ByteBuffer decision = ByteBuffer.wrap(new byte[] {stream != null ? Preamble.DECISION_RDMA
@@ -124,6 +134,26 @@ final class FollowerHandshake {
             return new Outcome(Kind.TCP, null, leaderId, cause);
         }
         return new Outcome(Kind.RDMA, stream, leaderId, null);
+    }
+
+    /**
+     * Why a valid reply is not to be followed, or {@code null}: it must come from the broker whose plugin answered the
+     * probe, and offer the stream where that plugin answered, or it could steer the follower's RDMA connect, and the
+     * token, to any port of the leader's host.
+     */
+    private static String untrusted(InetSocketAddress leader, int leaderId, byte status, int port, int leaderBrokerId,
+                                    int rdmaPort) {
+        if (leaderId != leaderBrokerId) {
+            return "leader " + leader + " replied to the RDMA preamble as broker " + leaderId + " (expected: "
+                    + leaderBrokerId + ", whose plugin answered the probe at " + leader.getAddress() + ":" + rdmaPort
+                    + "): its plugin is broken, or is not this plugin";
+        }
+        if (status == Preamble.STATUS_ACCEPT && port != rdmaPort) {
+            return "leader " + leaderId + " offered its RDMA stream at port " + port + " (expected: " + rdmaPort
+                    + ", its inter-broker port + " + RdmaReplicationConfig.RDMA_PORT_OFFSET + ", where its plugin "
+                    + "answered the probe): its plugin is broken, or is not this plugin";
+        }
+        return null;
     }
 
     /** Cancels a connect given up on; a stream that completed it meanwhile is closed, not leaked. */

@@ -16,6 +16,7 @@ import io.netty.channel.WriteBufferWaterMark;
 import io.netty.channel.socket.ChannelInputShutdownEvent;
 import io.netty.util.concurrent.DefaultThreadFactory;
 import io.netty.util.concurrent.ScheduledFuture;
+import io.rdmabridge.connection.ConnectionConfig;
 import io.rdmabridge.netty.RdmaChannelOption;
 import io.rdmabridge.netty.RdmaIoHandler;
 import io.rdmabridge.netty.RdmaServerSocketChannel;
@@ -41,12 +42,12 @@ import org.slf4j.LoggerFactory;
  * <p>The token: the follower's first 8 bytes on the RDMA stream (big-endian) are the one-time token the leader sent in
  * its preamble reply over TCP, or {@link Preamble#PROBE_TOKEN}, which the leader answers with its broker id
  * ({@link Preamble#probeAnswer}) before closing the connection. The leader acknowledges a token it expects with the
- * same 8 bytes, and the follower's {@link #connect} completes only then: a connection that presented the token first
- * (it crosses the network in clear) leaves the follower's connect failing, not succeeding on a stream the leader then
- * refuses. Until a connection has presented a token the leader expects, it carries no Kafka byte:
- * an unknown token closes it at once, a missing one after the handshake timeout, and at most
- * {@code maxUnidentified} such connections exist at a time, at most half of them from one source address (more are
- * refused before they are accepted, so they cost no queue pair; a follower asks again). A probe's
+ * same 8 bytes, and the follower's {@link #connect} completes only then, and only when they name the broker it
+ * expects: a connection that presented the token first (it crosses the network in clear) leaves the follower's
+ * connect failing, not succeeding on a stream the leader then refuses. Until a connection has presented a token the
+ * leader expects, it carries no Kafka byte: an unknown token closes it at once, a missing one after the handshake
+ * timeout, and at most {@code maxUnidentified} such connections exist at a time, at most half of them from one source
+ * address (more are refused before they are accepted, so they cost no queue pair; a follower asks again). A probe's
  * connection counts as one until it is closed: once its answer is delivered, or at the handshake timeout.
  *
  * <p>Thread-safe.
@@ -58,6 +59,8 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** At most one refusal line of each {@link Refusal} kind per this many milliseconds. */
     static final long WARN_INTERVAL_MS = 1000;
     static final int TOKEN_LENGTH = 8;
+    /** The transport's own default of {@code rdmabridge.handshakeMemoryBytes} (not public there). */
+    private static final long TRANSPORT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
 
     /** Why the leader closes a connection that carries no Kafka byte yet; each kind has its own line limit. */
     enum Refusal {
@@ -66,7 +69,12 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         /** No token, or a probe's answer not delivered, within {@code rdma.handshake.timeout.ms}. */
         NO_TOKEN,
         /** A token no replication connection expects. */
-        UNKNOWN_TOKEN
+        UNKNOWN_TOKEN,
+        /**
+         * Failed by the transport before its token, while it held a place: its own handshake failed (the peer gave
+         * up, or the loop's {@code rdmabridge.handshakeMemoryBytes} was spent), or the connection broke.
+         */
+        TRANSPORT
     }
 
     private final RdmaProvider provider;
@@ -120,7 +128,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                                      int maxUnidentified, long warnIntervalMs) throws IOException {
         int sendDepth = sendQueueDepthFor(sendQueueDepth);
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, new DefaultThreadFactory("rdma-replication", true),
-                RdmaIoHandler.newFactory(provider));
+                RdmaIoHandler.newFactory(provider, handshakeMemoryBytes(receiveQueueDepth, maxUnidentified)));
         InetSocketAddress address = host == null || host.isEmpty() ? new InetSocketAddress(port)
                 : new InetSocketAddress(host, port);
         RdmaChannelTransport[] self = new RdmaChannelTransport[1];
@@ -150,13 +158,27 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
             Throwable cause = done ? bound.cause() : null;
             throw new IOException("cannot listen for RDMA replication connections on " + address + " with provider "
                     + provider.name() + ": " + (cause == null ? "bind did not complete within " + handshakeTimeoutMs
-                    + " ms" : cause.toString()) + " (free that port, or move it with " + RdmaReplicationConfig.RDMA_PORT_OFFSET
-                    + " on every broker; or check the RDMA device)", cause);
+                    + " ms" : cause.toString()) + " (free that port, or move it with "
+                    + RdmaReplicationConfig.RDMA_PORT_OFFSET + " on every broker; or check the RDMA device)", cause);
         }
         RdmaChannelTransport t = new RdmaChannelTransport(provider, group, bound.channel(), handshakeTimeoutMs,
                 sendDepth, receiveQueueDepth, maxUnidentified, brokerId, warnIntervalMs);
         self[0] = t;
         return t;
+    }
+
+    /**
+     * The receive buffers the event loop may commit to accepted connections whose transport handshake has not
+     * completed: enough for {@code maxUnidentified} of them (each is counted from its accept), since a place the
+     * plugin grants must not be refused by the transport; at least {@code rdmabridge.handshakeMemoryBytes} (the
+     * transport's default when unset). The transport's default alone, 64 MiB, held only 14 of the default 16.
+     */
+    static long handshakeMemoryBytes(int receiveQueueDepth, int maxUnidentified) {
+        // The listener's children keep the transport's receive buffer size and control credits.
+        ConnectionConfig defaults = ConnectionConfig.DEFAULT;
+        long perConnection = (long) (receiveQueueDepth + defaults.controlCredits()) * defaults.receiveBufferSize();
+        return Math.max(maxUnidentified * perConnection,
+                Long.getLong(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, TRANSPORT_HANDSHAKE_MEMORY));
     }
 
     /** The connection core wants a power of two, at least twice its completion-signal interval. */
@@ -190,6 +212,11 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     @Override
+    public int brokerId() {
+        return brokerId;
+    }
+
+    @Override
     public CompletableFuture<RdmaStream> expect(long token) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
         if (expected.putIfAbsent(token, f) != null) {
@@ -200,7 +227,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     }
 
     @Override
-    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token, int leaderBrokerId) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
         RdmaChannelStream[] stream = new RdmaChannelStream[1];
         ChannelFuture connected = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
@@ -214,7 +241,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                     @Override
                     protected void initChannel(Channel ch) {
                         stream[0] = new RdmaChannelStream((RdmaSocketChannel) ch, provider.name(), highBuffers());
-                        ch.pipeline().addLast(new TokenAckReader(leader, stream[0], f), stream[0]);
+                        ch.pipeline().addLast(new TokenAckReader(leader, leaderBrokerId, stream[0], f), stream[0]);
                     }
                 })
                 .connect(leader);
@@ -362,18 +389,22 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
     /**
      * Follower side, first handler of a stream's connection: completes the connect with the stream once the leader
-     * has acknowledged the token, then leaves the connection to the stream; fails it when the leader closes the
-     * connection first (it refused the token) or answers something else. Event loop only.
+     * has acknowledged the token as the broker the follower expects, then leaves the connection to the stream; fails
+     * it when the leader closes the connection first (it refused the token) or answers something else. Event loop
+     * only.
      */
     private static final class TokenAckReader extends ChannelInboundHandlerAdapter {
         private final InetSocketAddress leader;
+        private final int leaderBrokerId;
         private final RdmaChannelStream stream;
         private final CompletableFuture<RdmaStream> result;
         private long ack;
         private int ackBytes;
 
-        TokenAckReader(InetSocketAddress leader, RdmaChannelStream stream, CompletableFuture<RdmaStream> result) {
+        TokenAckReader(InetSocketAddress leader, int leaderBrokerId, RdmaChannelStream stream,
+                       CompletableFuture<RdmaStream> result) {
             this.leader = leader;
+            this.leaderBrokerId = leaderBrokerId;
             this.stream = stream;
             this.result = result;
         }
@@ -394,6 +425,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
                 buf.release();
                 fail(ctx, leader + " acknowledged the RDMA stream's token with magic 0x" + Integer.toHexString(magic)
                         + " (expected: 0x" + Integer.toHexString(Preamble.MAGIC) + ")");
+                return;
+            }
+            if ((int) ack != leaderBrokerId) {
+                buf.release();
+                fail(ctx, leader + " acknowledged the RDMA stream's token as broker " + (int) ack + " (expected: "
+                        + "leader " + leaderBrokerId + ", which answered the probe): another broker's plugin listens "
+                        + "there, or the leader is broken");
                 return;
             }
             ctx.pipeline().remove(this);
@@ -554,7 +592,13 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
 
         @Override
         public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
-            uncount();
+            if (counted) {
+                // The transport refused it (its handshake memory, say) or it broke: a peer can make this over and
+                // over, and an operator must see it, unlike the failures of a connection already refused or ended.
+                reject(ctx, "the RDMA transport failed it before it presented its token: " + cause,
+                        Refusal.TRANSPORT);
+                return;
+            }
             LOG.debug("RDMA replication connection {} failed before presenting its token", ctx.channel(), cause);
             ctx.close();
         }

@@ -7,6 +7,7 @@ import java.net.InetSocketAddress;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -45,7 +46,7 @@ final class RdmaReplication {
     private volatile RdmaReplicationConfig config;
     /** The broker configuration the plugin was configured with, against which dynamic updates are checked. */
     private volatile Map<String, ?> applied = Map.of();
-    private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable("not configured");
+    private volatile RdmaStreamTransport transport = RdmaStreamTransport.unavailable(-1, "not configured");
     /**
      * {@code null} until first configured; then kept after the plugin closes (its reporter removed from
      * {@code metric.reporters} at runtime, or the broker stopping), so that a connection made just before still
@@ -90,10 +91,13 @@ final class RdmaReplication {
         return configure(props, null);
     }
 
-    /** As {@link #configure(Map)}; a non-null {@code transport} replaces the one the configuration would open. */
+    /**
+     * As {@link #configure(Map)}; a non-null {@code transport} replaces the one the configuration would open. Counts
+     * the plugin only when it returns: a plugin whose configure threw never calls {@link #pluginClosed}.
+     */
     synchronized String configure(Map<String, ?> props, RdmaStreamTransport transport) {
-        plugins++;
         if (configured) {
+            plugins++;
             return status;
         }
         for (String key : RdmaReplicationConfig.unknownKeys(props)) {
@@ -116,6 +120,12 @@ final class RdmaReplication {
                     ? "the agent could not install its NIO provider: " + agentProblem
                     : "the JVM was started without the agent; add -javaagent:<path to kafka-rdma-plugin.jar> to "
                     + "KAFKA_OPTS");
+        } else if (c.brokerId() < 0) {
+            // Active, it would send every leader a HELLO that leader rejects, and answer probes for no broker.
+            status = "RDMA replication inactive: neither node.id nor broker.id is set to an id of 0 or more (node.id="
+                    + Objects.toString(props.get("node.id"), "absent") + ", broker.id="
+                    + Objects.toString(props.get("broker.id"), "absent") + "), and other brokers' plugins refuse a "
+                    + "preamble without one; set node.id";
         } else if (c.interBrokerPort() <= 0) {
             status = "RDMA replication inactive: inter-broker listener " + c.interBrokerListener() + " has no fixed "
                     + "port in listeners (expected: " + c.interBrokerListener() + "://host:port with port > 0)";
@@ -148,6 +158,7 @@ final class RdmaReplication {
         } else {
             LOG.info(status);
         }
+        plugins++;
         return status;
     }
 
@@ -168,13 +179,14 @@ final class RdmaReplication {
     private static RdmaStreamTransport openTransport(RdmaReplicationConfig c) {
         ProviderSelection selection = RdmaProviders.select(c.provider(), RdmaReplicationConfig.PROVIDER);
         if (!selection.isAvailable()) {
-            return RdmaStreamTransport.unavailable(selection.reason()); // it names rdma.provider and its value
+            // The reason names rdma.provider and its value.
+            return RdmaStreamTransport.unavailable(c.brokerId(), selection.reason());
         }
         try {
             return RdmaChannelTransport.open(selection.provider(), c.brokerId(), c.interBrokerHost(), c.rdmaPort(),
                     c.handshakeTimeoutMs(), c.sendQueueDepth(), c.receiveQueueDepth(), c.maxHandshakes());
         } catch (IOException | RuntimeException e) {
-            return RdmaStreamTransport.unavailable("RDMA provider " + selection.provider().name() + " ("
+            return RdmaStreamTransport.unavailable(c.brokerId(), "RDMA provider " + selection.provider().name() + " ("
                     + RdmaReplicationConfig.PROVIDER + "=" + c.provider() + "): " + e.getMessage());
         }
     }
@@ -195,7 +207,7 @@ final class RdmaReplication {
         }
         active = false;
         transport.close();
-        transport = RdmaStreamTransport.unavailable("closed");
+        transport = RdmaStreamTransport.unavailable(config == null ? -1 : config.brokerId(), "closed");
         // Kept, closed: connections that outlive the plugin go on counting into it, unpublished.
         if (metrics != null) {
             metrics.close();

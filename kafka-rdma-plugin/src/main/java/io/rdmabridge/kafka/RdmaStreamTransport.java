@@ -21,6 +21,12 @@ interface RdmaStreamTransport extends Closeable {
     int listenPort();
 
     /**
+     * The broker this transport answers for: its probe answers and token acknowledgements name it, and the leader's
+     * preamble replies name it too, so that a follower, which requires one id in all three, compares like with like.
+     */
+    int brokerId();
+
+    /**
      * Leader side: completes with the stream of the follower presenting {@code token}. Cancelling the future
      * forgets the token; a stream arriving after that is closed.
      */
@@ -39,9 +45,10 @@ interface RdmaStreamTransport extends Closeable {
     /**
      * Follower side: connects to the leader's RDMA listener and presents {@code token}. Completes once the leader has
      * taken this stream for the token, never merely once the token was sent: exceptionally when the leader refuses it
-     * (unknown, already presented by another connection, or expired).
+     * (unknown, already presented by another connection, or expired), or acknowledges it as a broker other than
+     * {@code leaderBrokerId}.
      */
-    CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token);
+    CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token, int leaderBrokerId);
 
     /** Provider name, for logs and metrics. */
     String providerName();
@@ -64,8 +71,8 @@ interface RdmaStreamTransport extends Closeable {
         }
     }
 
-    /** A transport that opens nothing and names its cause. */
-    static RdmaStreamTransport unavailable(String cause) {
+    /** A transport that opens nothing and names its cause; a leader's declines name {@code brokerId} (-1: none). */
+    static RdmaStreamTransport unavailable(int brokerId, String cause) {
         return new RdmaStreamTransport() {
             @Override
             public boolean isAvailable() {
@@ -83,6 +90,11 @@ interface RdmaStreamTransport extends Closeable {
             }
 
             @Override
+            public int brokerId() {
+                return brokerId;
+            }
+
+            @Override
             public CompletableFuture<RdmaStream> expect(long token) {
                 return CompletableFuture.failedFuture(new java.io.IOException(cause));
             }
@@ -93,7 +105,7 @@ interface RdmaStreamTransport extends Closeable {
             }
 
             @Override
-            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token, int leaderBrokerId) {
                 return CompletableFuture.failedFuture(new java.io.IOException(cause));
             }
 

@@ -118,7 +118,9 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
         this.socket = new ReplicationSocket(this);
         if (leader) {
             mode = Mode.HANDSHAKE;
-            handshake = new LeaderHandshake(tcp, sourceOf(tcp), replication.transport(), replication.brokerId(),
+            RdmaStreamTransport transport = replication.transport();
+            // The reply names the broker the RDMA listener answers probes and acknowledges tokens for.
+            handshake = new LeaderHandshake(tcp, sourceOf(tcp), transport, transport.brokerId(),
                     replication.handshakeAdmission(), replication.connectionAdmission(), this::signal);
             // Kafka over plain TCP frames every response with its size: counting those counts what sendfile sends.
             countResponses = !replication.config().interBrokerTls();
@@ -272,8 +274,11 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
     private FollowerHandshake.Outcome negotiateWhileBusy(InetSocketAddress leader, long deadline, int timeoutMs)
             throws IOException {
         Retries retries = new Retries(deadline, timeoutMs);
+        // What the probe found (its answer was this id): the reply and the stream must name the same broker and port.
+        int leaderId = Integer.parseInt(peer.id());
+        int rdmaPort = replication.config().rdmaPortOf(leader);
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(tcp, replication.brokerId(),
-                replication.transport(), leader, deadline, timeoutMs);
+                replication.transport(), leader, leaderId, rdmaPort, deadline, timeoutMs);
         while (o.kind() == FollowerHandshake.Kind.BUSY && retries.worthAskingAgain()) {
             if (!retries.pause()) {
                 return o;
@@ -290,8 +295,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
             }
             tcp.close();
             tcp = fresh;
-            o = FollowerHandshake.negotiate(tcp, replication.brokerId(), replication.transport(), leader, deadline,
-                    timeoutMs);
+            o = FollowerHandshake.negotiate(tcp, replication.brokerId(), replication.transport(), leader, leaderId,
+                    rdmaPort, deadline, timeoutMs);
             if (o.kind() == FollowerHandshake.Kind.REDIAL) {
                 ensureStillOpen();
                 // The leader's plugin answered before: this says nothing of a leader without it, so it is not
@@ -423,7 +428,8 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                             + " it advertises is not the one it listens on (port mapping): its plugin listens at "
                             + "that listener's port + " + RdmaReplicationConfig.RDMA_PORT_OFFSET + "; or its plugin "
                             + "refused " + (failures + 1) + " probes in a row, holding as many connections without a "
-                            + "token as " + RdmaReplicationConfig.MAX_HANDSHAKES + " allows (its log says so)", false);
+                            + "token as " + RdmaReplicationConfig.MAX_HANDSHAKES + " allows, or this host's share of "
+                            + "them (its log names the key and the address in a WARN)", false);
                 }
                 if (!retries.pause()) {
                     return new NoUpgrade("interrupted while probing " + rdma, false);
@@ -684,7 +690,10 @@ final class ReplicationSocketChannel extends SocketChannel implements SelChImpl 
                 stream.readinessListener(this::signal);
                 peer = replication.metrics().peer(Integer.toString(handshake.peerBrokerId()));
                 replication.metrics().upgradeSucceeded();
-                LOG.info("Replication connection from broker {} at {} upgraded to RDMA ({})",
+                // Not INFO: anyone who reaches the listener can upgrade connections, under a broker id of its choosing,
+                // so this would be a line per connection a peer opens. Counted by upgrades-succeeded-total; the
+                // follower, which chose to connect, logs its upgrade at INFO.
+                LOG.debug("Replication connection from broker {} at {} upgraded to RDMA ({})",
                         handshake.peerBrokerId(), remote(), stream.describe());
                 mode = Mode.RDMA;
                 refresh();

@@ -2,6 +2,7 @@ package io.rdmabridge.kafka;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -83,7 +84,7 @@ class FollowerHandshakeTest {
             ch.close();
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, in(5000), 5000);
+                address, 1, 4791, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().contains("runs without the RDMA plugin"), o.reason());
     }
@@ -93,7 +94,7 @@ class FollowerHandshakeTest {
         leader(ch -> readFully(ch, Preamble.HELLO_LENGTH));
         long start = System.nanoTime();
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, in(300), 300);
+                address, 1, 4791, in(300), 300);
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().endsWith(
@@ -110,7 +111,7 @@ class FollowerHandshakeTest {
             ch.write(reply);
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, in(5000), 5000);
+                address, 1, 4791, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().endsWith("sent an invalid RDMA reply: port=70000 (expected: 1..65535)"), o.reason());
     }
@@ -124,7 +125,7 @@ class FollowerHandshakeTest {
             ch.write(reply);
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, in(5000), 5000);
+                address, 1, 4791, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.REDIAL, o.kind());
         assertTrue(o.reason().endsWith("sent an invalid RDMA reply: an acceptance in version 3 (expected: 2, the one "
                 + "this broker asked)"), o.reason());
@@ -139,7 +140,7 @@ class FollowerHandshakeTest {
             ch.write(Preamble.reply(Preamble.STATUS_DECLINE_UNAVAILABLE, 0, 1, 0));
         });
         FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
-                address, in(5000), 5000);
+                address, 1, 4791, in(5000), 5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertEquals(1, o.leaderBrokerId());
         assertTrue(o.reason().contains("the leader's RDMA provider is unavailable"), o.reason());
@@ -153,7 +154,8 @@ class FollowerHandshakeTest {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         transport.connectFailure = new IOException("test: no route to RDMA port");
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 1, 4791, in(5000),
+                5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().contains("test: no route to RDMA port"), o.reason());
         assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
@@ -175,7 +177,8 @@ class FollowerHandshakeTest {
             }
         };
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 1, 4791, in(5000),
+                5000);
         assertEquals(FollowerHandshake.Kind.TCP, o.kind());
         assertTrue(o.reason().endsWith("did not complete within the upgrade's 5000 ms (rdma.handshake.timeout.ms)"),
                 o.reason());
@@ -183,12 +186,61 @@ class FollowerHandshakeTest {
         assertEquals(-1, leaderSide.read(ByteBuffer.allocate(1)), "the follower closed the stream it gave up on");
     }
 
+    /**
+     * The reply's port must be the one where the leader's plugin answered the probe: a hostile or broken leader could
+     * otherwise steer the follower's RDMA connect, and the token, to any port of its host.
+     */
+    @Test
+    void shouldStayOnTcpWhenTheLeaderOffersTheStreamAtAnotherPort() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
+        CompletableFuture<SocketChannel> leader = acceptingLeader();
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 1, 4790, in(5000),
+                5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertEquals("leader 1 offered its RDMA stream at port 4791 (expected: 4790, its inter-broker port + "
+                + "rdma.port.offset, where its plugin answered the probe): its plugin is broken, or is not this plugin",
+                o.reason());
+        assertFalse(leaderStream.isDone(), "no RDMA connect to the port the reply named");
+        assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+    }
+
+    /** The reply must come from the broker whose plugin answered the probe. */
+    @Test
+    void shouldStayOnTcpWhenTheLeaderRepliesAsAnotherBroker() throws Exception {
+        InMemoryStreamTransport transport = new InMemoryStreamTransport();
+        CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
+        CompletableFuture<SocketChannel> leader = acceptingLeader();
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 3, 4791, in(5000),
+                5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertEquals("leader " + address + " replied to the RDMA preamble as broker 1 (expected: 3, whose plugin "
+                + "answered the probe at " + address.getAddress() + ":4791): its plugin is broken, or is not this "
+                + "plugin", o.reason());
+        assertFalse(leaderStream.isDone(), "no RDMA connect on another broker's reply");
+        assertEquals(Preamble.DECISION_TCP, readFully(leader.get(5, TimeUnit.SECONDS), 1).get(0));
+    }
+
+    /** Another broker's "busy" is not asked again: the connection stays on TCP. */
+    @Test
+    void shouldNotAskAgainWhenAnotherBrokerDeclinesAsBusy() throws Exception {
+        leader(ch -> {
+            readFully(ch, Preamble.HELLO_LENGTH);
+            ch.write(Preamble.reply(Preamble.STATUS_DECLINE_BUSY, 0, 1, 0));
+        });
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, new InMemoryStreamTransport(),
+                address, 3, 4791, in(5000), 5000);
+        assertEquals(FollowerHandshake.Kind.TCP, o.kind());
+        assertTrue(o.reason().contains("replied to the RDMA preamble as broker 1 (expected: 3"), o.reason());
+    }
+
     @Test
     void shouldSwitchToTheStreamOnAccept() throws Exception {
         InMemoryStreamTransport transport = new InMemoryStreamTransport();
         CompletableFuture<RdmaStream> leaderStream = transport.expect(99);
         CompletableFuture<SocketChannel> leader = acceptingLeader();
-        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, in(5000), 5000);
+        FollowerHandshake.Outcome o = FollowerHandshake.negotiate(follower, 2, transport, address, 1, 4791, in(5000),
+                5000);
         assertEquals(FollowerHandshake.Kind.RDMA, o.kind());
         assertNotNull(o.stream());
         assertTrue(leaderStream.isDone());

@@ -55,6 +55,12 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
         return 4791;
     }
 
+    /** The leader's id in its replies: the one probes are answered with. */
+    @Override
+    public int brokerId() {
+        return probeAnswer;
+    }
+
     @Override
     public CompletableFuture<RdmaStream> expect(long token) {
         CompletableFuture<RdmaStream> f = new CompletableFuture<>();
@@ -84,8 +90,9 @@ final class InMemoryStreamTransport implements RdmaStreamTransport {
                         CompletableFuture.delayedExecutor(probeDelayMillis, TimeUnit.MILLISECONDS));
     }
 
+    /** The leader's broker id is not checked here: {@code RdmaChannelTransportTest} covers the acknowledgement. */
     @Override
-    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
+    public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token, int leaderBrokerId) {
         if (connectFailure != null) {
             return CompletableFuture.failedFuture(connectFailure);
         }

@@ -54,7 +54,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldHandKafkasFirstByteBackAndLeaveTheRestUnread() throws Exception {
         FakeTcp tcp = new FakeTcp().arrive(KAFKA_BYTES);
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.TCP, hs.advance());
         assertArrayEquals(KAFKA_BYTES, concat(bytes(hs.replay()), tcp.unread()), "no byte lost");
         assertEquals(0, tcp.written().length, "nothing written to a plain peer");
@@ -64,7 +64,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldWaitWithoutConsumingWhenNoByteArrived() throws Exception {
         FakeTcp tcp = new FakeTcp();
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.SNIFF, hs.advance());
         tcp.arrive(KAFKA_BYTES);
         assertEquals(State.TCP, hs.advance());
@@ -74,7 +74,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldDeclineWhenRdmaIsUnavailableAndKeepKafkasBytes() throws Exception {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("provider disni: libdisni not found"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "provider disni: libdisni not found"));
         assertEquals(State.TCP, hs.advance());
         ByteBuffer reply = ByteBuffer.wrap(tcp.written());
         assertEquals(Preamble.REPLY_LENGTH, reply.remaining());
@@ -90,7 +90,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldAssembleAPreambleArrivingByteByByte() throws Exception {
         FakeTcp tcp = new FakeTcp();
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         byte[] hello = bytes(Preamble.hello(3));
         for (int i = 0; i < hello.length - 1; i++) {
             tcp.arrive(hello[i]);
@@ -106,7 +106,7 @@ class LeaderHandshakeTest {
         byte[] garbage = new byte[Preamble.HELLO_LENGTH];
         garbage[0] = Preamble.MAGIC_FIRST_BYTE;
         FakeTcp tcp = new FakeTcp().arrive(garbage);
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA preamble: magic=0x52000000 (expected: 0x52444d41)", hs.failure());
         assertEquals(0, admission.held(), "place given back");
@@ -116,7 +116,7 @@ class LeaderHandshakeTest {
     void shouldCutOffNonZeroReservedFields() throws Exception {
         ByteBuffer hello = Preamble.hello(3);
         hello.putInt(Preamble.HELLO_RESERVED2_OFFSET, 0xdead);
-        LeaderHandshake hs = handshake(new FakeTcp().arrive(hello), RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(new FakeTcp().arrive(hello), RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("invalid RDMA preamble: flags/reserved=0x0/0x0/0xdead (expected: 0)", hs.failure());
     }
@@ -124,7 +124,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldCutOffATruncatedPreamble() throws Exception {
         FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D', (byte) 'M').eof();
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.FAILED, hs.advance());
         assertEquals("connection closed after 3 of 16 preamble bytes", hs.failure());
         assertEquals(0, admission.held());
@@ -133,7 +133,7 @@ class LeaderHandshakeTest {
     @Test
     void shouldExpireASlowPreambleAndReleaseItsPermit() throws Exception {
         FakeTcp tcp = new FakeTcp().arrive((byte) 'R', (byte) 'D');
-        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tcp, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.HELLO, hs.advance());
         assertEquals(1, admission.held(), "a handshake in progress holds a place");
         hs.expire("RDMA handshake did not complete within 50 ms");
@@ -246,7 +246,7 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, transport);
         assertEquals(State.DECISION, hs.advance());
-        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET), 1).join();
         tcp.arrive(Preamble.DECISION_TCP);
         assertEquals(State.TCP, hs.advance());
         hs.connectionClosed();
@@ -291,7 +291,7 @@ class LeaderHandshakeTest {
         FakeTcp tcp = new FakeTcp().arrive(Preamble.hello(3));
         LeaderHandshake hs = handshake(tcp, transport, source);
         assertEquals(State.DECISION, hs.advance());
-        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        transport.connect(null, ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET), 1).join();
         tcp.arrive(Preamble.DECISION_RDMA);
         assertEquals(State.RDMA, hs.advance());
         return hs;
@@ -306,7 +306,7 @@ class LeaderHandshakeTest {
         ByteBuffer reply = ByteBuffer.wrap(tcp.written());
         assertEquals(Preamble.STATUS_ACCEPT, reply.get(Preamble.REPLY_STATUS_OFFSET));
         assertEquals(4791, reply.getInt(Preamble.REPLY_PORT_OFFSET));
-        RdmaStream follower = transport.connect(null, reply.getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+        RdmaStream follower = transport.connect(null, reply.getLong(Preamble.REPLY_TOKEN_OFFSET), 1).join();
         tcp.arrive(Preamble.DECISION_RDMA);
         assertEquals(State.RDMA, hs.advance());
         assertNotNull(hs.stream());
@@ -339,7 +339,7 @@ class LeaderHandshakeTest {
         assertEquals(State.DECISION, hs.advance());
         // The follower presents the token over RDMA (the leader's side completes), then says 'T' all the same.
         RdmaStream follower = transport.connect(null,
-                ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+                ByteBuffer.wrap(tcp.written()).getLong(Preamble.REPLY_TOKEN_OFFSET), 1).join();
         tcp.arrive(Preamble.DECISION_TCP);
         assertEquals(State.TCP, hs.advance());
         assertNull(hs.stream());
@@ -359,7 +359,7 @@ class LeaderHandshakeTest {
             public int write(ByteBuffer src) {
                 int n = super.write(src);
                 follower[0] = transport.connect(null,
-                        ByteBuffer.wrap(written()).getLong(Preamble.REPLY_TOKEN_OFFSET)).join();
+                        ByteBuffer.wrap(written()).getLong(Preamble.REPLY_TOKEN_OFFSET), 1).join();
                 hs[0].expire("RDMA handshake did not complete within 50 ms");
                 return n;
             }
@@ -431,17 +431,17 @@ class LeaderHandshakeTest {
     void shouldNotWaitForHeaderBytesBeyondTheRequestOrForTls() throws Exception {
         // A size too small for a header: after the size Kafka takes over (it rejects such a request itself).
         FakeTcp tiny = new FakeTcp().arrive(new byte[] {0, 0, 0, 2, 0, 18});
-        LeaderHandshake hs = handshake(tiny, RdmaStreamTransport.unavailable("none"));
+        LeaderHandshake hs = handshake(tiny, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.TCP, hs.advance());
         assertEquals(4, hs.replay().remaining());
         // An oversized first request: not a fetcher's, left to Kafka after its size.
         FakeTcp large = new FakeTcp().arrive(new byte[] {0, 0x10, 0, 0, 0, 1});
-        hs = handshake(large, RdmaStreamTransport.unavailable("none"));
+        hs = handshake(large, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.TCP, hs.advance());
         assertEquals(4, hs.replay().remaining());
         // TLS: the header is encrypted, so the first byte goes straight back.
         FakeTcp tls = new FakeTcp().arrive(new byte[] {0x16, 3, 1, 0, 5});
-        hs = handshake(tls, RdmaStreamTransport.unavailable("none"));
+        hs = handshake(tls, RdmaStreamTransport.unavailable(7, "none"));
         assertEquals(State.TCP, hs.advance());
         assertEquals(1, hs.replay().remaining());
         assertEquals(0, admission.held());

@@ -88,7 +88,7 @@ class RdmaChannelTransportTest {
 
     private RdmaStream[] pair(long token) throws Exception {
         CompletableFuture<RdmaStream> leader = transport.expect(token);
-        RdmaStream follower = transport.connect(listener(), token).get(10, TimeUnit.SECONDS);
+        RdmaStream follower = transport.connect(listener(), token, 1).get(10, TimeUnit.SECONDS);
         return new RdmaStream[] {leader.get(10, TimeUnit.SECONDS), follower};
     }
 
@@ -312,10 +312,10 @@ class RdmaChannelTransportTest {
     @Timeout(60)
     void shouldCloseAConnectionWithAnUnknownTokenAndKeepTheExpectedOne() throws Exception {
         CompletableFuture<RdmaStream> expected = transport.expect(7);
-        assertRefused(transport.connect(listener(), 8));
+        assertRefused(transport.connect(listener(), 8, 1));
         assertFalse(expected.isDone(), "a wrong token does not complete the expected stream");
 
-        RdmaStream follower = transport.connect(listener(), 7).get(10, TimeUnit.SECONDS);
+        RdmaStream follower = transport.connect(listener(), 7, 1).get(10, TimeUnit.SECONDS);
         RdmaStream leader = expected.get(10, TimeUnit.SECONDS);
         writeFully(follower, ByteBuffer.wrap("fetch".getBytes()));
         ByteBuffer in = ByteBuffer.allocate(5);
@@ -331,7 +331,7 @@ class RdmaChannelTransportTest {
         // The leader gave up on the handshake (its future cancelled): a stream arriving later is closed.
         CompletableFuture<RdmaStream> cancelled = transport.expect(9);
         cancelled.cancel(false);
-        assertRefused(transport.connect(listener(), 9));
+        assertRefused(transport.connect(listener(), 9, 1));
     }
 
     /**
@@ -344,14 +344,30 @@ class RdmaChannelTransportTest {
     @Timeout(60)
     void shouldFailTheConnectOfAFollowerWhoseTokenAnotherConnectionPresentedFirst() throws Exception {
         CompletableFuture<RdmaStream> expected = transport.expect(13);
-        RdmaStream thief = transport.connect(listener(), 13).get(10, TimeUnit.SECONDS);
+        RdmaStream thief = transport.connect(listener(), 13, 1).get(10, TimeUnit.SECONDS);
         RdmaStream leader = expected.get(10, TimeUnit.SECONDS);
         try {
-            assertRefused(transport.connect(listener(), 13));
+            assertRefused(transport.connect(listener(), 13, 1));
         } finally {
             thief.close();
             leader.close();
         }
+    }
+
+    /**
+     * The acknowledgement names the broker that took the token: a follower that expected another one (the broker
+     * whose plugin answered its probe) does not decide on RDMA. Its broker id used to be ignored.
+     */
+    @Test
+    @Timeout(60)
+    void shouldFailTheConnectOfAFollowerWhoseTokenAnotherBrokerAcknowledged() throws Exception {
+        CompletableFuture<RdmaStream> expected = transport.expect(21);
+        ExecutionException e = assertThrows(ExecutionException.class,
+                () -> transport.connect(listener(), 21, 2).get(10, TimeUnit.SECONDS));
+        assertEquals(listener() + " acknowledged the RDMA stream's token as broker 1 (expected: leader 2, which "
+                + "answered the probe): another broker's plugin listens there, or the leader is broken",
+                e.getCause().getMessage());
+        expected.get(10, TimeUnit.SECONDS).close();
     }
 
     /** Asserts that the leader refused the stream's token: the connect fails, naming the refusal. */
@@ -410,7 +426,7 @@ class RdmaChannelTransportTest {
      * has the form of a token's acknowledgement, so the stream's connect completes once the answer has arrived.
      */
     private RdmaStream silentProbe() throws Exception {
-        return transport.connect(listener(), Preamble.PROBE_TOKEN).get(10, TimeUnit.SECONDS);
+        return transport.connect(listener(), Preamble.PROBE_TOKEN, 1).get(10, TimeUnit.SECONDS);
     }
 
     @Test
@@ -441,7 +457,7 @@ class RdmaChannelTransportTest {
         }
         try {
             CompletableFuture<RdmaStream> expected = transport.expect(12);
-            assertTrue(closedByLeader(transport.connect(listener(), 12)), "a connection beyond "
+            assertTrue(closedByLeader(transport.connect(listener(), 12, 1)), "a connection beyond "
                     + "rdma.handshake.max.in.progress=1 was accepted while a probe's answer was not delivered");
             assertFalse(expected.isDone(), "it presented no token");
         } finally {
@@ -476,6 +492,48 @@ class RdmaChannelTransportTest {
             assertFalse(first.isSuccess());
             assertEquals(0, transport.unidentifiedConnections());
         } finally {
+            soft.faults().reset();
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
+        }
+    }
+
+    /**
+     * rdma.handshake.max.in.progress connections that never complete the transport's handshake, each within its
+     * address's share, all hold their places: each reserves (64 + 8) x 64 KiB of receive buffers until it is active,
+     * and the event loop's handshake memory used to be the transport's 64 MiB default, which the transport enforced by
+     * rejecting the 15th of the default 16 (logged only at DEBUG).
+     */
+    @Test
+    @Timeout(60)
+    void shouldAdmitAsManyConnectionsWithoutTheTransportHandshakeAsTheCapAllows() throws Exception {
+        int cap = RdmaReplicationConfig.DEFAULT_MAX_HANDSHAKES;
+        reopen(30_000, cap);
+        soft.faults().delaySends(TimeUnit.SECONDS.toNanos(60));
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
+        List<ChannelFuture> connects = new ArrayList<>();
+        try {
+            Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 50_000).handler(new Silent());
+            // Half the places per address: four addresses of four connections each stay within their shares.
+            for (int i = 0; i < cap; i++) {
+                connects.add(b.connect(listener(), new InetSocketAddress("127.0.0." + (2 + i % 4), 0)));
+            }
+            RateLimitedWarning dropped = transport.refusalLines(RdmaChannelTransport.Refusal.TRANSPORT);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (transport.unidentifiedConnections() < cap && refusals(dropped) == 0
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+            // Long enough for the transport's accept of the last ones to have run, and to have refused them.
+            Thread.sleep(500);
+            assertEquals(0, refusals(dropped), "connections the transport refused before their token, of " + cap
+                    + " within rdma.handshake.max.in.progress and each address's share");
+            assertEquals(cap, transport.unidentifiedConnections(), "places held");
+            assertEquals(0, connects.stream().filter(ChannelFuture::isDone).count(), "connects that ended");
+        } finally {
+            for (ChannelFuture f : connects) {
+                f.channel().close();
+            }
             soft.faults().reset();
             group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
         }
@@ -532,7 +590,7 @@ class RdmaChannelTransportTest {
         transport.close();
         transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 500, 64, 64, 2, 60_000);
         for (int i = 0; i < 10; i++) {
-            assertRefused(transport.connect(listener(), 100 + i));
+            assertRefused(transport.connect(listener(), 100 + i, 1));
         }
         RateLimitedWarning unknown = transport.refusalLines(RdmaChannelTransport.Refusal.UNKNOWN_TOKEN);
         assertEquals(1, unknown.emitted(), "lines for 10 unknown tokens within the interval");
@@ -565,6 +623,62 @@ class RdmaChannelTransportTest {
                 c.close().syncUninterruptibly();
             }
             group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
+        }
+    }
+
+    /**
+     * A connection the transport fails before its token (here its peer gave up its request before the accept; its
+     * handshake memory spent is another cause) makes a line of its own kind, limited like the others: it used to be
+     * logged only at DEBUG, so the leader's log said nothing of why a follower's probe was refused.
+     */
+    @Test
+    @Timeout(60)
+    void shouldLimitTheLinesOfConnectionsTheTransportFailsBeforeTheirToken() throws Exception {
+        transport.close();
+        transport = RdmaChannelTransport.open(soft, 1, "127.0.0.1", 0, 5000, 64, 64, 4, 60_000);
+        soft.faults().abandonConnectRequests(2);
+        EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, RdmaIoHandler.newFactory(soft));
+        List<ChannelFuture> connects = new ArrayList<>();
+        try {
+            Bootstrap b = new Bootstrap().group(group).channel(RdmaSocketChannel.class)
+                    .option(ChannelOption.CONNECT_TIMEOUT_MILLIS, 2000).handler(new Silent());
+            for (int i = 0; i < 2; i++) {
+                connects.add(b.connect(listener()));
+            }
+            RateLimitedWarning dropped = transport.refusalLines(RdmaChannelTransport.Refusal.TRANSPORT);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (refusals(dropped) < 2 && System.nanoTime() < deadline) {
+                Thread.sleep(5);
+            }
+            assertEquals(1, dropped.emitted(), "lines for 2 connections the transport failed within the interval");
+            assertEquals(1, dropped.suppressed(), "the second counted for the next line");
+            assertEquals(0, transport.unidentifiedConnections(), "places given back");
+        } finally {
+            for (ChannelFuture f : connects) {
+                f.channel().close();
+            }
+            soft.faults().reset();
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly();
+        }
+    }
+
+    /** The listener's handshake memory fits its cap, and respects a larger rdmabridge.handshakeMemoryBytes. */
+    @Test
+    void shouldGiveTheListenerTheHandshakeMemoryItsCapNeeds() {
+        long defaultConnection = (64 + 8) * 64 * 1024L;
+        assertEquals(16 * defaultConnection, RdmaChannelTransport.handshakeMemoryBytes(64, 16),
+                "the default cap at the default depth: 72 MiB, above the transport's 64 MiB");
+        assertEquals(64L << 20, RdmaChannelTransport.handshakeMemoryBytes(64, 4), "never below the property's default");
+        String before = System.getProperty(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY);
+        System.setProperty(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, Long.toString(1L << 30));
+        try {
+            assertEquals(1L << 30, RdmaChannelTransport.handshakeMemoryBytes(64, 16), "the operator's larger value");
+        } finally {
+            if (before == null) {
+                System.clearProperty(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY);
+            } else {
+                System.setProperty(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, before);
+            }
         }
     }
 

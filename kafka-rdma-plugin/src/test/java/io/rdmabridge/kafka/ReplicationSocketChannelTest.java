@@ -10,7 +10,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.rdmabridge.verbs.RdmaProviders;
 import io.rdmabridge.verbs.soft.SoftProvider;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.io.PrintStream;
 import java.lang.management.ManagementFactory;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -22,6 +24,7 @@ import java.nio.channels.Selector;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.channels.spi.SelectorProvider;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
@@ -94,6 +97,30 @@ class ReplicationSocketChannelTest {
         assertEquals(1, RdmaReplication.get().metrics().succeeded() / 2, "both sides count one upgrade");
     }
 
+    /**
+     * Anyone who reaches the inter-broker listener can upgrade connections, with a broker id of its choosing: the
+     * leader's line for each upgrade, at INFO, was one line per connection a peer opened, with no limit. It is at
+     * DEBUG, counted by upgrades-succeeded-total; the follower, which chose to connect, still says so at INFO.
+     */
+    @Test
+    void shouldLogNoLeaderSideLineAtInfoPerUpgrade() throws Exception {
+        PrintStream err = System.err;
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        // slf4j-simple writes to System.err as it is at each line.
+        System.setErr(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        try {
+            exchange(new InMemoryStreamTransport(), true);
+        } finally {
+            System.setErr(err);
+        }
+        String log = captured.toString(StandardCharsets.UTF_8);
+        err.print(log);
+        assertEquals(2, RdmaReplication.get().metrics().succeeded(), "both sides count the upgrade");
+        assertTrue(log.contains("INFO io.rdmabridge.kafka.ReplicationSocketChannel - Replication connection to "
+                + "leader 2 at "), "the follower's line; log:\n" + log);
+        assertFalse(log.contains("Replication connection from broker"), "a leader-side line per upgrade; log:\n" + log);
+    }
+
     @Test
     void shouldCarryKafkasBytesOverTheRdmaChannelWithOneCopyEachSide() throws Exception {
         SoftProvider soft = (SoftProvider) RdmaProviders.byName("soft");
@@ -115,7 +142,7 @@ class ReplicationSocketChannelTest {
 
     @Test
     void shouldStayOnTcpWithNoByteLostWhenRdmaIsUnavailable() throws Exception {
-        ReplicationMetrics.Peer peer = exchange(RdmaStreamTransport.unavailable("test: provider forced off"), false);
+        ReplicationMetrics.Peer peer = exchange(RdmaStreamTransport.unavailable(2, "test: provider forced off"), false);
         assertEquals(PAYLOAD + fileBytes().length, peer.tcpReceived.sum(), "follower-side bytes counted as TCP");
         assertEquals(0, peer.rdmaReceived.sum());
         assertEquals(0, RdmaReplication.get().metrics().succeeded());
@@ -157,6 +184,11 @@ class ReplicationSocketChannelTest {
             }
 
             @Override
+            public int brokerId() {
+                return real.brokerId();
+            }
+
+            @Override
             public CompletableFuture<RdmaStream> expect(long token) {
                 return real.expect(token);
             }
@@ -167,9 +199,9 @@ class ReplicationSocketChannelTest {
             }
 
             @Override
-            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token) {
-                sniffers.add(real.connect(leader, token).join());
-                return real.connect(leader, token);
+            public CompletableFuture<RdmaStream> connect(InetSocketAddress leader, long token, int leaderBrokerId) {
+                sniffers.add(real.connect(leader, token, leaderBrokerId).join());
+                return real.connect(leader, token, leaderBrokerId);
             }
 
             @Override
