@@ -53,7 +53,7 @@ final class FetchedBlockBuffer extends ManagedBuffer {
 
     @Override
     public ManagedBuffer release() {
-        // First: a release too many throws here, and counts nothing.
+        // First, so that a release the buffer refuses counts nothing here.
         buf.release();
         if (references.decrementAndGet() == 0) {
             onReleased.run();

@@ -43,7 +43,7 @@ final class RdmaShuffleConf {
     static final String PINNED_MEMORY_PER_CONNECTION = PREFIX + "pinnedMemoryPerConnection";
     /**
      * Bytes the fetch client holds for one connection (received and not yet decoded, and fetched blocks Spark has not
-     * released); beyond it, it stops reading that connection until Spark releases some.
+     * released); beyond it, it stops reading that connection until Spark releases some. Off unless set.
      */
     static final String MAX_FETCHED_BYTES_PER_CONNECTION = PREFIX + "maxFetchedBytesPerConnection";
     /** Shortest interval between two WARN lines of one kind that peers can cause repeatedly. */
@@ -52,10 +52,6 @@ final class RdmaShuffleConf {
     static final String MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM = "spark.network.maxRemoteBlockSizeFetchToMem";
     /** Spark's key: a map output of many partitions reports the blocks below this size as their average. */
     static final String ACCURATE_BLOCK_THRESHOLD = "spark.shuffle.accurateBlockThreshold";
-    /** Spark's key: a reduce task's fetches in flight, by the sizes their map outputs report (a plain number: MiB). */
-    static final String REDUCER_MAX_SIZE_IN_FLIGHT = "spark.reducer.maxSizeInFlight";
-    /** Spark's key: the tasks an executor runs at once, which share its one connection to each block server. */
-    static final String EXECUTOR_CORES = "spark.executor.cores";
     /** Spark's ShuffleBlockBatchId: reduce partitions START to END (exclusive) of one map output, in one block. */
     private static final Pattern BATCH_BLOCK_ID = Pattern.compile("shuffle_\\d+_\\d+_(\\d{1,10})_(\\d{1,10})");
     /**
@@ -159,16 +155,12 @@ final class RdmaShuffleConf {
         // Defaults as Spark's (3.5 to 4.2).
         maxRemoteBlockSizeFetchToMem = conf.getSizeAsBytes(MAX_REMOTE_BLOCK_SIZE_FETCH_TO_MEM, "200m");
         accurateBlockThreshold = conf.getSizeAsBytes(ACCURATE_BLOCK_THRESHOLD, "100m");
-        // By default twice what Spark itself may have fetched and not yet taken from one server (each task of the
-        // executor up to maxSizeInFlight per shuffle it reads; a task that zips two shuffles reads two at once), and
-        // at least the largest block: below that, legitimate blocks would pause reading, and a task waiting for one
-        // shuffle's block while it holds another's could wait for ever.
-        long inFlightMb = Math.max(0, conf.getSizeAsMb(REDUCER_MAX_SIZE_IN_FLIGHT, "48m"));
-        int readers = 2 * Math.max(1, conf.getInt(EXECUTOR_CORES, 1));
-        long inFlight = inFlightMb > (Long.MAX_VALUE >> 20) / readers ? Long.MAX_VALUE
-                : (inFlightMb << 20) * readers;
-        maxFetchedBytesPerConnection = conf.getSizeAsBytes(MAX_FETCHED_BYTES_PER_CONNECTION,
-                Long.toString(Math.max(inFlight, largestBlock())));
+        // Off by default: what a legitimate job holds of one server's blocks has no bound the client knows (tasks per
+        // executor, times shuffles read at once, times maxSizeInFlight, and map outputs that under-report skewed
+        // blocks), and pausing a legitimate job costs more than the memory: a task that waits for one shuffle's block
+        // while it holds another's waits for ever, and the server resets a connection unread for its writeTimeout.
+        maxFetchedBytesPerConnection = conf.contains(MAX_FETCHED_BYTES_PER_CONNECTION)
+                ? conf.getSizeAsBytes(MAX_FETCHED_BYTES_PER_CONNECTION) : Long.MAX_VALUE;
         if (maxFetchedBytesPerConnection < 1) {
             throw new IllegalArgumentException(MAX_FETCHED_BYTES_PER_CONNECTION + ": " + maxFetchedBytesPerConnection
                     + " (expected: > 0)");
@@ -190,16 +182,11 @@ final class RdmaShuffleConf {
             partitions = Math.max(1, Long.parseLong(batch.group(2)) - Long.parseLong(batch.group(1)));
         }
         long max = BlockFrame.MAX_BLOCK_LENGTH;
-        long one = largestBlock();
+        long one = Math.min(max, Math.max(maxRemoteBlockSizeFetchToMem, accurateBlockThreshold));
         long threshold = Math.max(0, accurateBlockThreshold);
         // Both terms at most max: the sum cannot overflow.
         long more = threshold == 0 || partitions - 1 <= max / threshold ? (partitions - 1) * threshold : max;
         return Math.min(max, one + more);
-    }
-
-    /** The largest block the fetch client takes as one reduce partition: see {@link #maxFetchedBlockLength}. */
-    private long largestBlock() {
-        return Math.min(BlockFrame.MAX_BLOCK_LENGTH, Math.max(maxRemoteBlockSizeFetchToMem, accurateBlockThreshold));
     }
 
     private static long positiveTime(SparkConf conf, String key, String defaultValue) {

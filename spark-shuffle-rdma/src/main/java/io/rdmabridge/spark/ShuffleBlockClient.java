@@ -38,10 +38,11 @@ import org.slf4j.LoggerFactory;
  * {@link RoutingBlockStoreClient}); a block the server reports it cannot serve fails alone, with a
  * {@link ChunkFetchFailureException}, which they do not. Each frame's header is checked as soon as it arrives, so a
  * peer cannot make this side buffer a frame it would refuse, nor a block larger than Spark would fetch into memory.
- * Nor can it make this side hold much more than a budget per connection (received bytes, and blocks Spark has not
- * released yet): once past it, by about a block, the client stops reading the connection, so that the transport's
- * credits hold the server back as a full TCP window would, and reads again once Spark has released enough. Spark
- * counts its fetches in flight by the sizes it asked for, and a server may answer each with far more.
+ * Where a budget per connection is set, nor can it make this side hold much more than that (received bytes, and
+ * blocks Spark has not released yet): once past it, by about a block, the client stops reading the connection, so
+ * that the transport's credits hold the server back as a full TCP window would, and reads again once Spark has
+ * released enough. Spark counts its fetches in flight by the sizes it asked for, and a server may answer each with
+ * far more.
  *
  * <p>Threading: {@link #fetch} may be called from any thread; each connection's state lives on its event loop, but
  * for the bytes of its blocks, which Spark releases on its own threads.

@@ -29,7 +29,7 @@ class AdaptiveCumulatorTest {
     private final AdaptiveCumulator cumulator = new AdaptiveCumulator();
     private final List<ByteBuf> inputs = new ArrayList<>();
 
-    /** As a peer that sends a frame one byte per SEND: after the first few, each byte is copied and its buffer freed. */
+    /** As a peer that sends a frame one byte per SEND: after the first few, each byte is copied, its buffer freed. */
     @Test
     void shouldMergeSmallInputsIntoTailsThatDoubleAndReleaseEach() {
         byte[] bytes = randomBytes(10_000);

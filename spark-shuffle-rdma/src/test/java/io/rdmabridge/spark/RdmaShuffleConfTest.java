@@ -85,16 +85,12 @@ class RdmaShuffleConfTest {
                 .set("spark.network.maxRemoteBlockSizeFetchToMem", "10m"), "shuffle_0_1_2_5"));
     }
 
-    /** Each task of the executor may have maxSizeInFlight from one server; one block may be larger than that. */
+    /** The fetched-bytes budget is off unless set, and then at least one byte. */
     @Test
-    void shouldBudgetWhatSparkHasInFlightFromOneServerAndAtLeastTheLargestBlock() {
-        assertEquals(200L << 20, new RdmaShuffleConf(new SparkConf(false)).maxFetchedBytesPerConnection);
-        // Two shuffles read at once on every core.
-        assertEquals(2 * 16 * (48L << 20), new RdmaShuffleConf(new SparkConf(false)
-                .set("spark.executor.cores", "16")).maxFetchedBytesPerConnection);
-        // Spark reads a plain number as MiB.
-        assertEquals(2 * 8 * (64L << 20), new RdmaShuffleConf(new SparkConf(false).set("spark.executor.cores", "8")
-                .set("spark.reducer.maxSizeInFlight", "64")).maxFetchedBytesPerConnection);
+    void shouldBudgetFetchedBytesOnlyWhenAsked() {
+        // Off unless set: a pause would stall legitimate jobs whose holdings the client cannot bound.
+        assertEquals(Long.MAX_VALUE, new RdmaShuffleConf(new SparkConf(false).set("spark.executor.cores", "16"))
+                .maxFetchedBytesPerConnection);
         assertEquals(1L << 20, new RdmaShuffleConf(new SparkConf(false)
                 .set("spark.shuffle.rdma.maxFetchedBytesPerConnection", "1m")).maxFetchedBytesPerConnection);
         IllegalArgumentException zero = assertThrows(IllegalArgumentException.class, () -> new RdmaShuffleConf(
