@@ -59,8 +59,6 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
     /** At most one refusal line of each {@link Refusal} kind per this many milliseconds. */
     static final long WARN_INTERVAL_MS = 1000;
     static final int TOKEN_LENGTH = 8;
-    /** The transport's own default of {@code rdmabridge.handshakeMemoryBytes} (not public there). */
-    private static final long TRANSPORT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
 
     /** Why the leader closes a connection that carries no Kafka byte yet; each kind has its own line limit. */
     enum Refusal {
@@ -178,7 +176,7 @@ final class RdmaChannelTransport implements RdmaStreamTransport {
         ConnectionConfig defaults = ConnectionConfig.DEFAULT;
         long perConnection = (long) (receiveQueueDepth + defaults.controlCredits()) * defaults.receiveBufferSize();
         return Math.max(maxUnidentified * perConnection,
-                Long.getLong(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, TRANSPORT_HANDSHAKE_MEMORY));
+                Long.getLong(RdmaIoHandler.HANDSHAKE_MEMORY_PROPERTY, RdmaIoHandler.DEFAULT_HANDSHAKE_MEMORY));
     }
 
     /** The connection core wants a power of two, at least twice its completion-signal interval. */

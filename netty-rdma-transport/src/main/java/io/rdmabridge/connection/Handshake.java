@@ -141,7 +141,9 @@ public record Handshake(int receiveBufferSize, int dataCredits, int controlCredi
         try {
             return new Handshake(receiveBufferSize, dataCredits, controlCredits, maxMessageSize);
         } catch (IllegalArgumentException e) {
-            throw new HandshakeException("bad handshake from peer: " + e.getMessage());
+            // The peer's settings, not ours: its own RdmaChannelOption must change (or it is not an rdma-bridge peer).
+            throw new HandshakeException("bad handshake from peer: " + e.getMessage() + " (the peer's setting: change"
+                    + " it there, e.g. its RECEIVE_BUFFER_SIZE or MAX_MESSAGE_SIZE)");
         }
     }
 

@@ -76,7 +76,8 @@ public final class RdmaIoHandler implements IoHandler {
      * accepted connection is rejected and closed, naming it; one is always allowed.
      */
     public static final String HANDSHAKE_MEMORY_PROPERTY = "rdmabridge.handshakeMemoryBytes";
-    static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
+    /** {@value #HANDSHAKE_MEMORY_PROPERTY}'s default. */
+    public static final long DEFAULT_HANDSHAKE_MEMORY = 64L * 1024 * 1024;
     /** Connection-manager events one round of the loop handles; the rest wait for the next round. */
     static final int MAX_CM_EVENTS_PER_ROUND = 64;
     /**
@@ -306,7 +307,9 @@ public final class RdmaIoHandler implements IoHandler {
             return committed + " of the " + handshakeMemory + " bytes of receive buffers this event loop gives"
                     + " accepted connections that have not completed their handshake are taken (peers that connect"
                     + " and never send theirs hold them until CONNECT_TIMEOUT_MILLIS); for bursts of connections"
-                    + " raise " + HANDSHAKE_MEMORY_PROPERTY + ", or lower the child's RECEIVE_QUEUE_DEPTH or"
+                    + " raise " + (factory.handshakeMemory > 0 ? "the handshakeMemoryBytes of this loop group's"
+                    + " RdmaIoHandler.newFactory" : HANDSHAKE_MEMORY_PROPERTY) + ", or lower the child's"
+                    + " RECEIVE_QUEUE_DEPTH or"
                     + " RECEIVE_BUFFER_SIZE";
         }
         handshakeCommitted = committed + bytes;

@@ -26,7 +26,8 @@ public interface RdmaCmId extends AutoCloseable {
      *
      * @param address port 0 picks a free port
      * @param backlog how many connect requests may wait for the owner to poll them (> 0); past it a request is
-     *                rejected, as the kernel's rdma_cm rejects one that the event channel has not taken yet
+     *                rejected (the kernel's rdma_cm bounds the requests not yet taken from the event channel so,
+     *                and leaves one past it for the connector to send again)
      * @return the address actually bound
      * @throws RdmaException when the address is in use or not local; the message names the address
      */

@@ -36,8 +36,9 @@ import org.slf4j.LoggerFactory;
  * route resolution follows address resolution there, and queue-pair states change there.
  *
  * <p>A connect request past its listener's backlog, counting those queued and not yet polled, is rejected on the
- * event thread, as the kernel rejects one past the backlog while it has not been taken from it: a listener whose loop
- * is busy cannot be flooded with native ids.
+ * event thread: the kernel bounds the requests not yet taken from it by that backlog (past it, it leaves a request
+ * unanswered for the connector's CM to send again), and the event thread takes each at once, so a listener whose loop
+ * is busy could otherwise be flooded with native ids. A request taken from the kernel can only be rejected.
  *
  * <p>The thread calls DiSNI's native dispatcher directly rather than {@code RdmaEventChannel.getCmEvent}: that
  * method allocates per call and reads and writes a plain {@code HashMap} of ids that {@code createId} writes from
@@ -209,7 +210,8 @@ final class DisniEventChannel implements RdmaEventChannel {
 
     /**
      * Event thread: rejects a connect request past its listener's backlog by destroying the request's id, which makes
-     * the kernel reject it, as it rejects one past the backlog that has not left the kernel.
+     * the kernel send a reject (where the kernel itself, past the backlog, leaves a request for its connector to send
+     * again: one taken from it can no longer be left so).
      */
     private void refuse(long requestId, DisniCmId listener) {
         REFUSALS.warn("Refused a connection request to {}: {} requests wait for the listener's loop to take them, its"
@@ -367,6 +369,10 @@ final class DisniEventChannel implements RdmaEventChannel {
             raw.listener().requestPolled();
         }
         DisniCmId listener = ids.get(raw.listenId());
+        if (raw.listener() != null && listener != raw.listener()) {
+            // Its listener was closed after the event thread queued it, and a new id reuses the address.
+            listener = null;
+        }
         NatCmaIdPrivate nat;
         try {
             nat = new NatCmaIdPrivate(raw.id(), channel, dispatcher);

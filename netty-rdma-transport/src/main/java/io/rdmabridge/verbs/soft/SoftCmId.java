@@ -100,7 +100,9 @@ final class SoftCmId implements RdmaCmId {
      * Reports this passive id's connect request to its listener ({@link SoftFaults#abandonConnectRequests}), or, when
      * as many requests as the listener's backlog wait for its owner's poll, rejects it and closes this id: the
      * kernel's rdma_cm counts the connect requests not yet taken from an event channel against the backlog given to
-     * {@code rdma_listen} and refuses the rest, so a listener whose owner is busy cannot be flooded.
+     * {@code rdma_listen} (and leaves the rest for their connectors to send again), so a listener whose owner is busy
+     * cannot be flooded. This provider rejects, as the DiSNI provider must once its event thread has taken a request
+     * from the kernel.
      *
      * @return whether the request was reported
      */
